@@ -1,0 +1,35 @@
+// The CPU kernels of ops::cutlass_gemm: the same checks and semantics as the CUDA path, computed by
+// ATen's BLAS (at::mm_out: MKL / OpenBLAS / oneDNN, whichever this torch uses).
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/library.h>
+
+#include "checks.h"
+
+namespace ops {
+namespace {
+
+void cutlass_gemm_out_cpu(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
+  check_gemm_inputs("cutlass_gemm", A, B);
+  check_gemm_out("cutlass_gemm", A, B, out);
+  // A backend kernel: the ATen call inside must not be seen by autograd (the op's own autograd
+  // formula, where registered, is above this kernel).
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  at::mm_out(out, A, B);
+}
+
+at::Tensor cutlass_gemm_cpu(const at::Tensor& A, const at::Tensor& B) {
+  check_gemm_inputs("cutlass_gemm", A, B);
+  at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options());
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  at::mm_out(out, A, B);
+  return out;
+}
+
+}  // namespace
+}  // namespace ops
+
+TORCH_LIBRARY_IMPL(ops, CPU, m) {
+  m.impl("cutlass_gemm", &ops::cutlass_gemm_cpu);
+  m.impl("cutlass_gemm.out", &ops::cutlass_gemm_out_cpu);
+}

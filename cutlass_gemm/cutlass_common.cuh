@@ -1,0 +1,123 @@
+// Shared by the CUTLASS kernel translation units (never by TUs that include torch headers).
+#pragma once
+
+#include <utility>
+
+#include <type_traits>
+
+#include <cutlass/cutlass.h>
+#include <cutlass/layout/matrix.h>
+#include <cutlass/numeric_types.h>
+
+#include "launcher.h"
+
+namespace ops::cutlass_gemm {
+
+// The CUTLASS element and layout types of a kernel-list entry (kernel_list.h is the one source of
+// truth for dtype, layouts, alignment and the archs a kernel is built for).
+template <DType> struct CutlassElement;
+template <> struct CutlassElement<DType::Half> { using type = cutlass::half_t; };
+template <> struct CutlassElement<DType::BFloat16> { using type = cutlass::bfloat16_t; };
+template <> struct CutlassElement<DType::Float> { using type = float; };
+template <> struct CutlassElement<DType::Double> { using type = double; };
+
+template <Layout L>
+using CutlassLayout = std::conditional_t<L == Layout::Row, cutlass::layout::RowMajor,
+                                         cutlass::layout::ColumnMajor>;
+
+template <KernelId kId>
+struct KernelTraits {
+  static constexpr KernelInfo info = kernel_info(kId);
+  using Element = typename CutlassElement<info.dtype>::type;
+  using LayoutA = CutlassLayout<info.a>;
+  using LayoutB = CutlassLayout<info.b>;
+  static constexpr int kAlignment = info.alignment;
+  static_assert(kAlignment * sizeof(Element) <= 16);
+};
+
+// A fat binary (e.g. sm_80 + sm_90a) compiles every kernel TU for every arch. These wrappers make
+// the device body of a kernel empty on the archs it cannot run on: the SM90 kernels need wgmma/TMA
+// (sm_90a only), and the Ampere-only SM80 kernels are never dispatched on Hopper. This also keeps the
+// build fast, since the empty copies cost almost nothing to compile.
+
+// CUTLASS 3.x kernels: `device_kernel<K>` calls `K{}(params, smem)`.
+template <typename Kernel>
+struct OnlyOnSm90a : Kernel {
+  template <typename... Args>
+  CUTLASS_DEVICE void operator()(Args&&... args) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    Kernel::operator()(std::forward<Args>(args)...);
+#endif
+  }
+};
+
+// CUTLASS 2.x kernels: `Kernel2<K>` calls `K::invoke(params, smem)`.
+// kAlsoSm90: keep the body in the sm_90 pass too (the kernels Hopper dispatches to: 3xTF32, fp64).
+template <typename Kernel, bool kAlsoSm90>
+struct OnlyOnSm80Family : Kernel {
+  template <typename... Args>
+  CUTLASS_DEVICE static void invoke(Args&&... args) {
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ >= 800 && __CUDA_ARCH__ < 900
+    Kernel::invoke(std::forward<Args>(args)...);
+#elif __CUDA_ARCH__ == 900
+    if constexpr (kAlsoSm90) {
+      Kernel::invoke(std::forward<Args>(args)...);
+    }
+#endif
+#endif
+  }
+};
+
+inline LaunchStatus status_from(cutlass::Status status, const char* stage) {
+  if (status == cutlass::Status::kSuccess) {
+    return {};
+  }
+  // cutlassGetStatusString returns static strings; `stage` is a literal.
+  (void)stage;
+  return {false, cutlassGetStatusString(status)};
+}
+
+// Runs a GemmUniversalAdapter: can_implement, initialize (with the caller's workspace), run.
+template <typename Gemm>
+LaunchStatus run_adapter(const typename Gemm::Arguments& arguments, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream) {
+  if (Gemm::get_workspace_size(arguments) > workspace_bytes) {
+    return {false, "workspace too small"};
+  }
+  Gemm gemm;
+  cutlass::Status status = gemm.can_implement(arguments);
+  if (status != cutlass::Status::kSuccess) {
+    return {false, "CUTLASS can_implement rejected the problem (alignment or shape)"};
+  }
+  status = gemm.initialize(arguments, workspace, stream);
+  if (status != cutlass::Status::kSuccess) {
+    return status_from(status, "initialize");
+  }
+  status = gemm.run(stream);
+  if (status != cutlass::Status::kSuccess) {
+    return status_from(status, "run");
+  }
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return {false, cudaGetErrorString(err)};
+  }
+  return {};
+}
+
+}  // namespace ops::cutlass_gemm
+
+// Defines <name>_workspace_size and <name>_run for one configuration type `Config`
+// (with a nested `Gemm` and a static `arguments(const GemmLaunchArgs&)`).
+#define OPS_DEFINE_CUTLASS_GEMM(name, ...)                                                     \
+  OPS_DEFINE_CUTLASS_GEMM_IMPL(name, __VA_ARGS__)
+#define OPS_DEFINE_CUTLASS_GEMM_IMPL(name, Config)                                                  \
+  namespace ops::cutlass_gemm {                                                                 \
+  size_t name##_workspace_size(const GemmLaunchArgs& args) {                                    \
+    return Config::Gemm::get_workspace_size(Config::arguments(args));                           \
+  }                                                                                             \
+  LaunchStatus name##_run(const GemmLaunchArgs& args, void* workspace, size_t workspace_bytes,  \
+                          cudaStream_t stream) {                                                \
+    return run_adapter<Config::Gemm>(Config::arguments(args), workspace, workspace_bytes, stream); \
+  }                                                                                             \
+  }

@@ -1,0 +1,130 @@
+#include "gemm_host.h"
+
+#include <limits>
+
+#include <ATen/ATen.h>
+
+namespace ops::cutlass_gemm {
+namespace {
+
+MatrixView view_of(const at::Tensor& t) {
+  return {t.size(0), t.size(1), t.stride(0), t.stride(1),
+          reinterpret_cast<uint64_t>(t.const_data_ptr())};
+}
+
+at::Tensor new_buffer(const at::Tensor& like, int64_t outer, int64_t ld, bool poison) {
+  if (poison) {
+    return at::full({outer, ld}, std::numeric_limits<double>::quiet_NaN(), like.options());
+  }
+  return at::empty({outer, ld}, like.options());
+}
+
+// The user's matrix `x` (the kernel's view before padding) copied into a buffer laid out as
+// `plan` says, zero-filling the padded extents the kernel reads. Returns the buffer.
+at::Tensor copy_operand(const at::Tensor& x, const OperandPlan& plan, bool poison) {
+  const bool row = plan.layout == Layout::Row;
+  // A column-major (rows x cols) matrix is a row-major (cols x rows) one.
+  const at::Tensor src = row ? x : x.t();
+  const int64_t outer = row ? plan.rows : plan.cols;
+  const int64_t inner = row ? plan.cols : plan.rows;
+  at::Tensor buffer = new_buffer(x, outer, plan.ld, poison);
+  buffer.narrow(0, 0, src.size(0)).narrow(1, 0, src.size(1)).copy_(src);
+  if (inner > src.size(1)) buffer.narrow(1, src.size(1), inner - src.size(1)).zero_();
+  if (outer > src.size(0)) buffer.narrow(0, src.size(0), outer - src.size(0)).narrow(1, 0, inner).zero_();
+  return buffer;
+}
+
+}  // namespace
+
+DType to_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf: return DType::Half;
+    case at::kBFloat16: return DType::BFloat16;
+    case at::kFloat: return DType::Float;
+    case at::kDouble: return DType::Double;
+    default: TORCH_CHECK(false, "cutlass_gemm: unsupported dtype ", type);
+  }
+}
+
+GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
+                   const DeviceTarget& target, const LaunchFn& launch, bool poison) {
+  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  GemmPlan plan;
+  if (M == 0 || N == 0) return plan;
+  if (K == 0) {
+    out.zero_();
+    return plan;
+  }
+  GemmRequest request;
+  request.dtype = to_dtype(A.scalar_type());
+  request.allow_tf32 = target.allow_tf32;
+  request.cc_major = target.cc_major;
+  request.cc_minor = target.cc_minor;
+  request.built = target.built;
+  request.m = M;
+  request.n = N;
+  request.k = K;
+  request.a = view_of(A);
+  request.b = view_of(B);
+  request.c = view_of(out);
+  const std::string error = plan_gemm(request, &plan);
+  TORCH_CHECK(error.empty(), error);
+
+  // The kernel's operands before padding: with swap, D^T = B^T A^T.
+  const at::Tensor a = plan.swap_ab ? B.t() : A;
+  const at::Tensor b = plan.swap_ab ? A.t() : B;
+  const at::Tensor d = plan.swap_ab ? out.t() : out;
+
+  at::Tensor a_buffer, b_buffer, d_buffer;
+  GemmLaunchArgs args;
+  args.m = plan.m;
+  args.n = plan.n;
+  args.k = plan.k;
+  args.lda = plan.a.ld;
+  args.ldb = plan.b.ld;
+  args.ldd = plan.d.ld;
+  if (plan.a.source == Source::Copy) {
+    a_buffer = copy_operand(a, plan.a, poison);
+    args.a = a_buffer.const_data_ptr();
+  } else {
+    args.a = a.const_data_ptr();
+  }
+  if (plan.b.source == Source::Copy) {
+    b_buffer = copy_operand(b, plan.b, poison);
+    args.b = b_buffer.const_data_ptr();
+  } else {
+    args.b = b.const_data_ptr();
+  }
+  if (plan.d.source == Source::Copy) {
+    d_buffer = new_buffer(d, plan.m, plan.d.ld, poison);
+    args.d = d_buffer.data_ptr();
+  } else {
+    args.d = d.data_ptr();
+  }
+  launch(plan, args);
+  if (plan.d.source == Source::Copy) {
+    d.copy_(d_buffer.narrow(1, 0, d.size(1)));
+  }
+  return plan;
+}
+
+void emulate_launch(const GemmPlan& plan, const GemmLaunchArgs& args, at::ScalarType dtype) {
+  const auto options = at::TensorOptions().dtype(dtype).device(at::kCPU);
+  auto strides = [](Layout layout, int64_t ld) {
+    return layout == Layout::Row ? std::vector<int64_t>{ld, 1} : std::vector<int64_t>{1, ld};
+  };
+  // from_blob over exactly the memory the kernel would touch.
+  const at::Tensor a = at::from_blob(const_cast<void*>(args.a), {args.m, args.k},
+                                     strides(plan.a.layout, args.lda), options);
+  const at::Tensor b = at::from_blob(const_cast<void*>(args.b), {args.k, args.n},
+                                     strides(plan.b.layout, args.ldb), options);
+  at::Tensor d = at::from_blob(args.d, {args.m, args.n}, {args.ldd, 1}, options);
+  // fp32 accumulation for half types, like the tensor-core kernels.
+  if (dtype == at::kHalf || dtype == at::kBFloat16) {
+    d.copy_(at::mm(a.to(at::kFloat), b.to(at::kFloat)));
+  } else {
+    at::mm_out(d, a, b);
+  }
+}
+
+}  // namespace ops::cutlass_gemm

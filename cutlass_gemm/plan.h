@@ -1,0 +1,113 @@
+// The GEMM planner: plain host C++ (no torch, no CUDA, no CUTLASS), so every decision that turns a
+// user's tensors into a CUTLASS launch can be unit-tested on a machine without a GPU.
+//
+// Given the operands' sizes, strides and addresses, the device's compute capability and the archs the
+// binary was built for, it decides:
+//   * whether to compute D = A B directly or D^T = B^T A^T ("swap"), so that a column-major output is
+//     written in place by a row-major-output kernel;
+//   * for each operand, whether the kernel reads it in place (row- or column-major, with its leading
+//     dimension) or from a copy (other strides, misaligned pointer / leading dimension / contiguous
+//     extent), and for the output whether it is written in place or through a temporary;
+//   * whether K or N must be zero-padded to the kernel's alignment (only for extents that are not a
+//     multiple of 16 bytes, e.g. an fp16 GEMM with K = 7);
+//   * which instantiation of kernel_list.h runs.
+// Among valid plans it takes the one that copies the fewest bytes; ties prefer K-major operands (A
+// row-major, B column-major: the layout tensor cores read best), then no swap.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernel_list.h"
+
+namespace ops::cutlass_gemm {
+
+// A 2-D operand as the user passed it: sizes, strides (elements) and the byte address of element 0.
+struct MatrixView {
+  int64_t rows = 0, cols = 0;
+  int64_t stride0 = 0, stride1 = 0;
+  uint64_t address = 0;
+
+  MatrixView transposed() const { return {cols, rows, stride1, stride0, address}; }
+};
+
+// One arch the binary carries machine code for, e.g. {9, 0, true} for "9.0a".
+struct BuiltArch {
+  int major = 0, minor = 0;
+  bool arch_specific = false;  // the "a" suffix
+};
+
+// Parses a TORCH_CUDA_ARCH_LIST-style string ("8.0;9.0a", "8.0 8.6+PTX"). PTX entries count as the
+// arch they name. Throws std::invalid_argument on a malformed entry.
+std::vector<BuiltArch> parse_arch_list(const std::string& arch_list);
+
+struct GemmRequest {
+  DType dtype = DType::Float;
+  bool allow_tf32 = false;           // float32 only: torch's matmul precision allows TF32
+  int cc_major = 0, cc_minor = 0;    // the device's compute capability
+  std::vector<BuiltArch> built;      // archs in the binary
+  int64_t m = 0, n = 0, k = 0;
+  MatrixView a, b, c;                // A (m x k), B (k x n), C (m x n): the output to write
+};
+
+enum class Source : int8_t {
+  InPlace,  // the kernel reads/writes the user's memory
+  Copy,     // inputs: copied (and zero-padded) into a fresh buffer; output: written to a temporary,
+            // then copied into the user's tensor
+};
+
+// How one kernel operand is provided. rows x cols is the kernel's view (padded extents included).
+struct OperandPlan {
+  Source source = Source::InPlace;
+  Layout layout = Layout::Row;
+  int64_t rows = 0, cols = 0;
+  int64_t ld = 0;  // leading dimension in elements (in the user's memory, or in the buffer)
+};
+
+// The launch descriptor. The kernel computes D (m x n, row-major) = A (m x k) @ B (k x n) where, with
+// swap, A is the user's B^T, B is the user's A^T and D is the user's C^T. m, n, k include padding:
+// n > user's n (or m, with swap) or k > user's k only when the extent had to be padded.
+struct GemmPlan {
+  KernelId kernel = KernelId::kCount;
+  bool swap_ab = false;
+  int64_t m = 0, n = 0, k = 0;
+  OperandPlan a, b, d;
+  int64_t copied_elements = 0;  // elements read + written by copies (the plan's cost)
+};
+
+// One launch: D (M x N, row-major, leading dimension ldd) = A (M x K) @ B (K x N).
+// A and B layouts are fixed by the instantiation; lda / ldb are their leading dimensions in
+// elements. Pointers are device pointers satisfying the instantiation's alignment.
+struct GemmLaunchArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* d = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int device = 0;    // CUDA device ordinal (for CUTLASS's hardware info)
+  int sm_count = 0;  // multiprocessors of that device
+};
+
+// Result of a launch. `message` is a static string (never owned).
+struct LaunchStatus {
+  bool ok = true;
+  const char* message = "";
+};
+
+// Returns "" and fills *plan, or returns an error message (naming the op) when no kernel can run.
+// Requires m, n, k > 0 (empty problems never reach a kernel).
+std::string plan_gemm(const GemmRequest& request, GemmPlan* plan);
+
+// The dtype x math a request runs with: fp32 uses TF32 only when allowed, else 3xTF32.
+Math math_for(DType dtype, bool allow_tf32);
+
+// Whether an instantiation has machine code that runs on a device of this compute capability.
+bool kernel_runs_on(const KernelInfo& info, int cc_major, int cc_minor,
+                    const std::vector<BuiltArch>& built);
+
+const char* dtype_name(DType dtype);
+const char* math_name(Math math);
+const char* layout_name(Layout layout);
+
+}  // namespace ops::cutlass_gemm

@@ -1,0 +1,56 @@
+// CUTLASS 2.x SM80 (Ampere) GEMM configurations: mma.sync tensor cores with multistage cp.async
+// pipelines. They also serve Hopper for the math the SM90 kernels lack (3xTF32, fp64).
+#pragma once
+
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/thread/linear_combination.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/gemm.h>
+#include <cutlass/gemm/kernel/default_gemm_universal.h>
+#include <cutlass/gemm/threadblock/threadblock_swizzle.h>
+
+#include "cutlass_common.cuh"
+
+namespace ops::cutlass_gemm {
+
+// kId: an sm80 entry of kernel_list.h. Float inputs use tf32 tensor cores (Math::TF32, CUTLASS's
+// OpMultiplyAdd) or the 3xTF32 split (Math::Fast3xTF32, OpMultiplyAddFastF32).
+template <KernelId kId, typename ThreadblockShape, typename WarpShape, typename InstructionShape,
+          int kStages>
+struct Sm80GemmConfig {
+  using Traits = KernelTraits<kId>;
+  static_assert(Traits::info.sm == 80);
+  using Element = typename Traits::Element;
+  using LayoutA = typename Traits::LayoutA;
+  using LayoutB = typename Traits::LayoutB;
+  static constexpr int kAlignment = Traits::kAlignment;
+  using MathOperator = std::conditional_t<Traits::info.math == Math::Fast3xTF32,
+                                          cutlass::arch::OpMultiplyAddFastF32,
+                                          cutlass::arch::OpMultiplyAdd>;
+  using Accumulator = std::conditional_t<std::is_same_v<Element, double>, double, float>;
+  using LayoutD = cutlass::layout::RowMajor;
+
+  using EpilogueOp =
+      cutlass::epilogue::thread::LinearCombination<Element, kAlignment, Accumulator, Accumulator>;
+
+  using Kernel = typename cutlass::gemm::kernel::DefaultGemmUniversal<
+      Element, LayoutA, cutlass::ComplexTransform::kNone, kAlignment,  //
+      Element, LayoutB, cutlass::ComplexTransform::kNone, kAlignment,  //
+      Element, LayoutD, Accumulator, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+      ThreadblockShape, WarpShape, InstructionShape, EpilogueOp,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, kStages,
+      MathOperator>::GemmKernel;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm80Family<Kernel, Traits::info.on_sm90>>;
+
+  static typename Gemm::Arguments arguments(const GemmLaunchArgs& args) {
+    // beta = 0: the epilogue does not read C (LinearCombination::is_source_needed()).
+    return typename Gemm::Arguments(
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {static_cast<int>(args.m), static_cast<int>(args.n), static_cast<int>(args.k)},
+        /*batch_count=*/1, typename EpilogueOp::Params(Accumulator(1), Accumulator(0)), args.a,
+        args.b, args.d, args.d, /*batch strides*/ 0, 0, 0, 0, args.lda, args.ldb, args.ldd,
+        args.ldd);
+  }
+};
+
+}  // namespace ops::cutlass_gemm

@@ -1,0 +1,91 @@
+// CUTLASS 3.x SM90 (Hopper) GEMM configurations: TMA loads, wgmma, warp-specialized persistent
+// kernels. Built from the collective builders as CUTLASS's Hopper examples do (epilogue builder ->
+// mainloop builder with StageCountAutoCarveout -> GemmUniversal -> GemmUniversalAdapter).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+
+#include "cutlass_common.cuh"
+
+namespace ops::cutlass_gemm {
+
+// A CUTLASS 3.x stride (rows, cols, batch) with the one dynamic leading-dimension mode set to `ld`.
+// CUTLASS 3.x treats B as N x K, so a column-major (K-major) B has stride (ldb, 1, batch).
+template <typename Stride>
+Stride stride_with_ld(int64_t ld, int64_t batch_stride) {
+  Stride stride{};
+  if constexpr (cute::is_static<cute::remove_cvref_t<decltype(cute::get<0>(stride))>>::value) {
+    cute::get<1>(stride) = ld;
+  } else {
+    cute::get<0>(stride) = ld;
+  }
+  cute::get<2>(stride) = batch_stride;
+  return stride;
+}
+
+// kId: an sm90 entry of kernel_list.h (f16, bf16, or float inputs run as tf32 on wgmma).
+template <KernelId kId, typename TileShape, typename ClusterShape,
+          typename MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+          typename EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative>
+struct Sm90GemmConfig {
+  using Traits = KernelTraits<kId>;
+  static_assert(Traits::info.sm == 90);
+  using Element = typename Traits::Element;
+  using LayoutA = typename Traits::LayoutA;
+  using LayoutB = typename Traits::LayoutB;
+  static constexpr int kAlignment = Traits::kAlignment;
+  static_assert(kAlignment * sizeof(Element) == 16, "TMA needs 16-byte alignment");
+  using ElementAccumulator = float;
+  using LayoutD = cutlass::layout::RowMajor;
+
+  // No C source (beta = 0): ElementC = void, so the epilogue never reads it.
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
+      void, LayoutD, kAlignment, Element, LayoutD, kAlignment, EpilogueSchedule>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element,
+      LayoutB, kAlignment, ElementAccumulator, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                      CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
+
+  static typename Gemm::Arguments arguments(const GemmLaunchArgs& args) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideC = typename Kernel::StrideC;
+    using StrideD = typename Kernel::StrideD;
+    const int m = static_cast<int>(args.m), n = static_cast<int>(args.n),
+              k = static_cast<int>(args.k);
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = args.device;
+    hw_info.sm_count = args.sm_count;
+    typename Gemm::Arguments arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {m, n, k, 1},
+        {static_cast<const Element*>(args.a), stride_with_ld<StrideA>(args.lda, args.m * args.lda),
+         static_cast<const Element*>(args.b), stride_with_ld<StrideB>(args.ldb, args.n * args.ldb)},
+        {{},
+         nullptr,
+         stride_with_ld<StrideC>(args.ldd, args.m * args.ldd),
+         static_cast<Element*>(args.d),
+         stride_with_ld<StrideD>(args.ldd, args.m * args.ldd)},
+        hw_info};
+    arguments.epilogue.thread.alpha = 1.0f;
+    arguments.epilogue.thread.beta = 0.0f;
+    return arguments;
+  }
+};
+
+}  // namespace ops::cutlass_gemm

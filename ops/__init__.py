@@ -1,0 +1,19 @@
+"""C++/CUDA custom operators for PyTorch, registered with torch.library as ``torch.ops.ops.*``.
+
+``import ops`` loads the compiled library (checking it was built for the running torch) and registers
+the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ users call
+``torch.ops.ops.<op>(...)`` after loading the library.
+"""
+
+import torch  # noqa: F401  (must be imported before the extension library is loaded)
+
+from ._library import _C, build_info
+from .gemm import cutlass_gemm
+
+__all__ = ["cutlass_gemm", "build_info", "kernels"]
+
+
+def kernels():
+    """The CUTLASS GEMM instantiations built into this library, as a list of dicts (name, sm, dtype,
+    math, layout_a, layout_b, alignment in elements, on_sm90)."""
+    return _C.kernels()

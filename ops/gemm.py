@@ -1,0 +1,87 @@
+"""`ops.cutlass_gemm`: the Python API and the fake (meta) kernels of the CUTLASS GEMM op.
+
+The schemas live in csrc/registration.cpp; CPU kernels in csrc/gemm_cpu.cpp; CUDA kernels in
+cutlass_gemm/.
+"""
+
+from typing import Optional
+
+import torch
+
+from ._library import _C  # noqa: F401  (registers torch.ops.ops.*)
+
+_GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_gemm_args(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
+    """The same checks as csrc/checks.cpp, for fake tensors (torch._check keeps them symbolic)."""
+    torch._check(A.dim() == 2, lambda: f"{op}: expected A to be a 2-D matrix (M, K), got a {A.dim()}-D "
+                 f"tensor of shape {list(A.shape)}")
+    torch._check(B.dim() == 2, lambda: f"{op}: expected B to be a 2-D matrix (K, N), got a {B.dim()}-D "
+                 f"tensor of shape {list(B.shape)}")
+    torch._check(A.shape[1] == B.shape[0], lambda: f"{op}: A (M, K) and B (K, N) must agree on K, got A of "
+                 f"shape {list(A.shape)} and B of shape {list(B.shape)}")
+    torch._check(A.dtype in _GEMM_DTYPES, lambda: f"{op}: expected A's dtype to be float16, bfloat16, "
+                 f"float32 or float64, got {A.dtype}")
+    torch._check(A.dtype == B.dtype, lambda: f"{op}: A and B must have the same dtype, got A {A.dtype} "
+                 f"and B {B.dtype}")
+    torch._check(A.device == B.device, lambda: f"{op}: A and B must be on the same device, got A on "
+                 f"{A.device} and B on {B.device}")
+
+
+def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor) -> None:
+    torch._check(out.dim() == 2 and out.shape[0] == A.shape[0] and out.shape[1] == B.shape[1],
+                 lambda: f"{op}: expected out of shape (M, N) = ({A.shape[0]}, {B.shape[1]}), got "
+                 f"{list(out.shape)}")
+    torch._check(out.dtype == A.dtype, lambda: f"{op}: expected out's dtype to be {A.dtype} (the dtype of "
+                 f"A and B), got {out.dtype}")
+    torch._check(out.device == A.device, lambda: f"{op}: expected out on {A.device} (the device of A and "
+                 f"B), got {out.device}")
+
+
+@torch.library.register_fake("ops::cutlass_gemm")
+def _cutlass_gemm_fake(A, B):
+    _check_gemm_args("cutlass_gemm", A, B)
+    # The real kernels return a new contiguous (row-major) tensor.
+    return A.new_empty((A.shape[0], B.shape[1]))
+
+
+@torch.library.register_fake("ops::cutlass_gemm.out")
+def _cutlass_gemm_out_fake(A, B, *, out):
+    _check_gemm_args("cutlass_gemm", A, B)
+    _check_gemm_out("cutlass_gemm", A, B, out)
+
+
+def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Matrix product C = A @ B, on CUDA by CUTLASS tensor-core kernels, on CPU by ATen's BLAS.
+
+    Args:
+        A: (M, K) matrix. float16, bfloat16, float32 or float64.
+        B: (K, N) matrix, same dtype and device as A.
+        out: optional (M, N) tensor of the same dtype and device to write the result into. It may be
+            row-major, column-major (a transposed view) or any other strided layout (computed into a
+            temporary and copied back); it must not overlap A or B.
+
+    Returns:
+        C, an (M, N) tensor: a new contiguous tensor, or ``out``.
+
+    Precision: float16/bfloat16 accumulate in float32; float64 in float64. float32 follows torch's matmul
+    precision setting like ``torch.mm`` (``torch.backends.cuda.matmul.allow_tf32`` /
+    ``torch.set_float32_matmul_precision``): TF32 tensor cores only where TF32 is allowed, otherwise the
+    CUTLASS 3xTF32 "fast accurate" kernels (float32-level accuracy; NVIDIA CUTLASS example 27).
+
+    Layouts (CUDA): row- and column-major A, B and out run without copies (a column-major out is
+    computed as C^T = B^T A^T). Other strides, pointers or leading dimensions that are not 16-byte
+    aligned, and extents the kernels cannot vectorise (e.g. float16 with K % 8 != 0) are copied into
+    aligned, zero-padded buffers first: slower, never wrong. M, N or K = 0 are handled (K = 0 gives
+    zeros).
+
+    Raises:
+        RuntimeError: A or B not 2-D, K mismatch, dtype not one of the four above or different between
+            A, B and out, tensors on different devices, out of the wrong shape, out overlapping A or B,
+            or (CUDA) a GPU the kernels were not built for (sm80-sm89, sm90 with 9.0a).
+    """
+    if out is None:
+        return torch.ops.ops.cutlass_gemm.default(A, B)
+    torch.ops.ops.cutlass_gemm.out(A, B, out=out)
+    return out

@@ -1,0 +1,215 @@
+"""Build the `ops` package: `ops._C`, the C++/CUDA operator library.
+
+This file is the one place that decides what gets built (DESIGN.md, "Build"):
+
+* With nvcc and a CUDA build of torch: a CUDAExtension with the CUTLASS GEMM kernels
+  (cutlass_gemm/kernels/*.cu, one translation unit per dtype family, built for TORCH_CUDA_ARCH_LIST,
+  default "8.0;9.0a"). Building needs no GPU.
+* Otherwise (or with OPS_WITH_CUDA=0): a CppExtension with the CPU kernels only.
+
+Environment knobs: OPS_WITH_CUDA=0|1 (default: auto), TORCH_CUDA_ARCH_LIST, MAX_JOBS (default: cores,
+capped at one compile job per 4 GB of memory: a CUTLASS SM90 job peaks near 3.8 GB), CUDA_HOME
+(default: the folder holding the nvcc on PATH, else /usr/local/cuda).
+
+Build facts (torch, CUDA, arch list, CUTLASS version) are written to ops/_build_info.py beside the
+compiled library, so `import ops` can refuse a torch it was not built against with a readable error.
+"""
+
+import glob
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from setuptools import setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_ARCH_LIST = "8.0;9.0a"
+GB = 1024**3
+
+
+def _find_cuda_home():
+    """The CUDA toolkit root: $CUDA_HOME, else the folder holding the nvcc on PATH (following links),
+    else /usr/local/cuda. A candidate must hold bin/nvcc and include/cuda_runtime_api.h (on some machines
+    the nvcc on PATH is a wrapper script in /usr/local/bin)."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    candidates = []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+    for root in candidates:
+        if os.path.exists(os.path.join(root, "bin", "nvcc")) and os.path.exists(
+                os.path.join(root, "include", "cuda_runtime_api.h")):
+            return root
+    return None
+
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported.
+_cuda_home = _find_cuda_home()
+if _cuda_home:
+    os.environ.setdefault("CUDA_HOME", _cuda_home)
+
+import torch  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+
+
+def _nvcc_version(cuda_home):
+    out = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    return f"{match.group(1)}.{match.group(2)}" if match else "unknown"
+
+
+def _with_cuda():
+    flag = os.environ.get("OPS_WITH_CUDA", "auto").lower()
+    if flag in ("0", "false", "no", "off"):
+        return False
+    available = torch.version.cuda is not None and _cuda_home is not None and os.path.exists(
+        os.path.join(_cuda_home, "bin", "nvcc"))
+    if flag in ("1", "true", "yes", "on") and not available:
+        sys.exit("setup.py: OPS_WITH_CUDA=1 but no CUDA build of torch or no nvcc was found "
+                 f"(torch {torch.__version__}, CUDA_HOME={_cuda_home}).")
+    if available:
+        nvcc = _nvcc_version(_cuda_home)
+        if nvcc.split(".")[0] != torch.version.cuda.split(".")[0]:
+            sys.exit(f"setup.py: nvcc {nvcc} (in {_cuda_home}) does not match the CUDA {torch.version.cuda} "
+                     "torch was built with; their major versions must agree. Point CUDA_HOME at a "
+                     "matching toolkit, or build the CPU-only library with OPS_WITH_CUDA=0.")
+    return available
+
+
+def _cutlass_include_dirs():
+    spec = importlib.util.find_spec("cutlass_library")  # locate without importing its dependencies
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("setup.py: CUTLASS headers not found. Install them with "
+                 "`pip install --no-deps nvidia-cutlass==4.2.0.0` (see requirements.txt).")
+    source = os.path.join(list(spec.submodule_search_locations)[0], "source")
+    dirs = [os.path.join(source, "include"), os.path.join(source, "tools", "util", "include")]
+    for d in dirs:
+        if not os.path.isdir(d):
+            sys.exit(f"setup.py: expected CUTLASS headers in {d}; reinstall nvidia-cutlass.")
+    return dirs
+
+
+def _cutlass_version():
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _nvidia_wheel_include_dirs():
+    """CUDA library headers (cublas_v2.h, cusparse.h, ...) from torch's nvidia-* wheels, for toolkits
+    that lack them. Added with -idirafter, so a full toolkit's own headers win."""
+    dirs = []
+    for site in sys.path:
+        dirs += glob.glob(os.path.join(site, "nvidia", "cu*", "include"))
+        dirs += glob.glob(os.path.join(site, "nvidia", "*", "include"))
+    seen, out = set(), []
+    for d in dirs:
+        if os.path.isdir(d) and d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _default_max_jobs():
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        mem = 8 * GB
+    return max(1, min(os.cpu_count() or 1, int(mem // (4 * GB))))
+
+
+def _write_if_changed(path, text):
+    if os.path.exists(path) and open(path).read() == text:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+WITH_CUDA = _with_cuda()
+ARCH_LIST = os.environ.get("TORCH_CUDA_ARCH_LIST") or DEFAULT_ARCH_LIST if WITH_CUDA else ""
+if WITH_CUDA:
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ARCH_LIST
+os.environ.setdefault("MAX_JOBS", str(_default_max_jobs()))
+
+BUILD_INFO = {
+    "torch_version": torch.__version__,
+    "torch_cuda_version": torch.version.cuda if WITH_CUDA else None,
+    "nvcc_version": _nvcc_version(_cuda_home) if WITH_CUDA else None,
+    "with_cuda": WITH_CUDA,
+    "cuda_arch_list": ARCH_LIST,
+    "cutlass_version": _cutlass_version() if WITH_CUDA else None,
+    "python_version": ".".join(map(str, sys.version_info[:3])),
+}
+
+# A generated header with the build facts, included only by the TUs that report them, and rewritten
+# only when a fact changes (so a rebuild recompiles nothing else).
+GENERATED = os.path.join(ROOT, "build", "generated")
+_write_if_changed(
+    os.path.join(GENERATED, "ops_build_config.h"),
+    "// Generated by setup.py; do not edit.\n#pragma once\n"
+    f"#define OPS_WITH_CUDA {int(WITH_CUDA)}\n"
+    f'#define OPS_CUDA_ARCH_LIST "{ARCH_LIST}"\n'
+    f'#define OPS_CUTLASS_VERSION "{BUILD_INFO["cutlass_version"] or ""}"\n'
+    f'#define OPS_TORCH_VERSION "{torch.__version__}"\n'
+    f'#define OPS_CUDA_VERSION "{BUILD_INFO["torch_cuda_version"] or ""}"\n',
+)
+
+
+def _sources():
+    cpp = sorted(glob.glob("csrc/*.cpp")) + ["cutlass_gemm/plan.cpp", "cutlass_gemm/gemm_host.cpp"]
+    if not WITH_CUDA:
+        return cpp
+    return cpp + ["cutlass_gemm/gemm_cuda.cpp"] + sorted(glob.glob("cutlass_gemm/kernels/*.cu"))
+
+
+def _extension():
+    cxx = ["-O3", "-include", "ops_build_config.h"]
+    include_dirs = [GENERATED, ROOT]
+    if not WITH_CUDA:
+        return CppExtension("ops._C", _sources(), include_dirs=include_dirs,
+                            extra_compile_args={"cxx": cxx})
+    include_dirs += _cutlass_include_dirs()
+    for d in _nvidia_wheel_include_dirs():
+        cxx += ["-idirafter", d]
+    nvcc = [
+        "-O3",
+        "-DNDEBUG",  # without it nvcc serialises wgmma (warning C7510)
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+        "-include", "ops_build_config.h",
+    ]
+    return CUDAExtension("ops._C", _sources(), include_dirs=include_dirs,
+                         extra_compile_args={"cxx": cxx, "nvcc": nvcc})
+
+
+class BuildExt(BuildExtension):
+    """Records the build facts beside the compiled library (ops/_build_info.py)."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(os.path.dirname(self.get_ext_fullpath("ops._C")), "_build_info.py")
+        lines = ['"""Facts recorded by setup.py when ops._C was built. Generated; do not edit."""', ""]
+        lines += [f"{k.upper()} = {v!r}" for k, v in BUILD_INFO.items()]
+        _write_if_changed(target, "\n".join(lines) + "\n")
+
+
+setup(
+    name="ops",
+    version="0.1.0",
+    description="C++/CUDA custom operators for PyTorch: a CUTLASS GEMM and friends, registered "
+                "with torch.library.",
+    packages=["ops"],
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExt.with_options(use_ninja=True)},
+    python_requires=">=3.10",
+    zip_safe=False,
+)

@@ -1,0 +1,217 @@
+"""ops.cutlass_gemm on every available device: values against torch.mm, layouts, out variants, empty
+problems, bad inputs, opcheck."""
+
+import itertools
+
+import pytest
+import torch
+
+import ops
+from conftest import DEVICES
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def tolerance(dtype, device):
+    """Elementwise tolerance (atol = rtol) against torch.mm on the same inputs.
+
+    On CPU both sides are ATen's BLAS, but the half types accumulate/round differently between at::mm
+    paths; on CUDA cuBLAS and CUTLASS use different summation orders. Half-type outputs are rounded to
+    11 (fp16) or 8 (bf16) significant bits: one or two ulps of a value of size ~sqrt(K) for our N(0,1)
+    inputs. fp32 on CUDA may run TF32 on either side only if allowed (tests keep the default: not).
+    """
+    return {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4, torch.float64: 1e-10}[dtype]
+
+
+def matrix(rows, cols, dtype, device, layout, offset=0, gen=None):
+    """A (rows x cols) matrix with values N(0, 1), in `layout`:
+    row: contiguous; col: a transposed view; strided: every other column of a wider tensor;
+    offset: `offset` elements into its storage."""
+    g = gen or torch.Generator().manual_seed(rows * 1000 + cols)
+    if layout == "row":
+        base = torch.randn(rows * cols + offset, generator=g, dtype=torch.float64)
+        t = base[offset:].view(rows, cols)
+    elif layout == "col":
+        base = torch.randn(rows * cols + offset, generator=g, dtype=torch.float64)
+        t = base[offset:].view(cols, rows).t()
+    elif layout == "strided":
+        base = torch.randn(rows * 2 * cols + offset, generator=g, dtype=torch.float64)
+        t = base[offset:].view(rows, 2 * cols)[:, ::2]
+    else:
+        raise ValueError(layout)
+    # Convert the storage, then re-take the same view, so strides and offset survive the dtype change.
+    storage = t.as_strided((t.untyped_storage().nbytes() // 8,), (1,), 0).to(dtype=dtype, device=device)
+    return storage.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def check_close(actual, A, B, dtype, device):
+    expected = torch.mm(A.double().cpu(), B.double().cpu())
+    tol = tolerance(dtype, device)
+    # Compare against the float64 product, normalised by sqrt(K) (the size of a sum of K N(0,1) terms).
+    scale = max(1.0, A.shape[1] ** 0.5)
+    torch.testing.assert_close(actual.double().cpu() / scale, expected / scale, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout_a,layout_b", list(itertools.product(["row", "col", "strided"], repeat=2)))
+def test_values_all_layouts(device, dtype, layout_a, layout_b):
+    M, N, K = 37, 24, 56  # M != N != K: a wrong stride order or swap cannot hide
+    A = matrix(M, K, dtype, device, layout_a)
+    B = matrix(K, N, dtype, device, layout_b)
+    C = ops.cutlass_gemm(A, B)
+    assert C.shape == (M, N) and C.dtype == dtype and C.device.type == device
+    assert C.is_contiguous()
+    check_close(C, A, B, dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offset", [1, 3, 8])
+def test_storage_offsets(device, dtype, offset):
+    M, N, K = 16, 40, 24
+    A = matrix(M, K, dtype, device, "row", offset=offset)
+    B = matrix(K, N, dtype, device, "col", offset=offset + 1)
+    check_close(ops.cutlass_gemm(A, B), A, B, dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("out_layout", ["row", "col", "strided"])
+def test_out_variant(device, dtype, out_layout):
+    M, N, K = 20, 33, 17
+    A = matrix(M, K, dtype, device, "row")
+    B = matrix(K, N, dtype, device, "row")
+    out = matrix(M, N, dtype, device, out_layout).fill_(float("nan"))
+    storage_before = out.untyped_storage().data_ptr()
+    result = ops.cutlass_gemm(A, B, out=out)
+    assert result is out
+    assert out.untyped_storage().data_ptr() == storage_before  # written in place, not reallocated
+    check_close(out, A, B, dtype, device)
+    # The schema-level op (what TorchScript and C++ call) writes out too and returns nothing.
+    out2 = torch.full_like(out, float("nan"))
+    assert torch.ops.ops.cutlass_gemm.out(A, B, out=out2) is None
+    check_close(out2, A, B, dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_strided_leaves_gaps_untouched(device):
+    A = matrix(5, 6, torch.float32, device, "row")
+    B = matrix(6, 7, torch.float32, device, "row")
+    base = torch.full((5, 14), -7.0, device=device)
+    ops.cutlass_gemm(A, B, out=base[:, ::2])
+    assert torch.all(base[:, 1::2] == -7.0)  # the columns between the out view's columns
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K", [(0, 5, 3), (4, 0, 3), (4, 5, 0), (0, 0, 0), (1, 1, 1), (1, 9, 1)])
+def test_empty_and_tiny(device, dtype, M, N, K):
+    A = torch.randn(M, K, dtype=torch.float64).to(dtype=dtype, device=device)
+    B = torch.randn(K, N, dtype=torch.float64).to(dtype=dtype, device=device)
+    C = ops.cutlass_gemm(A, B)
+    assert C.shape == (M, N)
+    check_close(C, A, B, dtype, device)
+    out = torch.full((M, N), float("nan"), dtype=dtype, device=device)
+    ops.cutlass_gemm(A, B, out=out)
+    if K == 0:
+        assert torch.all(out == 0)
+    check_close(out, A, B, dtype, device)
+
+
+BAD_INPUTS = [
+    # (description, A, B, out, message pattern)
+    ("1-D A", lambda d: torch.randn(4, device=d), lambda d: torch.randn(4, 3, device=d), None,
+     r"cutlass_gemm: expected A to be a 2-D matrix \(M, K\), got a 1-D tensor"),
+    ("3-D B", lambda d: torch.randn(4, 4, device=d), lambda d: torch.randn(2, 4, 3, device=d), None,
+     r"cutlass_gemm: expected B to be a 2-D matrix \(K, N\), got a 3-D tensor"),
+    ("K mismatch", lambda d: torch.randn(4, 5, device=d), lambda d: torch.randn(4, 3, device=d), None,
+     r"cutlass_gemm: A \(M, K\) and B \(K, N\) must agree on K"),
+    ("mixed dtypes", lambda d: torch.randn(4, 4, device=d),
+     lambda d: torch.randn(4, 3, device=d, dtype=torch.float16), None,
+     r"cutlass_gemm: A and B must have the same dtype, got A Float and B Half"),
+    ("int64", lambda d: torch.ones(4, 4, device=d, dtype=torch.int64),
+     lambda d: torch.ones(4, 3, device=d, dtype=torch.int64), None,
+     r"cutlass_gemm: expected A's dtype to be float16, bfloat16, float32 or float64, got Long"),
+    ("complex", lambda d: torch.ones(4, 4, device=d, dtype=torch.complex64),
+     lambda d: torch.ones(4, 3, device=d, dtype=torch.complex64), None,
+     r"expected A's dtype to be float16, bfloat16, float32 or float64, got ComplexFloat"),
+    ("bool", lambda d: torch.ones(4, 4, device=d, dtype=torch.bool),
+     lambda d: torch.ones(4, 3, device=d, dtype=torch.bool), None,
+     r"expected A's dtype to be float16, bfloat16, float32 or float64, got Bool"),
+    ("out wrong shape", lambda d: torch.randn(4, 4, device=d), lambda d: torch.randn(4, 3, device=d),
+     lambda d: torch.empty(4, 4, device=d),
+     r"cutlass_gemm: expected out of shape \(M, N\) = \(4, 3\), got \[4, 4\]"),
+    ("out wrong dtype", lambda d: torch.randn(4, 4, device=d), lambda d: torch.randn(4, 3, device=d),
+     lambda d: torch.empty(4, 3, device=d, dtype=torch.float64),
+     r"cutlass_gemm: expected out's dtype to be Float \(the dtype of A and B\), got Double"),
+    ("out expanded", lambda d: torch.randn(4, 4, device=d), lambda d: torch.randn(4, 3, device=d),
+     lambda d: torch.empty(1, 3, device=d).expand(4, 3),
+     r"cutlass_gemm: out has internally overlapping memory"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_inputs(device, case):
+    _, make_a, make_b, make_out, pattern = case
+    A, B = make_a(device), make_b(device)
+    with pytest.raises(RuntimeError, match=pattern):
+        if make_out is None:
+            ops.cutlass_gemm(A, B)
+        else:
+            ops.cutlass_gemm(A, B, out=make_out(device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["A", "B"])
+def test_out_overlapping_input_is_an_error(device, which):
+    A = torch.randn(4, 4, device=device)
+    B = torch.randn(4, 4, device=device)
+    out = A if which == "A" else B.t()  # the same memory, even through a view
+    before = out.clone()
+    with pytest.raises(RuntimeError, match=f"cutlass_gemm: out overlaps {which} in memory"):
+        ops.cutlass_gemm(A, B, out=out)
+    assert torch.equal(out, before)  # nothing written
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_on_other_device_is_an_error(device):
+    A = torch.randn(4, 4, device=device)
+    B = torch.randn(4, 3, device=device)
+    other = "meta"
+    with pytest.raises(RuntimeError, match=r"cutlass_gemm: expected out on|cutlass_gemm"):
+        ops.cutlass_gemm(A, B, out=torch.empty(4, 3, device=other))
+
+
+def test_inputs_on_different_devices_is_an_error():
+    A = torch.randn(4, 4)
+    B = torch.randn(4, 3, device="meta")
+    with pytest.raises(RuntimeError, match=r"cutlass_gemm: A and B must be on the same device"):
+        ops.cutlass_gemm(A, B)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_opcheck(device, dtype):
+    A = matrix(8, 12, dtype, device, "row")
+    B = matrix(12, 16, dtype, device, "col")
+    torch.library.opcheck(torch.ops.ops.cutlass_gemm.default, (A, B))
+    out = torch.empty(8, 16, dtype=dtype, device=device)
+    torch.library.opcheck(torch.ops.ops.cutlass_gemm.out, (A, B), {"out": out})
+    # Transposed output and sliced inputs: the fake kernel must match the real one.
+    torch.library.opcheck(torch.ops.ops.cutlass_gemm.default, (A[1:, ::2], B[::2, 1:]))
+    out_t = torch.empty(16, 8, dtype=dtype, device=device).t()
+    torch.library.opcheck(torch.ops.ops.cutlass_gemm.out, (A, B), {"out": out_t})
+
+
+def test_fake_kernel_errors_match_real_ones():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        A = torch.empty(4, 5)
+        B = torch.empty(4, 3)
+        with pytest.raises(RuntimeError, match=r"cutlass_gemm: A \(M, K\) and B \(K, N\) must agree on K"):
+            torch.ops.ops.cutlass_gemm(A, B)
+        C = torch.ops.ops.cutlass_gemm(torch.empty(4, 5), torch.empty(5, 3))
+        assert C.shape == (4, 3) and C.stride() == (3, 1)

@@ -1,0 +1,68 @@
+"""The package as a user meets it: import in a clean interpreter, build facts, readable errors."""
+
+import re
+
+import torch
+
+import ops
+from conftest import REPO, run_python
+
+
+def test_import_in_clean_interpreter():
+    # Only `import ops`: the library loads and torch.ops.ops.cutlass_gemm exists and runs.
+    result = run_python(
+        "import ops, torch\n"
+        "A = torch.randn(3, 4); B = torch.randn(4, 5)\n"
+        "assert torch.allclose(torch.ops.ops.cutlass_gemm(A, B), A @ B, atol=1e-5)\n"
+        "print(ops.build_info.TORCH_VERSION)\n",
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == torch.__version__
+
+
+def test_build_info():
+    info = ops.build_info
+    assert info.TORCH_VERSION == torch.__version__
+    compiled = ops._library._C.build_info()
+    assert compiled["torch_version"] == info.TORCH_VERSION
+    assert compiled["with_cuda"] == info.WITH_CUDA
+    if info.WITH_CUDA:
+        assert info.TORCH_CUDA_VERSION == torch.version.cuda
+        assert compiled["cuda_version"] == torch.version.cuda
+        assert compiled["cuda_arch_list"] == info.CUDA_ARCH_LIST
+        assert re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", info.CUTLASS_VERSION)
+        assert info.CUDA_ARCH_LIST  # e.g. "8.0;9.0a"
+
+
+def test_kernel_list():
+    kernels = ops.kernels()
+    names = {k["name"] for k in kernels}
+    assert len(names) == len(kernels)
+    # Every dtype x math has all four operand layouts, so row/column-major inputs never need copies.
+    families = {}
+    for k in kernels:
+        families.setdefault((k["sm"], k["dtype"], k["math"]), set()).add((k["layout_a"], k["layout_b"]))
+    assert all(len(layouts) == 4 for layouts in families.values()), families
+    assert (90, "bfloat16", "standard") in families and (80, "float32", "3xtf32") in families
+
+
+def test_wrong_torch_version_gives_readable_error():
+    # Pretend the running torch is another release: the import must say so in words, before the
+    # shared library is loaded (which would fail with `undefined symbol`).
+    result = run_python("import torch\ntorch.__version__ = '2.0.0'\nimport ops\n", cwd=REPO)
+    assert result.returncode != 0
+    assert f"ops was built against torch {torch.__version__} but torch 2.0.0 is installed" in result.stderr
+    assert "undefined symbol" not in result.stderr
+
+
+def test_allow_tf32_follows_torch_settings():
+    # cutlass_gemm reads torch's float32 matmul precision like torch.mm does.
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert ops._library._C.allow_tf32() is False
+        torch.set_float32_matmul_precision("high")
+        assert ops._library._C.allow_tf32() is True
+    finally:
+        torch.set_float32_matmul_precision(saved)
