@@ -13,10 +13,6 @@ HAS_CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "cuda: needs an NVIDIA GPU (skipped without one)")
-    config.addinivalue_line("markers", "slow: takes more than a few seconds (subprocesses, builds)")
-
 
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")

@@ -1,0 +1,140 @@
+"""ops.cutlass_gemm on a GPU: every dtype x layout with M != N != K, misaligned and padded cases, out
+variants, and float32 precision against torch.mm under the same setting. Skipped without a GPU; run by
+benchmarks/device_check.sh on the device machine.
+
+Errors are normwise, ||C - C_ref||_F / ||C_ref||_F, against the float64 product of the very same
+(already rounded) inputs, so only the kernel's own arithmetic is measured:
+  float16   fp32 accumulation, output rounded to 11 significant bits: <= 2^-11 = 4.9e-4  -> 1e-3
+  bfloat16  output rounded to 8 significant bits: <= 2^-8 = 3.9e-3                       -> 8e-3
+  tf32      inputs rounded to 11 significant bits, errors of random sign add in quadrature
+            (~ sqrt(2) * 2^-11 per product term, normwise about 7e-4)                    -> 4e-3
+  float32   3xTF32 / fp32: ~sqrt(K) * 2^-24 -> at most 2x torch.mm's error + 1e-6 (and < 1e-5)
+  float64   ~sqrt(K) * 2^-53                                                             -> 1e-12
+"""
+
+import itertools
+
+import pytest
+import torch
+
+import ops
+
+pytestmark = pytest.mark.cuda
+
+TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float64: 1e-12}
+LAYOUTS = ["row", "col", "strided"]
+
+
+def normwise_error(c, ref):
+    return ((c.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def make(rows, cols, dtype, layout, offset=0, gen=None):
+    gen = gen or torch.Generator(device="cuda").manual_seed(rows * 7919 + cols * 31 + offset)
+    if layout == "row":
+        base = torch.randn(rows * cols + offset, device="cuda", dtype=dtype, generator=gen)
+        return base[offset:].view(rows, cols)
+    if layout == "col":
+        base = torch.randn(rows * cols + offset, device="cuda", dtype=dtype, generator=gen)
+        return base[offset:].view(cols, rows).t()
+    base = torch.randn(rows * 2 * cols + offset, device="cuda", dtype=dtype, generator=gen)
+    return base[offset:].view(rows, 2 * cols)[:, ::2]
+
+
+@pytest.fixture(params=["highest", "high"], ids=["fp32", "tf32"])
+def fp32_precision(request):
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(request.param)
+    yield request.param
+    torch.set_float32_matmul_precision(saved)
+
+
+def check(dtype, A, B, C):
+    ref = torch.mm(A.double(), B.double())
+    assert not torch.isnan(C).any()
+    err = normwise_error(C, ref)
+    if dtype == torch.float32:
+        err_torch = normwise_error(torch.mm(A, B), ref)
+        if torch.get_float32_matmul_precision() == "highest":
+            assert err <= 2 * err_torch + 1e-6 and err < 1e-5, (err, err_torch)
+        else:
+            assert err <= max(4e-3, 2 * err_torch), (err, err_torch)
+    else:
+        assert err <= TOL[dtype], err
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("la,lb", list(itertools.product(LAYOUTS, LAYOUTS)))
+@pytest.mark.parametrize("M,N,K", [(300, 520, 264), (1, 1024, 512), (77, 45, 133)])
+def test_dtype_layout(dtype, la, lb, M, N, K):
+    A, B = make(M, K, dtype, la), make(K, N, dtype, lb)
+    check(dtype, A, B, ops.cutlass_gemm(A, B))
+
+
+@pytest.mark.parametrize("la,lb", list(itertools.product(LAYOUTS, LAYOUTS)))
+@pytest.mark.parametrize("M,N,K", [(300, 520, 264), (3, 40, 1000)])
+def test_float32_layouts(fp32_precision, la, lb, M, N, K):
+    A, B = make(M, K, torch.float32, la), make(K, N, torch.float32, lb)
+    check(torch.float32, A, B, ops.cutlass_gemm(A, B))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("out_layout", LAYOUTS)
+def test_out_layouts(dtype, out_layout):
+    M, N, K = 136, 264, 72
+    A, B = make(M, K, dtype, "row"), make(K, N, dtype, "col")
+    out = make(M, N, dtype, out_layout).fill_(float("nan"))
+    assert ops.cutlass_gemm(A, B, out=out) is out
+    check(dtype, A, B, out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("offset", [1, 2, 3, 5])
+def test_misaligned_pointers(dtype, offset):
+    M, N, K = 96, 80, 64
+    A = make(M, K, dtype, "row", offset=offset)
+    B = make(K, N, dtype, "col", offset=offset + 1)
+    out = torch.full((M + 1, N), float("nan"), device="cuda", dtype=dtype)[1:]  # misaligned out
+    ops.cutlass_gemm(A, B, out=out)
+    check(dtype, A, B, out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("M,N,K", [(33, 5, 7), (5, 33, 9), (1, 1, 1), (17, 1, 31), (1, 3, 4096)])
+def test_unaligned_extents(dtype, M, N, K):
+    A, B = make(M, K, dtype, "row"), make(K, N, dtype, "row")
+    check(dtype, A, B, ops.cutlass_gemm(A, B))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_empty(dtype):
+    A = torch.randn(8, 0, device="cuda", dtype=dtype)
+    B = torch.randn(0, 16, device="cuda", dtype=dtype)
+    assert torch.equal(ops.cutlass_gemm(A, B), torch.zeros(8, 16, device="cuda", dtype=dtype))
+    assert ops.cutlass_gemm(torch.randn(0, 4, device="cuda", dtype=dtype),
+                            torch.randn(4, 3, device="cuda", dtype=dtype)).shape == (0, 3)
+
+
+@pytest.mark.parametrize("size", [1024, 4096])
+def test_large_square_bf16(size):
+    A, B = make(size, size, torch.bfloat16, "row"), make(size, size, torch.bfloat16, "col")
+    check(torch.bfloat16, A, B, ops.cutlass_gemm(A, B))
+
+
+def test_repeated_calls_are_deterministic():
+    A, B = make(512, 384, torch.bfloat16, "row"), make(384, 640, torch.bfloat16, "col")
+    first = ops.cutlass_gemm(A, B)
+    for _ in range(3):
+        assert torch.equal(ops.cutlass_gemm(A, B), first)
+
+
+def test_cpu_and_cuda_mixed_is_an_error():
+    with pytest.raises(RuntimeError, match="cutlass_gemm: A and B must be on the same device"):
+        ops.cutlass_gemm(torch.randn(4, 4, device="cuda"), torch.randn(4, 4))
+
+
+def test_opcheck_cuda():
+    A, B = make(64, 32, torch.bfloat16, "row"), make(32, 48, torch.bfloat16, "col")
+    torch.library.opcheck(torch.ops.ops.cutlass_gemm.default, (A, B))
+    torch.library.opcheck(torch.ops.ops.cutlass_gemm.out, (A, B),
+                          {"out": torch.empty(48, 64, device="cuda", dtype=torch.bfloat16).t()})
