@@ -7,6 +7,10 @@ This file is the one place that decides what gets built (DESIGN.md, "Build"):
   default "8.0;9.0a"). Building needs no GPU.
 * Otherwise (or with OPS_WITH_CUDA=0): a CppExtension with the CPU kernels only.
 
+Either way `ops._C` is a plain shared library of ops (TORCH_LIBRARY registrations, no Python symbols:
+py_limited_api=True keeps libtorch_python out), loaded by `torch.ops.load_library` in Python and by
+dlopen in C++ programs.
+
 Environment knobs: OPS_WITH_CUDA=0|1 (default: auto), TORCH_CUDA_ARCH_LIST, MAX_JOBS (default: cores,
 capped at one compile job per 4 GB of memory: a CUTLASS SM90 job peaks near 3.8 GB), CUDA_HOME
 (default: the folder holding the nvcc on PATH, else /usr/local/cuda).
@@ -176,7 +180,7 @@ def _extension():
     include_dirs = [GENERATED, ROOT]
     if not WITH_CUDA:
         return CppExtension("ops._C", _sources(), include_dirs=include_dirs,
-                            extra_compile_args={"cxx": cxx})
+                            extra_compile_args={"cxx": cxx}, py_limited_api=True)
     include_dirs += _cutlass_include_dirs()
     for d in _nvidia_wheel_include_dirs():
         cxx += ["-idirafter", d]
@@ -188,7 +192,7 @@ def _extension():
         "-include", "ops_build_config.h",
     ]
     return CUDAExtension("ops._C", _sources(), include_dirs=include_dirs,
-                         extra_compile_args={"cxx": cxx, "nvcc": nvcc})
+                         extra_compile_args={"cxx": cxx, "nvcc": nvcc}, py_limited_api=True)
 
 
 class BuildExt(BuildExtension):

@@ -7,13 +7,7 @@ the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ 
 
 import torch  # noqa: F401  (must be imported before the extension library is loaded)
 
-from ._library import _C, build_info
+from ._library import build_info, kernels, library_path
 from .gemm import cutlass_gemm
 
-__all__ = ["cutlass_gemm", "build_info", "kernels"]
-
-
-def kernels():
-    """The CUTLASS GEMM instantiations built into this library, as a list of dicts (name, sm, dtype,
-    math, layout_a, layout_b, alignment in elements, on_sm90)."""
-    return _C.kernels()
+__all__ = ["cutlass_gemm", "build_info", "kernels", "library_path"]

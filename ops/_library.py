@@ -1,8 +1,18 @@
-"""Loading the compiled library `ops._C`, with readable errors instead of `undefined symbol`."""
+"""Loading the compiled op library `ops/_C*.so`, with readable errors instead of `undefined symbol`.
 
+The library is a plain shared object with no Python dependency (it registers the ops with
+TORCH_LIBRARY when loaded), so the same file serves Python (`torch.ops.load_library`) and C++
+programs (dlopen or linking; see tests/cpp/). Its introspection ops return JSON, decoded here.
+"""
+
+import glob
 import importlib
+import json
+import os
 
 import torch
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _build_info():
@@ -10,36 +20,69 @@ def _build_info():
         return importlib.import_module("ops._build_info")
     except ImportError as exc:
         raise ImportError(
-            "ops: the compiled library is not built (ops/_build_info.py is missing). Install the package "
-            "with `pip install --no-build-isolation .` or `python setup.py install` from the repository "
-            "root, and import it from outside that folder (or build in place with "
-            "`python setup.py build_ext --inplace`)."
+            "ops: the compiled library is not built (ops/_build_info.py is missing). From the repository "
+            "root run `make test` (builds in place), or install with `pip install --no-build-isolation .` "
+            "and import ops from outside the source folder."
         ) from exc
 
 
+def library_path():
+    """Path of the compiled op library (for C++ programs that dlopen or link it)."""
+    candidates = sorted(glob.glob(os.path.join(_PACKAGE_DIR, "_C*.so")))
+    if not candidates:
+        raise ImportError(f"ops: no compiled library (_C*.so) in {_PACKAGE_DIR}; build the package first "
+                          "(`make test`, or `pip install --no-build-isolation .`).")
+    return candidates[0]
+
+
 def load():
-    """Check the build against the running torch, then import `ops._C` (registering the ops).
+    """Check the build against the running torch, then load the op library (registering the ops).
 
     Raises:
         ImportError: the library is not built, or was built against another torch version (the C++ ABI
-            of torch changes between releases, so that would fail with an `undefined symbol`).
+            of torch changes between releases, so loading it would fail with `undefined symbol`).
     """
     info = _build_info()
     if info.TORCH_VERSION != torch.__version__:
         raise ImportError(
             f"ops was built against torch {info.TORCH_VERSION} but torch {torch.__version__} is installed. "
             "A C++ extension only loads into the torch it was compiled with: rebuild ops "
-            "(`pip install --no-build-isolation --force-reinstall .`) or install torch "
+            "(`make test`, or `pip install --no-build-isolation --force-reinstall .`) or install torch "
             f"{info.TORCH_VERSION}."
         )
+    path = library_path()
     try:
-        return importlib.import_module("ops._C")
-    except ImportError as exc:
+        torch.ops.load_library(path)
+    except OSError as exc:
         raise ImportError(
-            f"ops: loading the compiled library failed ({exc}). It was built with torch "
+            f"ops: loading the compiled library {path} failed ({exc}). It was built with torch "
             f"{info.TORCH_VERSION} (CUDA {info.TORCH_CUDA_VERSION}); rebuild it in this environment."
         ) from exc
+    return info
 
 
-_C = load()
-build_info = _build_info()
+build_info = load()
+
+
+def compiled_build_info():
+    """Build facts compiled into the library itself (dict): with_cuda, cuda_arch_list, cutlass_version,
+    torch_version, cuda_version."""
+    return json.loads(torch.ops.ops._build_info())
+
+
+def kernels():
+    """The CUTLASS GEMM instantiations (cutlass_gemm/kernel_list.h), as a list of dicts."""
+    return json.loads(torch.ops.ops._cutlass_gemm_kernels())
+
+
+def allow_tf32():
+    """Whether torch's float32 matmul precision currently allows TF32 (what cutlass_gemm follows)."""
+    return bool(torch.ops.ops._allow_tf32())
+
+
+def gemm_emulate(A, B, out, cc_major, cc_minor, arch_list, allow_tf32, poison=True):
+    """Test hook: runs the CUDA wrapper's host path on CPU tensors (see tests/test_gemm_plan.py) for a
+    device of compute capability (cc_major, cc_minor) and a binary built for `arch_list`; the CUTLASS
+    launch is replaced by a replay of its launch descriptor. Writes `out`; returns the plan (dict)."""
+    return json.loads(torch.ops.ops._cutlass_gemm_emulate(A, B, out, cc_major, cc_minor, arch_list,
+                                                            allow_tf32, poison))

@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from ._library import _C  # noqa: F401  (registers torch.ops.ops.*)
+from . import _library  # noqa: F401  (loads the op library: registers torch.ops.ops.*)
 
 _GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

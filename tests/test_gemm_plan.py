@@ -1,6 +1,6 @@
 """The CUTLASS GEMM host path, checked without a GPU.
 
-`ops._C._gemm_emulate` runs the real C++ wrapper path (checks, planner, copies, zero padding, output
+`ops._library.gemm_emulate` (the private op ops::_cutlass_gemm_emulate) runs the real C++ wrapper path (checks, planner, copies, zero padding, output
 temporaries, copy-back) on CPU tensors, with the CUTLASS launch replaced by a replay of its launch
 descriptor: a GEMM over exactly the memory the kernel would read and write (raw pointers, leading
 dimensions, layouts). Temporaries are filled with NaN first, so an unwritten element or an unzeroed pad
@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 import ops
 
-_C = ops._library._C
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 ALIGN = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4, torch.float64: 1}
@@ -43,7 +42,7 @@ def strided(rows, cols, dtype, layout, offset=0, pad=0, seed=0):
 def emulate(A, B, out=None, allow_tf32=False, target=HOPPER):
     if out is None:
         out = torch.full((A.shape[0], B.shape[1]), float("nan"), dtype=A.dtype)
-    plan = _C._gemm_emulate(A, B, out, target["cc_major"], target["cc_minor"], target["arch_list"],
+    plan = ops._library.gemm_emulate(A, B, out, target["cc_major"], target["cc_minor"], target["arch_list"],
                             allow_tf32, True)
     return out, plan
 
@@ -209,7 +208,7 @@ def test_huge_dimension_is_refused():
     A = base.as_strided((1, 2**31 + 8), (0, 0))
     B = base.as_strided((2**31 + 8, 1), (0, 0))
     with pytest.raises(RuntimeError, match=r"M, N and K must each be below 2\^31"):
-        _C._gemm_emulate(A, B, torch.empty(1, 1), 9, 0, "9.0a", False, False)
+        ops._library.gemm_emulate(A, B, torch.empty(1, 1), 9, 0, "9.0a", False, False)
 
 
 # ---- values over many shapes, layouts, offsets, dtypes ---------------------------------------------

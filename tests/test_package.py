@@ -24,7 +24,7 @@ def test_import_in_clean_interpreter():
 def test_build_info():
     info = ops.build_info
     assert info.TORCH_VERSION == torch.__version__
-    compiled = ops._library._C.build_info()
+    compiled = ops._library.compiled_build_info()
     assert compiled["torch_version"] == info.TORCH_VERSION
     assert compiled["with_cuda"] == info.WITH_CUDA
     if info.WITH_CUDA:
@@ -61,8 +61,8 @@ def test_allow_tf32_follows_torch_settings():
     saved = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        assert ops._library._C.allow_tf32() is False
+        assert ops._library.allow_tf32() is False
         torch.set_float32_matmul_precision("high")
-        assert ops._library._C.allow_tf32() is True
+        assert ops._library.allow_tf32() is True
     finally:
         torch.set_float32_matmul_precision(saved)
