@@ -149,6 +149,7 @@ BUILD_INFO = {
     "torch_cuda_version": torch.version.cuda if WITH_CUDA else None,
     "nvcc_version": _nvcc_version(_cuda_home) if WITH_CUDA else None,
     "with_cuda": WITH_CUDA,
+    "cuda_home": _cuda_home if WITH_CUDA else None,
     "cuda_arch_list": ARCH_LIST,
     "cutlass_version": _cutlass_version() if WITH_CUDA else None,
     "python_version": ".".join(map(str, sys.version_info[:3])),

@@ -1,0 +1,100 @@
+"""The registry of ops that the shared mode tests (autograd, opcheck, TorchScript, torch.compile,
+torch.export + AOTInductor, DDP) run over. Adding an op to every mode is one OpSpec here.
+
+Each OpSpec gives sample inputs (covering transposed, sliced, expanded and offset tensors), a float64
+reference, and a small nn.Module that uses the op in a model-like way (for script/compile/export/DDP).
+"""
+
+import dataclasses
+from typing import Callable, List, Optional, Tuple
+
+import torch
+
+import ops
+
+
+@dataclasses.dataclass
+class Sample:
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    name: str = ""
+
+
+@dataclasses.dataclass
+class OpSpec:
+    name: str                                   # torch.ops.ops.<name>
+    overload: object                            # the OpOverload opcheck runs
+    call: Callable                              # the Python API
+    reference: Callable                         # float64 reference on the same args
+    samples: Callable[[str, torch.dtype, bool], List[Sample]]  # (device, dtype, requires_grad)
+    dtypes: Tuple[torch.dtype, ...]
+    differentiable: bool
+    module: Callable[[], torch.nn.Module]       # a small model using the op (float32)
+    module_input: Callable[[int], torch.Tensor]  # an input of batch size n for that model
+    out_overload: Optional[object] = None       # e.g. torch.ops.ops.cutlass_gemm.out
+    out_samples: Optional[Callable[[str, torch.dtype], List[Sample]]] = None
+
+
+def _randn(*shape, dtype, device, requires_grad=False, seed=0):
+    g = torch.Generator().manual_seed(seed + 1000 * len(shape) + sum(shape))
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device) \
+        .requires_grad_(requires_grad)
+
+
+def _gemm_samples(device, dtype, requires_grad):
+    def t(x):
+        return x.detach().requires_grad_(requires_grad) if requires_grad else x
+
+    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    return [
+        Sample((t(r(5, 7)), t(r(7, 3, seed=1))), name="row-row"),
+        Sample((t(r(7, 5).t()), t(r(3, 7, seed=1).t())), name="transposed"),
+        Sample((t(r(6, 14)[:, ::2]), t(r(10, 3, seed=1)[2:9])), name="sliced"),
+        Sample((t(r(1, 7).expand(4, 7)), t(r(7, 1, seed=1).expand(7, 6))), name="expanded"),
+        Sample((t(r(40)[3:38].view(5, 7)), t(r(7, 4, seed=1))), name="offset"),
+        Sample((t(r(0, 4)), t(r(4, 3, seed=1))), name="empty-m"),
+        Sample((t(r(3, 0)), t(r(0, 2, seed=1))), name="empty-k"),
+    ]
+
+
+def _gemm_out_samples(device, dtype):
+    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    return [
+        Sample((r(5, 7), r(7, 3, seed=1)), {"out": torch.empty(5, 3, dtype=dtype, device=device)}, "row"),
+        Sample((r(5, 7), r(7, 3, seed=1)), {"out": torch.empty(3, 5, dtype=dtype, device=device).t()}, "col"),
+        Sample((r(5, 7), r(7, 3, seed=1)), {"out": torch.empty(5, 6, dtype=dtype, device=device)[:, ::2]},
+               "strided"),
+    ]
+
+
+class GemmMLP(torch.nn.Module):
+    """x -> relu(x @ W1^T) @ W2^T through ops.cutlass_gemm (weights used as transposed views)."""
+
+    def __init__(self, d_in=16, d_hidden=32, d_out=8):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w1 = torch.nn.Parameter(torch.randn(d_hidden, d_in, generator=g) / d_in ** 0.5)
+        self.w2 = torch.nn.Parameter(torch.randn(d_out, d_hidden, generator=g) / d_hidden ** 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(torch.ops.ops.cutlass_gemm(x, self.w1.t()))
+        return torch.ops.ops.cutlass_gemm(h, self.w2.t())
+
+
+OPS = [
+    OpSpec(
+        name="cutlass_gemm",
+        overload=torch.ops.ops.cutlass_gemm.default,
+        call=ops.cutlass_gemm,
+        reference=lambda A, B: torch.mm(A.double(), B.double()),
+        samples=_gemm_samples,
+        dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        differentiable=True,
+        module=GemmMLP,
+        module_input=lambda n: torch.randn(n, 16, generator=torch.Generator().manual_seed(n)),
+        out_overload=torch.ops.ops.cutlass_gemm.out,
+        out_samples=_gemm_out_samples,
+    ),
+]
+
+OP_IDS = [spec.name for spec in OPS]

@@ -1,0 +1,188 @@
+"""Every registered op (tests/op_registry.py) in every execution mode PyTorch has: autograd, opcheck
+(schema, fake tensors, AOT dispatch), torch.compile without graph breaks (also dynamic shapes and
+non-contiguous inputs), and the fake kernel's metadata against the real kernel's."""
+
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+
+from conftest import DEVICES
+from op_registry import OP_IDS, OPS
+
+ops_params = pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(spec, device):
+    if not spec.differentiable:
+        pytest.skip("not differentiable")
+    for sample in spec.samples(device, torch.float64, True):
+        tensors = [a for a in sample.args if isinstance(a, torch.Tensor)]
+        # gradcheck's numerical gradients cannot perturb empty or self-overlapping (expanded) inputs.
+        if any(a.numel() == 0 or any(st == 0 and n > 1 for st, n in zip(a.stride(), a.shape))
+               for a in tensors):
+            continue
+        assert torch.autograd.gradcheck(spec.call, sample.args, **sample.kwargs), sample.name
+        assert torch.autograd.gradgradcheck(spec.call, sample.args), sample.name
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_matches_reference_and_no_registration_warning(spec, device):
+    if not spec.differentiable:
+        pytest.skip("not differentiable")
+    for sample in spec.samples(device, torch.float32, True):
+        with warnings.catch_warnings():
+            # "autograd kernel was not registered" would mean a silent no-grad path: make it an error.
+            warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
+            out = spec.call(*sample.args, **sample.kwargs)
+            grads = torch.autograd.grad(out.sum(), sample.args, allow_unused=True)
+        ref_args = [a.detach().double().requires_grad_() for a in sample.args]
+        ref_grads = torch.autograd.grad(spec.reference(*ref_args).sum(), ref_args, allow_unused=True)
+        for g, rg in zip(grads, ref_grads):
+            torch.testing.assert_close(g.double(), rg, atol=1e-4, rtol=1e-4)
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_only_needed_gradients_are_computed(spec, device):
+    if not spec.differentiable:
+        pytest.skip("not differentiable")
+    args = list(spec.samples(device, torch.float32, False)[0].args)
+    args[0] = args[0].detach().requires_grad_()
+    out = spec.call(*args)
+    out.sum().backward()
+    assert args[0].grad is not None and all(a.grad is None for a in args[1:] if isinstance(a, torch.Tensor))
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_variant_rejects_requires_grad(spec, device):
+    if spec.out_overload is None:
+        pytest.skip("no out variant")
+    sample = spec.out_samples(device, torch.float32)[0]
+    args = [a.detach().requires_grad_() for a in sample.args]
+    with pytest.raises(RuntimeError, match="the out= variant does not support automatic differentiation"):
+        spec.out_overload(*args, **sample.kwargs)
+    with torch.no_grad():
+        spec.out_overload(*args, **sample.kwargs)  # allowed without grad mode, like torch.mm(out=)
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck(spec, device, requires_grad):
+    for dtype in spec.dtypes:
+        if requires_grad and not (spec.differentiable and dtype.is_floating_point):
+            continue
+        for sample in spec.samples(device, dtype, requires_grad):
+            torch.library.opcheck(spec.overload, sample.args, sample.kwargs)
+    if spec.out_overload is not None and not requires_grad:
+        for sample in spec.out_samples(device, torch.float32):
+            torch.library.opcheck(spec.out_overload, sample.args, sample.kwargs)
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_fake_kernel_metadata_matches_real(spec, device):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for sample in spec.samples(device, torch.float32, False):
+        real = spec.overload(*sample.args, **sample.kwargs)
+        with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+            fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in sample.args]
+            fake = spec.overload(*fake_args, **sample.kwargs)
+        assert (fake.shape, fake.stride(), fake.dtype, fake.device) == \
+            (real.shape, real.stride(), real.dtype, real.device), sample.name
+
+
+def test_opcheck_can_fail():
+    # A negative control: an op whose output aliases its input violates its schema; opcheck must say so.
+    @torch.library.custom_op("ops_test::bad_alias", mutates_args=())
+    def bad_alias(x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1)
+
+    @bad_alias.register_fake
+    def _(x):
+        return x.new_empty(x.numel())
+
+    with pytest.raises(Exception, match="alias"):
+        torch.library.opcheck(bad_alias, (torch.randn(3),))
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_no_graph_breaks(spec, device):
+    torch._dynamo.reset()
+    model = spec.module().to(device)
+    x = spec.module_input(8).to(device)
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(model, fullgraph=True)
+    torch.testing.assert_close(compiled(x), model(x))
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_dynamic_shapes(spec, device):
+    torch._dynamo.reset()
+    model = spec.module().to(device)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for n in (3, 8, 17, 1):
+        x = spec.module_input(n).to(device)
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_non_contiguous_and_transposed_inputs(spec, device):
+    torch._dynamo.reset()
+    compiled = torch.compile(spec.call, fullgraph=True)
+    for sample in spec.samples(device, torch.float32, False):
+        torch.testing.assert_close(compiled(*sample.args, **sample.kwargs),
+                                   spec.call(*sample.args, **sample.kwargs))
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_backward(spec, device):
+    if not spec.differentiable:
+        pytest.skip("not differentiable")
+    torch._dynamo.reset()
+    model = spec.module().to(device)
+    x = spec.module_input(6).to(device)
+    compiled = torch.compile(model, fullgraph=True)
+    compiled(x).square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for g, ref in zip(grads, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(g, ref)
+
+
+@ops_params
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_out_variant(spec, device):
+    if spec.out_overload is None:
+        pytest.skip("no out variant")
+    torch._dynamo.reset()
+
+    def f(a, b, out):
+        spec.out_overload(a, b, out=out)
+        return out * 2
+
+    for sample in spec.out_samples(device, torch.float32):
+        # Dynamo traces out= calls only with a contiguous out (its rule for every op, torch.mm's too:
+        # "Attempted to call op with non-contiguous `out=` tensor"); other outs run eagerly after a
+        # graph break, and must still be right.
+        fullgraph = sample.kwargs["out"].is_contiguous()
+        compiled = torch.compile(f, fullgraph=fullgraph)
+        out = sample.kwargs["out"]
+        out_c = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device).zero_()
+        out_e = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device).zero_()
+        torch.testing.assert_close(compiled(*sample.args, out_c), f(*sample.args, out_e))
+        torch.testing.assert_close(out_c, out_e)
+        torch._dynamo.reset()
