@@ -173,7 +173,8 @@ def _sources():
     cpp = sorted(glob.glob("csrc/*.cpp")) + ["cutlass_gemm/plan.cpp", "cutlass_gemm/gemm_host.cpp"]
     if not WITH_CUDA:
         return cpp
-    return cpp + ["cutlass_gemm/gemm_cuda.cpp"] + sorted(glob.glob("cutlass_gemm/kernels/*.cu"))
+    return (cpp + ["cutlass_gemm/gemm_cuda.cpp", "csrc/allocator/allocator.cpp"]
+            + sorted(glob.glob("cutlass_gemm/kernels/*.cu")))
 
 
 def _extension():

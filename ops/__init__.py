@@ -7,7 +7,8 @@ the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ 
 
 import torch  # noqa: F401  (must be imported before the extension library is loaded)
 
+from . import allocator
 from ._library import build_info, kernels, library_path
 from .gemm import cutlass_gemm
 
-__all__ = ["cutlass_gemm", "build_info", "kernels", "library_path"]
+__all__ = ["allocator", "cutlass_gemm", "build_info", "kernels", "library_path"]

@@ -9,8 +9,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HAS_CUDA = torch.cuda.is_available()
 
-# The devices every op test runs on: CPU always, CUDA when a GPU is present.
-DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+# The devices every op test runs on: CPU always; CUDA variants always exist, are marked `cuda`, and
+# skip without a GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 

@@ -1,0 +1,131 @@
+"""ops' pluggable CUDA allocator (csrc/allocator/): a stream-ordered memory pool per device
+(``cudaMallocFromPoolAsync`` on a ``cudaMemPool_t`` of its own), usable two ways:
+
+* ``ops.allocator.install()``: the global swap (``torch.cuda.memory.change_current_allocator``); every
+  CUDA allocation of the process goes through it. Possible only before CUDA memory is first allocated.
+  PyTorch's own statistics, ``record_stream`` and ``empty_cache`` do not apply then; use ``stats()``
+  and ``trim()``. Frees are ordered after the work of every stream the allocator has seen, so memory
+  still read by a side stream is not handed out early.
+* ``ops.allocator.pool()``: a ``torch.cuda.MemPool`` backed by it, used with
+  ``torch.cuda.use_mem_pool(pool)``. PyTorch's caching allocator stays in charge (its stats,
+  ``record_stream`` and graph pools work) and takes whole segments from our pool.
+
+Statistics (``stats()``) are bytes and counts per device; out of memory raises
+``torch.cuda.OutOfMemoryError`` and leaves the pool usable.
+
+Errors: every function raises ``RuntimeError`` with a message saying what is missing when this build
+of ops has no CUDA (``OPS_WITH_CUDA=0`` or no nvcc at build time) or no GPU is visible.
+"""
+
+import ctypes
+import functools
+from typing import Dict, Optional
+
+import torch
+
+from . import _library
+
+ALLOC_FN = "ops_alloc"            # global install: raises OutOfMemoryError on failure
+POOL_ALLOC_FN = "ops_pool_alloc"  # MemPool: returns NULL on failure (the caching allocator's protocol)
+FREE_FN = "ops_free"
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "allocations", "frees", "failed_allocations")]
+
+
+@functools.lru_cache(maxsize=None)
+def _lib():
+    if not _library.build_info.WITH_CUDA:
+        raise RuntimeError(
+            "ops.allocator: this build of ops has no CUDA code (it was built without nvcc or with "
+            "OPS_WITH_CUDA=0); rebuild with a CUDA build of torch and nvcc to use the allocator.")
+    lib = ctypes.CDLL(_library.library_path())
+    lib.ops_allocator_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
+    lib.ops_allocator_reset_peak.argtypes = [ctypes.c_int]
+    lib.ops_allocator_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
+    lib.ops_allocator_set_release_threshold.argtypes = [ctypes.c_uint64]
+    lib.ops_allocator_error_string.restype = ctypes.c_char_p
+    return lib
+
+
+def _require_gpu():
+    lib = _lib()
+    if not torch.cuda.is_available():
+        raise RuntimeError("ops.allocator: no CUDA GPU is available (torch.cuda.is_available() is False); "
+                           "the allocator manages GPU memory.")
+    return lib
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"ops.allocator: {what} failed: {_lib().ops_allocator_error_string(code).decode()}")
+
+
+def _device_index(device) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"ops.allocator: expected a CUDA device, got {d}")
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def pluggable(alloc_fn: str = ALLOC_FN) -> "torch.cuda.memory.CUDAPluggableAllocator":
+    """The ``CUDAPluggableAllocator`` over this library's functions (no GPU needed to construct)."""
+    _lib()
+    return torch.cuda.memory.CUDAPluggableAllocator(_library.library_path(), alloc_fn, FREE_FN)
+
+
+def install() -> None:
+    """Make ops' allocator the process-wide CUDA allocator.
+
+    Raises:
+        RuntimeError: no CUDA build or no GPU; or CUDA memory was already allocated in this process
+            (PyTorch cannot swap an initialised allocator): call install() first thing, or use
+            ``pool()`` with ``torch.cuda.use_mem_pool`` instead.
+    """
+    _require_gpu()
+    try:
+        torch.cuda.memory.change_current_allocator(pluggable(ALLOC_FN))
+    except RuntimeError as exc:
+        raise RuntimeError(
+            "ops.allocator.install(): PyTorch's CUDA allocator is already initialised in this process "
+            f"({exc}). Call install() before the first CUDA tensor is created, or use "
+            "`with torch.cuda.use_mem_pool(ops.allocator.pool()):` to route a scope's allocations "
+            "through ops' allocator instead.") from exc
+
+
+def pool() -> "torch.cuda.MemPool":
+    """A ``torch.cuda.MemPool`` whose segments come from ops' allocator; use it with
+    ``torch.cuda.use_mem_pool(pool)``. Our free runs on ``torch.cuda.empty_cache()`` or when the pool
+    and its tensors are gone."""
+    _require_gpu()
+    return torch.cuda.MemPool(pluggable(POOL_ALLOC_FN).allocator())
+
+
+def stats(device=None) -> Dict[str, int]:
+    """Per-device statistics: bytes_in_use, peak_bytes_in_use, bytes_reserved (held by the pool),
+    allocations, frees, failed_allocations. Bytes are bytes; counts are calls."""
+    lib = _require_gpu()
+    out = _Stats()
+    _check(lib.ops_allocator_stats(_device_index(device), ctypes.byref(out)), "stats")
+    return {name: getattr(out, name) for name, _ in _Stats._fields_}
+
+
+def reset_peak(device=None) -> None:
+    """Reset peak_bytes_in_use to the current bytes_in_use."""
+    _check(_require_gpu().ops_allocator_reset_peak(_device_index(device)), "reset_peak")
+
+
+def trim(device=None, keep_bytes: int = 0) -> None:
+    """Return free pool memory above ``keep_bytes`` to the driver (``cudaMemPoolTrimTo``)."""
+    _check(_require_gpu().ops_allocator_trim(_device_index(device), keep_bytes), "trim")
+
+
+def set_release_threshold(num_bytes: Optional[int]) -> None:
+    """Bytes each pool keeps cached at synchronisation points (``cudaMemPoolAttrReleaseThreshold``);
+    ``None`` keeps everything until ``trim()`` (the default; env ``OPS_ALLOCATOR_RELEASE_THRESHOLD``)."""
+    value = 2**64 - 1 if num_bytes is None else int(num_bytes)
+    _check(_require_gpu().ops_allocator_set_release_threshold(value), "set_release_threshold")

@@ -1,0 +1,80 @@
+"""Streams, CUDA graphs and device guards for every registered op (tests/op_registry.py). GPU only.
+
+An op must launch on the caller's current stream: inputs written on a side stream after a long sleep
+are only ready there, so a kernel launched on any other stream would read them too early."""
+
+import pytest
+import torch
+
+from op_registry import OP_IDS, OPS
+
+pytestmark = pytest.mark.cuda
+ops_params = pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
+SLEEP_CYCLES = 200_000_000  # ~0.1 s on a 2 GHz GPU: long enough for a wrong stream to win the race
+
+
+def _cuda_args(spec, dtype=torch.float32):
+    return [a.cuda() if isinstance(a, torch.Tensor) else a for a in spec.samples("cuda", dtype, False)[0].args]
+
+
+@ops_params
+def test_runs_on_current_stream(spec):
+    args = _cuda_args(spec)
+    expected = spec.call(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        staged = [torch.empty_like(a) for a in args]
+        torch.cuda._sleep(SLEEP_CYCLES)
+        for s, a in zip(staged, args):
+            s.copy_(a)
+        torch.cuda.set_sync_debug_mode("error")  # the op must not synchronise the host
+        try:
+            out = spec.call(*staged)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, expected)
+
+
+@ops_params
+def test_cuda_graph_capture_and_replay_with_new_inputs(spec):
+    args = _cuda_args(spec)
+    static = [a.clone() for a in args]
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):
+        for _ in range(3):
+            spec.call(*static)
+    torch.cuda.current_stream().wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = spec.call(*static)
+    for trial in range(3):
+        fresh = [torch.randn_like(a) for a in args]
+        for s, f in zip(static, fresh):
+            s.copy_(f)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(static_out, spec.call(*fresh))
+
+
+@ops_params
+def test_compile_reduce_overhead_large(spec):
+    torch._dynamo.reset()
+    model = spec.module().cuda()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for trial in range(3):
+            x = spec.module_input(65536).cuda() * (trial + 1)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+@ops_params
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_device_guard_second_gpu(spec):
+    args = [a.to("cuda:1") for a in _cuda_args(spec)]
+    torch.cuda.set_device(0)
+    out = spec.call(*args)
+    assert out.device == torch.device("cuda:1")
+    torch.testing.assert_close(out.cpu(), spec.call(*[a.cpu() for a in args]), atol=1e-4, rtol=1e-4)
