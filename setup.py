@@ -170,11 +170,17 @@ _write_if_changed(
 
 
 def _sources():
-    cpp = sorted(glob.glob("csrc/*.cpp")) + ["cutlass_gemm/plan.cpp", "cutlass_gemm/gemm_host.cpp"]
-    if not WITH_CUDA:
-        return cpp
-    return (cpp + ["cutlass_gemm/gemm_cuda.cpp", "csrc/allocator/allocator.cpp"]
-            + sorted(glob.glob("cutlass_gemm/kernels/*.cu")))
+    """Every C++/CUDA file, by a naming rule a new op follows: `*_cuda.cpp` (torch-side CUDA wrappers)
+    and `*.cu` (kernels) are built only with CUDA; every other `.cpp` always."""
+    def cpp(folder):
+        return sorted(glob.glob(f"{folder}/*.cpp"))
+
+    files = [f for f in cpp("csrc") + cpp("cutlass_gemm") if not f.endswith("_cuda.cpp")]
+    if WITH_CUDA:
+        files += [f for f in cpp("csrc") + cpp("cutlass_gemm") if f.endswith("_cuda.cpp")]
+        files += cpp("csrc/allocator") + sorted(glob.glob("csrc/*.cu"))
+        files += sorted(glob.glob("cutlass_gemm/kernels/*.cu"))
+    return files
 
 
 def _extension():

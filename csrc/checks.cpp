@@ -54,4 +54,43 @@ void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
   }
 }
 
+void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight) {
+  TORCH_CHECK(input.defined() && weight.defined(), op, ": input and weight must be defined tensors");
+  TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., hidden), got a 0-D tensor");
+  TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
+              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ",
+              input.scalar_type());
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == input.size(-1), op,
+              ": expected weight of shape (hidden,) = (", input.size(-1),
+              ",) matching input's last dimension, got ", weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), op, ": expected weight's dtype to be ",
+              input.scalar_type(), " (input's dtype), got ", weight.scalar_type());
+  TORCH_CHECK(weight.device() == input.device(), op, ": input and weight must be on the same device, got input on ",
+              input.device(), " and weight on ", weight.device());
+  TORCH_CHECK(input.layout() == at::kStrided && weight.layout() == at::kStrided, op,
+              ": input and weight must be dense (strided) tensors");
+}
+
+void check_silu_and_mul_input(const char* op, const at::Tensor& input) {
+  TORCH_CHECK(input.defined(), op, ": input must be a defined tensor");
+  TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., 2 * d), got a 0-D tensor");
+  TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
+              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ",
+              input.scalar_type());
+  TORCH_CHECK(input.size(-1) % 2 == 0, op,
+              ": expected input's last dimension to be even (2 * d: the gate half, then the up half), got ",
+              input.size(-1));
+  TORCH_CHECK(input.layout() == at::kStrided, op, ": input must be a dense (strided) tensor");
+}
+
+void check_same_as(const char* op, const char* name, const at::Tensor& other, const at::Tensor& input) {
+  TORCH_CHECK(other.defined(), op, ": ", name, " must be a defined tensor");
+  TORCH_CHECK(other.sizes() == input.sizes(), op, ": expected ", name, " of input's shape ", input.sizes(),
+              ", got ", other.sizes());
+  TORCH_CHECK(other.scalar_type() == input.scalar_type(), op, ": expected ", name, "'s dtype to be ",
+              input.scalar_type(), " (input's dtype), got ", other.scalar_type());
+  TORCH_CHECK(other.device() == input.device(), op, ": expected ", name, " on ", input.device(),
+              " (input's device), got ", other.device());
+}
+
 }  // namespace ops

@@ -12,4 +12,14 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
 // out: shape (M, N), A's dtype and device, not overlapping A or B, no internal overlap.
 void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out);
 
+// rms_norm-style ops: input (..., hidden) floating (float16, bfloat16, float32, float64), weight
+// (hidden,) of the same dtype and device.
+void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight);
+
+// silu_and_mul: input (..., 2 * d) floating.
+void check_silu_and_mul_input(const char* op, const at::Tensor& input);
+
+// `other` has `input`'s shape, dtype and device (e.g. fused_add_rms_norm's residual).
+void check_same_as(const char* op, const char* name, const at::Tensor& other, const at::Tensor& input);
+
 }  // namespace ops

@@ -11,4 +11,12 @@ TORCH_LIBRARY(ops, m) {
   // Out variant: writes A @ B into out (M, N). Returns nothing (see REFERENCES.md: an aliasing
   // return needs torch.Tag.out, whose name changed across torch releases).
   m.def("cutlass_gemm.out(Tensor A, Tensor B, *, Tensor(a!) out) -> ()");
+
+  m.set_python_module("ops.fused");
+  // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
+  m.def("rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");
+  // residual += input; input = rms_norm(residual, weight, eps); both mutated in place.
+  m.def("fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-6) -> ()");
+  // x (..., 2d) -> silu(x[..., :d]) * x[..., d:].
+  m.def("silu_and_mul(Tensor input) -> Tensor");
 }

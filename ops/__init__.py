@@ -9,6 +9,8 @@ import torch  # noqa: F401  (must be imported before the extension library is lo
 
 from . import allocator
 from ._library import build_info, kernels, library_path
+from .fused import fused_add_rms_norm, rms_norm, silu_and_mul
 from .gemm import cutlass_gemm
 
-__all__ = ["allocator", "cutlass_gemm", "build_info", "kernels", "library_path"]
+__all__ = ["allocator", "cutlass_gemm", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
+           "kernels", "library_path"]

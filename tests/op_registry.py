@@ -81,6 +81,68 @@ class GemmMLP(torch.nn.Module):
         return torch.ops.ops.cutlass_gemm(h, self.w2.t())
 
 
+def _rms_norm_samples(device, dtype, requires_grad):
+    def t(x):
+        return x.detach().requires_grad_(requires_grad) if requires_grad else x
+
+    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    return [
+        Sample((t(r(5, 16)), t(r(16, seed=1))), name="contiguous"),
+        Sample((t(r(3, 4, 13)), t(r(13, seed=1))), name="3d-odd-hidden"),
+        Sample((t(r(16, 5).t()), t(r(16, seed=1))), name="transposed"),
+        Sample((t(r(6, 40)[:, ::2]), t(r(20, seed=1))), name="sliced"),
+        Sample((t(r(1, 24).expand(4, 24)), t(r(24, seed=1))), name="expanded"),
+        Sample((t(r(60)[3:51].view(3, 16)), t(r(16, seed=1))), name="offset"),
+        Sample((t(r(0, 16)), t(r(16, seed=1))), name="empty-rows"),
+    ]
+
+
+def _silu_and_mul_samples(device, dtype, requires_grad):
+    def t(x):
+        return x.detach().requires_grad_(requires_grad) if requires_grad else x
+
+    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    return [
+        Sample((t(r(5, 32)),), name="contiguous"),
+        Sample((t(r(2, 3, 14)),), name="3d-odd-half"),
+        Sample((t(r(14, 5).t()),), name="transposed"),
+        Sample((t(r(6, 40)[:, ::2]),), name="sliced"),
+        Sample((t(r(1, 24).expand(4, 24)),), name="expanded"),
+        Sample((t(r(60)[3:51].view(3, 16)),), name="offset"),
+        Sample((t(r(0, 16)),), name="empty-rows"),
+    ]
+
+
+class RMSNormModel(torch.nn.Module):
+    """x -> rms_norm(x, w) * 2 + x."""
+
+    def __init__(self, hidden=16):
+        super().__init__()
+        self.w = torch.nn.Parameter(1 + 0.1 * torch.randn(hidden, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.ops.rms_norm(x, self.w, 1e-6) * 2 + x
+
+
+class SwiGLUModel(torch.nn.Module):
+    """x -> silu_and_mul(x @ W): a gated MLP's activation on a fused gate_up projection."""
+
+    def __init__(self, d_in=16, d=8):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(d_in, 2 * d, generator=g) / d_in ** 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.ops.silu_and_mul(torch.matmul(x, self.w))
+
+
+def _silu_and_mul_reference(x):
+    a, b = x.double().chunk(2, dim=-1)
+    return torch.nn.functional.silu(a) * b
+
+
+_input16 = lambda n: torch.randn(n, 16, generator=torch.Generator().manual_seed(n))  # noqa: E731
+
 OPS = [
     OpSpec(
         name="cutlass_gemm",
@@ -91,9 +153,31 @@ OPS = [
         dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
         differentiable=True,
         module=GemmMLP,
-        module_input=lambda n: torch.randn(n, 16, generator=torch.Generator().manual_seed(n)),
+        module_input=_input16,
         out_overload=torch.ops.ops.cutlass_gemm.out,
         out_samples=_gemm_out_samples,
+    ),
+    OpSpec(
+        name="rms_norm",
+        overload=torch.ops.ops.rms_norm.default,
+        call=ops.rms_norm,
+        reference=lambda x, w: torch.nn.functional.rms_norm(x.double(), (x.shape[-1],), w.double(), 1e-6),
+        samples=_rms_norm_samples,
+        dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        differentiable=True,
+        module=RMSNormModel,
+        module_input=_input16,
+    ),
+    OpSpec(
+        name="silu_and_mul",
+        overload=torch.ops.ops.silu_and_mul.default,
+        call=ops.silu_and_mul,
+        reference=_silu_and_mul_reference,
+        samples=_silu_and_mul_samples,
+        dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        differentiable=True,
+        module=SwiGLUModel,
+        module_input=_input16,
     ),
 ]
 

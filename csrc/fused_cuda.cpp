@@ -1,0 +1,80 @@
+// CUDA kernels of rms_norm, fused_add_rms_norm and silu_and_mul: checks, device guard, current
+// stream, contiguous rows, then the plain-CUDA launchers of fused_kernels.cu.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "checks.h"
+#include "fused_kernels.h"
+
+namespace ops {
+namespace {
+
+int dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return fused::kF16;
+    case at::kBFloat16: return fused::kBF16;
+    case at::kFloat: return fused::kF32;
+    case at::kDouble: return fused::kF64;
+    default: TORCH_CHECK(false, "unsupported dtype ", t);
+  }
+}
+
+void check_launch(const char* op, cudaError_t err) {
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+}
+
+int64_t rows_of(const at::Tensor& t, int64_t row_length) { return row_length == 0 ? 0 : t.numel() / row_length; }
+
+at::Tensor rms_norm_cuda(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  check_norm_inputs("rms_norm", input, weight);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.contiguous();
+  at::Tensor y = at::empty(input.sizes(), input.options());
+  const int64_t hidden = input.size(-1);
+  check_launch("rms_norm", fused::rms_norm(dtype_code(input.scalar_type()), x.const_data_ptr(), w.const_data_ptr(),
+                                           y.data_ptr(), rows_of(x, hidden), hidden, eps,
+                                           at::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  check_norm_inputs("fused_add_rms_norm", input, weight);
+  check_same_as("fused_add_rms_norm", "residual", residual, input);
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor x = input.is_contiguous() ? input : input.contiguous();
+  at::Tensor res = residual.is_contiguous() ? residual : residual.contiguous();
+  const at::Tensor w = weight.contiguous();
+  const int64_t hidden = input.size(-1);
+  check_launch("fused_add_rms_norm",
+               fused::fused_add_rms_norm(dtype_code(input.scalar_type()), x.data_ptr(), res.data_ptr(),
+                                         w.const_data_ptr(), rows_of(x, hidden), hidden, eps,
+                                         at::cuda::getCurrentCUDAStream()));
+  if (!x.is_same(input)) input.copy_(x);
+  if (!res.is_same(residual)) residual.copy_(res);
+}
+
+at::Tensor silu_and_mul_cuda(const at::Tensor& input) {
+  check_silu_and_mul_input("silu_and_mul", input);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = input.contiguous();
+  const int64_t d = input.size(-1) / 2;
+  auto sizes = input.sizes().vec();
+  sizes.back() = d;
+  at::Tensor out = at::empty(sizes, input.options());
+  check_launch("silu_and_mul", fused::silu_and_mul(dtype_code(input.scalar_type()), x.const_data_ptr(),
+                                                   out.data_ptr(), rows_of(out, d), d,
+                                                   at::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+}  // namespace
+}  // namespace ops
+
+TORCH_LIBRARY_IMPL(ops, CUDA, m) {
+  m.impl("rms_norm", &ops::rms_norm_cuda);
+  m.impl("fused_add_rms_norm", &ops::fused_add_rms_norm_cuda);
+  m.impl("silu_and_mul", &ops::silu_and_mul_cuda);
+}

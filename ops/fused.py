@@ -1,0 +1,166 @@
+"""Fused ops for real models: ``rms_norm``, ``fused_add_rms_norm``, ``silu_and_mul``. Python API, fake
+kernels and autograd formulas; schemas in csrc/registration.cpp, CPU kernels in csrc/fused_cpu.cpp, CUDA
+kernels in csrc/fused_kernels.cu."""
+
+import torch
+
+from . import _library  # noqa: F401  (loads the op library)
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_floating(op, name, t):
+    torch._check(t.dtype in _DTYPES, lambda: f"{op}: expected {name}'s dtype to be float16, bfloat16, "
+                 f"float32 or float64, got {t.dtype}")
+
+
+def _check_norm(op, input, weight):
+    torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., hidden), got a 0-D tensor")
+    _check_floating(op, "input", input)
+    torch._check(weight.dim() == 1 and weight.shape[0] == input.shape[-1],
+                 lambda: f"{op}: expected weight of shape (hidden,) = ({input.shape[-1]},) matching input's "
+                 f"last dimension, got {list(weight.shape)}")
+    torch._check(weight.dtype == input.dtype, lambda: f"{op}: expected weight's dtype to be {input.dtype} "
+                 f"(input's dtype), got {weight.dtype}")
+    torch._check(weight.device == input.device, lambda: f"{op}: input and weight must be on the same device, "
+                 f"got input on {input.device} and weight on {weight.device}")
+
+
+# ---- rms_norm ----------------------------------------------------------------------------------------
+
+@torch.library.register_fake("ops::rms_norm")
+def _rms_norm_fake(input, weight, eps=1e-6):
+    _check_norm("rms_norm", input, weight)
+    return torch.empty(input.shape, dtype=input.dtype, device=input.device)
+
+
+def _rms_norm_setup_context(ctx, inputs, output):
+    input, weight, eps = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.eps = eps
+
+
+def _rms_norm_backward(ctx, grad):
+    # y = x * r * w with r = (mean(x^2) + eps)^-1/2:
+    #   dx = r * (g w - x_hat * mean(g w x_hat)),  dw = sum over rows of g * x_hat,  x_hat = x r.
+    input, weight = ctx.saved_tensors
+    x, w, g = input.float(), weight.float(), grad.float()
+    if input.dtype == torch.float64:
+        x, w, g = input, weight, grad
+    r = torch.rsqrt(x.square().mean(-1, keepdim=True) + ctx.eps)
+    x_hat = x * r
+    grad_input = grad_weight = None
+    if ctx.needs_input_grad[0]:
+        gw = g * w
+        grad_input = (r * (gw - x_hat * (gw * x_hat).mean(-1, keepdim=True))).to(input.dtype)
+    if ctx.needs_input_grad[1]:
+        grad_weight = (g * x_hat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+    return grad_input, grad_weight, None
+
+
+torch.library.register_autograd("ops::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context)
+
+
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Root-mean-square layer norm (Zhang & Sennrich, 2019), as in Llama / T5:
+    ``y = x / sqrt(mean(x^2, -1) + eps) * weight``.
+
+    Args:
+        input: (..., hidden), float16, bfloat16, float32 or float64; any strides (non-contiguous inputs
+            are copied to contiguous rows first).
+        weight: (hidden,), same dtype and device.
+        eps: added to the mean square, as in ``torch.nn.functional.rms_norm``.
+
+    Returns:
+        A new contiguous tensor of input's shape and dtype. Statistics are computed in float32 (float64
+        for float64 inputs) and the result is rounded once.
+
+    Autograd: differentiable in input and weight (formula in this module; double backward is not
+    supported).
+
+    Raises:
+        RuntimeError: a 0-D input, weight not of shape (hidden,), dtypes that differ or are not floating,
+            tensors on different devices.
+    """
+    return torch.ops.ops.rms_norm.default(input, weight, eps)
+
+
+# ---- fused_add_rms_norm --------------------------------------------------------------------------------
+
+@torch.library.register_fake("ops::fused_add_rms_norm")
+def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
+    _check_norm("fused_add_rms_norm", input, weight)
+    torch._check(residual.shape == input.shape and residual.dtype == input.dtype
+                 and residual.device == input.device,
+                 lambda: "fused_add_rms_norm: expected residual of input's shape, dtype and device")
+
+
+def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6) -> None:
+    """The pre-norm transformer step, in place: ``residual += input``, then
+    ``input = rms_norm(residual, weight, eps)``. Both tensors are mutated (declared ``Tensor(a!)`` and
+    ``Tensor(b!)`` in the schema); nothing is returned.
+
+    Args:
+        input: (..., hidden) float16, bfloat16, float32 or float64; receives the normalised values.
+        residual: same shape, dtype and device; receives input + residual (rounded to its dtype, and the
+            normalisation is computed from that stored value).
+        weight: (hidden,).
+        eps: as in rms_norm.
+
+    Autograd: an inference op. With grad mode on and an argument that requires grad it raises.
+
+    Raises:
+        RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs.
+    """
+    torch.ops.ops.fused_add_rms_norm.default(input, residual, weight, eps)
+
+
+# ---- silu_and_mul --------------------------------------------------------------------------------------
+
+@torch.library.register_fake("ops::silu_and_mul")
+def _silu_and_mul_fake(input):
+    torch._check(input.dim() >= 1, lambda: "silu_and_mul: expected input of shape (..., 2 * d), got a 0-D tensor")
+    _check_floating("silu_and_mul", "input", input)
+    torch._check(input.shape[-1] % 2 == 0, lambda: "silu_and_mul: expected input's last dimension to be even "
+                 f"(2 * d: the gate half, then the up half), got {input.shape[-1]}")
+    return torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
+
+
+def _silu_and_mul_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _silu_and_mul_backward(ctx, grad):
+    # y = silu(a) * b: da = g b s (1 + a (1 - s)) with s = sigmoid(a); db = g silu(a).
+    (input,) = ctx.saved_tensors
+    compute = torch.float64 if input.dtype == torch.float64 else torch.float32
+    a, b = input.to(compute).chunk(2, dim=-1)
+    g = grad.to(compute)
+    s = torch.sigmoid(a)
+    grad_a = g * b * s * (1 + a * (1 - s))
+    grad_b = g * a * s
+    return torch.cat([grad_a, grad_b], dim=-1).to(input.dtype)
+
+
+torch.library.register_autograd("ops::silu_and_mul", _silu_and_mul_backward,
+                                setup_context=_silu_and_mul_setup_context)
+
+
+def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
+    """The SwiGLU gate of Llama-style MLPs (Shazeer, 2020): ``silu(x[..., :d]) * x[..., d:]`` for x of shape
+    (..., 2 * d), where ``silu(a) = a * sigmoid(a)``.
+
+    Args:
+        input: (..., 2 * d), float16, bfloat16, float32 or float64; the gate half first, then the up half
+            (the layout of a fused gate_up projection).
+
+    Returns:
+        A new contiguous (..., d) tensor; computed in float32 (float64 for float64 inputs).
+
+    Autograd: differentiable (formula in this module).
+
+    Raises:
+        RuntimeError: a 0-D input, an odd last dimension, a non-floating dtype.
+    """
+    return torch.ops.ops.silu_and_mul.default(input)
