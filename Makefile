@@ -8,7 +8,7 @@ ARGS ?=
 
 build:
 	$(PIP) install -q -r requirements.txt
-	$(PIP) install -q --no-deps -r requirements-headers.txt
+	$(PIP) install -q --no-deps -r requirements-nodeps.txt
 	$(PYTHON) setup.py -q build_ext --inplace
 
 bench: build

@@ -54,6 +54,29 @@ void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
   }
 }
 
+void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                         const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(input.defined() && weight.defined(), op, ": input and weight must be defined tensors");
+  TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., in_features), got a 0-D tensor");
+  TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
+              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ", input.scalar_type());
+  TORCH_CHECK(weight.dim() == 2 && weight.size(1) == input.size(-1), op,
+              ": expected weight of shape (out_features, in_features) with in_features = ", input.size(-1),
+              " (input's last dimension), got ", weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), op, ": expected weight's dtype to be ",
+              input.scalar_type(), " (input's dtype), got ", weight.scalar_type());
+  TORCH_CHECK(weight.device() == input.device(), op, ": input and weight must be on the same device, got input on ",
+              input.device(), " and weight on ", weight.device());
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), op,
+                ": expected bias of shape (out_features,) = (", weight.size(0), ",), got ", bias->sizes());
+    TORCH_CHECK(bias->scalar_type() == input.scalar_type(), op, ": expected bias's dtype to be ",
+                input.scalar_type(), " (input's dtype), got ", bias->scalar_type());
+    TORCH_CHECK(bias->device() == input.device(), op, ": expected bias on ", input.device(),
+                " (input's device), got ", bias->device());
+  }
+}
+
 void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight) {
   TORCH_CHECK(input.defined() && weight.defined(), op, ": input and weight must be defined tensors");
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., hidden), got a 0-D tensor");

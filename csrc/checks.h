@@ -12,6 +12,10 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
 // out: shape (M, N), A's dtype and device, not overlapping A or B, no internal overlap.
 void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out);
 
+// linear: input (..., K), weight (N, K), bias (N,) or undefined; same floating dtype and device.
+void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                         const c10::optional<at::Tensor>& bias);
+
 // rms_norm-style ops: input (..., hidden) floating (float16, bfloat16, float32, float64), weight
 // (hidden,) of the same dtype and device.
 void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight);

@@ -48,9 +48,11 @@ std::string plan_json(const cg::GemmPlan& plan) {
 
 // The real host path of the CUDA wrapper (checks, plan, copies, zero padding, output temporary,
 // copy-back) on CPU tensors, with the CUTLASS launch replaced by an exact replay of its descriptor.
+// epilogue: "plain" (cutlass_gemm) or an ops.linear activation (Bias<Act> kernels, with `bias`).
 std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                          int64_t cc_major, int64_t cc_minor, c10::string_view arch_list,
-                         bool allow_tf32, bool poison) {
+                         bool allow_tf32, bool poison, const c10::optional<at::Tensor>& bias,
+                         c10::string_view epilogue) {
   check_gemm_inputs("cutlass_gemm", A, B);
   check_gemm_out("cutlass_gemm", A, B, out);
   TORCH_CHECK(A.device().is_cpu(), "cutlass_gemm emulation runs on CPU tensors, got ", A.device());
@@ -67,7 +69,9 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
   const cg::GemmPlan plan = cg::gemm_into(
       A, B, out, target,
       [&](const cg::GemmPlan& p, const cg::GemmLaunchArgs& args) { cg::emulate_launch(p, args, dtype); },
-      poison);
+      poison,
+      epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue),
+      bias.has_value() ? *bias : at::Tensor());
   return plan_json(plan);
 }
 
@@ -83,7 +87,8 @@ std::string kernels_json() {
         .add("layout_a", cg::layout_name(info.a))
         .add("layout_b", cg::layout_name(info.b))
         .add("alignment", info.alignment)
-        .add("on_sm90", info.on_sm90);
+        .add("on_sm90", info.on_sm90)
+        .add("epilogue", cg::epilogue_name(info.epilogue));
     out += (i ? "," : "") + o.str();
   }
   return out + "]";
@@ -109,6 +114,6 @@ TORCH_LIBRARY_FRAGMENT(ops, m) {
   m.def("_cutlass_gemm_kernels() -> str", &ops::kernels_json);
   m.def("_allow_tf32() -> bool", &ops::allow_tf32);
   m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
-        "str arch_list, bool allow_tf32, bool poison=True) -> str",
+        "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\") -> str",
         &ops::gemm_emulate);
 }

@@ -12,6 +12,11 @@ TORCH_LIBRARY(ops, m) {
   // return needs torch.Tag.out, whose name changed across torch releases).
   m.def("cutlass_gemm.out(Tensor A, Tensor B, *, Tensor(a!) out) -> ()");
 
+  m.set_python_module("ops.linear");
+  // act(input @ weight^T + bias); input (..., K), weight (N, K), bias (N,); activation one of
+  // none, relu, gelu, gelu_tanh, silu (fused into the CUTLASS epilogue on CUDA for half types).
+  m.def("linear(Tensor input, Tensor weight, Tensor? bias=None, str activation=\"none\") -> Tensor");
+
   m.set_python_module("ops.fused");
   // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
   m.def("rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");

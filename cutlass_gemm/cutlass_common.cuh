@@ -25,6 +25,21 @@ template <Layout L>
 using CutlassLayout = std::conditional_t<L == Layout::Row, cutlass::layout::RowMajor,
                                          cutlass::layout::ColumnMajor>;
 
+#include <cutlass/epilogue/thread/activation.h>
+
+// The activation functor of a Bias<Act> epilogue (kernel_list.h); Identity for Plain.
+template <Epilogue E, typename T> struct ActivationFor { using type = cutlass::epilogue::thread::Identity<T>; };
+template <typename T> struct ActivationFor<Epilogue::BiasReLU, T> { using type = cutlass::epilogue::thread::ReLu<T>; };
+template <typename T> struct ActivationFor<Epilogue::BiasGELU, T> { using type = cutlass::epilogue::thread::GELU<T>; };
+template <typename T> struct ActivationFor<Epilogue::BiasGELUTanh, T> { using type = cutlass::epilogue::thread::GELU_taylor<T>; };
+template <typename T> struct ActivationFor<Epilogue::BiasSiLU, T> { using type = cutlass::epilogue::thread::SiLu<T>; };
+
+template <Epilogue E>
+struct ActivationTemplate {
+  template <typename T>
+  using type = typename ActivationFor<E, T>::type;
+};
+
 template <KernelId kId>
 struct KernelTraits {
   static constexpr KernelInfo info = kernel_info(kId);
@@ -32,6 +47,7 @@ struct KernelTraits {
   using LayoutA = CutlassLayout<info.a>;
   using LayoutB = CutlassLayout<info.b>;
   static constexpr int kAlignment = info.alignment;
+  static constexpr bool kBias = info.epilogue != Epilogue::Plain;
   static_assert(kAlignment * sizeof(Element) <= 16);
 };
 

@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "../csrc/checks.h"
+#include "gemm_cuda.h"
 #include "gemm_host.h"
 #include "launcher.h"
 
@@ -32,6 +33,19 @@ const std::vector<BuiltArch>& built_archs() {
   return built;
 }
 
+}  // namespace
+
+DeviceTarget current_device_target() {
+  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
+  DeviceTarget target;
+  target.cc_major = props->major;
+  target.cc_minor = props->minor;
+  target.built = built_archs();
+  // Follow torch.mm: TF32 only where torch.backends.cuda.matmul / set_float32_matmul_precision allow.
+  target.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+  return target;
+}
+
 void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
                     const at::Tensor& like) {
   const int id = static_cast<int>(plan.kernel);
@@ -52,18 +66,13 @@ void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
               " failed: ", status.message, " (M=", args.m, ", N=", args.n, ", K=", args.k, ")");
 }
 
+namespace {
+
 void cutlass_gemm_out_cuda(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
   check_gemm_inputs("cutlass_gemm", A, B);
   check_gemm_out("cutlass_gemm", A, B, out);
   const c10::cuda::CUDAGuard guard(A.device());
-  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
-  DeviceTarget target;
-  target.cc_major = props->major;
-  target.cc_minor = props->minor;
-  target.built = built_archs();
-  // Follow torch.mm: TF32 only where torch.backends.cuda.matmul / set_float32_matmul_precision allow.
-  target.allow_tf32 = at::globalContext().allowTF32CuBLAS();
-  gemm_into(A, B, out, target,
+  gemm_into(A, B, out, current_device_target(),
             [&](const GemmPlan& plan, const GemmLaunchArgs& args) { launch_cutlass(plan, args, A); });
 }
 

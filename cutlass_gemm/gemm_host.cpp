@@ -46,13 +46,42 @@ DType to_dtype(at::ScalarType type) {
   }
 }
 
+Epilogue epilogue_for_activation(const char* op, c10::string_view activation) {
+  if (activation == "none") return Epilogue::BiasIdentity;
+  if (activation == "relu") return Epilogue::BiasReLU;
+  if (activation == "gelu") return Epilogue::BiasGELU;
+  if (activation == "gelu_tanh") return Epilogue::BiasGELUTanh;
+  if (activation == "silu") return Epilogue::BiasSiLU;
+  TORCH_CHECK_VALUE(false, op, ": expected activation to be one of \"none\", \"relu\", \"gelu\", "
+                    "\"gelu_tanh\", \"silu\", got \"", std::string(activation), "\"");
+}
+
+void apply_activation_(at::Tensor& x, Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::Plain:
+    case Epilogue::BiasIdentity: return;
+    case Epilogue::BiasReLU: x.relu_(); return;
+    case Epilogue::BiasGELU: x.copy_(at::gelu(x, "none")); return;
+    case Epilogue::BiasGELUTanh: x.copy_(at::gelu(x, "tanh")); return;
+    case Epilogue::BiasSiLU: x.copy_(at::silu(x)); return;
+  }
+}
+
 GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
-                   const DeviceTarget& target, const LaunchFn& launch, bool poison) {
+                   const DeviceTarget& target, const LaunchFn& launch, bool poison,
+                   Epilogue epilogue, const at::Tensor& bias) {
   const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
   GemmPlan plan;
   if (M == 0 || N == 0) return plan;
   if (K == 0) {
-    out.zero_();
+    // act(0 + bias) for every row.
+    if (bias.defined()) {
+      out.copy_(bias.unsqueeze(0).expand({M, N}));
+    } else {
+      out.zero_();
+    }
+    at::Tensor view = out;
+    apply_activation_(view, epilogue);
     return plan;
   }
   GemmRequest request;
@@ -67,6 +96,8 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
   request.a = view_of(A);
   request.b = view_of(B);
   request.c = view_of(out);
+  request.epilogue = epilogue;
+  request.allow_swap = epilogue == Epilogue::Plain;
   const std::string error = plan_gemm(request, &plan);
   TORCH_CHECK(error.empty(), error);
 
@@ -101,6 +132,20 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
   } else {
     args.d = d.data_ptr();
   }
+  at::Tensor bias_buffer;
+  if (bias.defined()) {
+    // The kernel reads plan.n bias values (N, zero-padded when N was padded) from a 16-byte aligned,
+    // contiguous vector: copy the user's bias only when it is not already that.
+    const bool usable = plan.n == N && bias.is_contiguous() &&
+                        reinterpret_cast<uintptr_t>(bias.const_data_ptr()) % 16 == 0;
+    if (usable) {
+      bias_buffer = bias;
+    } else {
+      bias_buffer = at::zeros({plan.n}, bias.options());
+      bias_buffer.narrow(0, 0, N).copy_(bias);
+    }
+    args.bias = bias_buffer.const_data_ptr();
+  }
   launch(plan, args);
   if (plan.d.source == Source::Copy) {
     d.copy_(d_buffer.narrow(1, 0, d.size(1)));
@@ -119,12 +164,14 @@ void emulate_launch(const GemmPlan& plan, const GemmLaunchArgs& args, at::Scalar
   const at::Tensor b = at::from_blob(const_cast<void*>(args.b), {args.k, args.n},
                                      strides(plan.b.layout, args.ldb), options);
   at::Tensor d = at::from_blob(args.d, {args.m, args.n}, {args.ldd, 1}, options);
-  // fp32 accumulation for half types, like the tensor-core kernels.
-  if (dtype == at::kHalf || dtype == at::kBFloat16) {
-    d.copy_(at::mm(a.to(at::kFloat), b.to(at::kFloat)));
-  } else {
-    at::mm_out(d, a, b);
+  // fp32 accumulation (and epilogue) for half types, like the tensor-core kernels.
+  const at::ScalarType compute = (dtype == at::kHalf || dtype == at::kBFloat16) ? at::kFloat : dtype;
+  at::Tensor acc = at::mm(a.to(compute), b.to(compute));
+  if (args.bias != nullptr) {
+    acc.add_(at::from_blob(const_cast<void*>(args.bias), {args.n}, options).to(compute));
   }
+  apply_activation_(acc, kernel_info(plan.kernel).epilogue);
+  d.copy_(acc);
 }
 
 }  // namespace ops::cutlass_gemm

@@ -26,12 +26,23 @@ using LaunchFn = std::function<void(const GemmPlan&, const GemmLaunchArgs&)>;
 // (csrc/checks.h). M, N or K = 0 are handled here without a launch. `poison` fills temporaries with
 // NaN first (tests: an element the kernel should write but does not, or a pad that is not zeroed,
 // shows up as NaN). Returns the plan (kernel = kCount when nothing was launched).
+//
+// With a Bias<Act> epilogue (ops.linear): out = act(A @ B + bias), bias (N,) optional (undefined:
+// none), fused into the kernel's epilogue.
 GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
-                   const DeviceTarget& target, const LaunchFn& launch, bool poison = false);
+                   const DeviceTarget& target, const LaunchFn& launch, bool poison = false,
+                   Epilogue epilogue = Epilogue::Plain, const at::Tensor& bias = at::Tensor());
+
+// act(x) for a Bias<Act> epilogue, with ATen ops (in place); identity for Plain and BiasIdentity.
+void apply_activation_(at::Tensor& x, Epilogue epilogue);
 
 // A LaunchFn that computes the described GEMM with at::mm on CPU memory, reading and writing exactly
 // the memory a CUTLASS kernel would (from the raw pointers, leading dimensions and layouts).
 void emulate_launch(const GemmPlan& plan, const GemmLaunchArgs& args, at::ScalarType dtype);
+
+// Parses ops.linear's activation argument ("none", "relu", "gelu", "gelu_tanh", "silu"); throws a
+// clear error naming `op` otherwise.
+Epilogue epilogue_for_activation(const char* op, c10::string_view activation);
 
 DType to_dtype(at::ScalarType type);
 

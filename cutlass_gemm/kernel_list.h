@@ -8,13 +8,16 @@
 // <layout A><layout B>, e.g. `rc` = A row-major (K-major), B column-major (K-major): the "TN" GEMM.
 // A column-major output is handled by the planner as D^T = B^T A^T, so no kernel writes one.
 //
-// X(name, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90)
+// X(name, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90, epilogue)
 //   sm        80: CUTLASS 2.x SM80 tensor-op kernel (runs on sm80..sm89 and, where built for 9.0a, sm90)
 //             90: CUTLASS 3.x SM90 TMA warp-specialized kernel (sm_90a only)
 //   math      Standard: the dtype's native tensor-core math; TF32: fp32 inputs rounded to tf32;
 //             Fast3xTF32: fp32-accurate split-tf32 emulation (CUTLASS OpMultiplyAddFastF32)
 //   alignment required alignment of base pointers, leading dimensions and contiguous extents, in
 //             elements (16 bytes for 16/32-bit types; 1 for fp64, whose SM80 kernels load 8 bytes)
+//   epilogue  Plain: D = A B. Bias<Act>: D = act(A B + bias), bias a per-column (length N) vector
+//             (null: no bias), fused into the CUTLASS epilogue (ops.linear); act is Identity, ReLU,
+//             GELU (erf), GELUTanh (tanh approximation) or SiLU.
 //   on_sm90   1 if the kernel is built into the sm_90a image too (an SM80 kernel Hopper dispatches
 //             to); the kernel TUs read this column, so the planner and the binary cannot disagree
 //
@@ -27,43 +30,66 @@
 //   sm80_3xtf32_*       fp32 GEMM when TF32 is NOT allowed, on Ampere, Ada and Hopper (CUTLASS 4.2 has
 //                       no SM90 3xTF32 kernel): accuracy comparable to fp32 SIMT.
 //   sm80_f64_*          fp64 GEMM (DMMA) on Ampere and Hopper.
+//   sm{90,80}_{f16,bf16}_rc_<act>  ops.linear on half types: x (M, K) row-major times an nn.Linear
+//                       weight (N, K) row-major, i.e. B column-major ("rc"), with bias + activation
+//                       fused into the epilogue. One layout only: other layouts are copied first.
 #pragma once
 
 #include <cstdint>
 
 #define OPS_CUTLASS_GEMM_KERNELS(X)                          \
-  X(sm90_f16_rr, 90, Half, Standard, Row, Row, 8, 1)            \
-  X(sm90_f16_rc, 90, Half, Standard, Row, Col, 8, 1)            \
-  X(sm90_f16_cr, 90, Half, Standard, Col, Row, 8, 1)            \
-  X(sm90_f16_cc, 90, Half, Standard, Col, Col, 8, 1)            \
-  X(sm90_bf16_rr, 90, BFloat16, Standard, Row, Row, 8, 1)       \
-  X(sm90_bf16_rc, 90, BFloat16, Standard, Row, Col, 8, 1)       \
-  X(sm90_bf16_cr, 90, BFloat16, Standard, Col, Row, 8, 1)       \
-  X(sm90_bf16_cc, 90, BFloat16, Standard, Col, Col, 8, 1)       \
-  X(sm90_tf32_rr, 90, Float, TF32, Row, Row, 4, 1)              \
-  X(sm90_tf32_rc, 90, Float, TF32, Row, Col, 4, 1)              \
-  X(sm90_tf32_cr, 90, Float, TF32, Col, Row, 4, 1)              \
-  X(sm90_tf32_cc, 90, Float, TF32, Col, Col, 4, 1)              \
-  X(sm80_f16_rr, 80, Half, Standard, Row, Row, 8, 0)            \
-  X(sm80_f16_rc, 80, Half, Standard, Row, Col, 8, 0)            \
-  X(sm80_f16_cr, 80, Half, Standard, Col, Row, 8, 0)            \
-  X(sm80_f16_cc, 80, Half, Standard, Col, Col, 8, 0)            \
-  X(sm80_bf16_rr, 80, BFloat16, Standard, Row, Row, 8, 0)       \
-  X(sm80_bf16_rc, 80, BFloat16, Standard, Row, Col, 8, 0)       \
-  X(sm80_bf16_cr, 80, BFloat16, Standard, Col, Row, 8, 0)       \
-  X(sm80_bf16_cc, 80, BFloat16, Standard, Col, Col, 8, 0)       \
-  X(sm80_tf32_rr, 80, Float, TF32, Row, Row, 4, 0)              \
-  X(sm80_tf32_rc, 80, Float, TF32, Row, Col, 4, 0)              \
-  X(sm80_tf32_cr, 80, Float, TF32, Col, Row, 4, 0)              \
-  X(sm80_tf32_cc, 80, Float, TF32, Col, Col, 4, 0)              \
-  X(sm80_3xtf32_rr, 80, Float, Fast3xTF32, Row, Row, 4, 1)      \
-  X(sm80_3xtf32_rc, 80, Float, Fast3xTF32, Row, Col, 4, 1)      \
-  X(sm80_3xtf32_cr, 80, Float, Fast3xTF32, Col, Row, 4, 1)      \
-  X(sm80_3xtf32_cc, 80, Float, Fast3xTF32, Col, Col, 4, 1)      \
-  X(sm80_f64_rr, 80, Double, Standard, Row, Row, 1, 1)          \
-  X(sm80_f64_rc, 80, Double, Standard, Row, Col, 1, 1)          \
-  X(sm80_f64_cr, 80, Double, Standard, Col, Row, 1, 1)          \
-  X(sm80_f64_cc, 80, Double, Standard, Col, Col, 1, 1)
+  X(sm90_f16_rr, 90, Half, Standard, Row, Row, 8, 1, Plain)            \
+  X(sm90_f16_rc, 90, Half, Standard, Row, Col, 8, 1, Plain)            \
+  X(sm90_f16_cr, 90, Half, Standard, Col, Row, 8, 1, Plain)            \
+  X(sm90_f16_cc, 90, Half, Standard, Col, Col, 8, 1, Plain)            \
+  X(sm90_bf16_rr, 90, BFloat16, Standard, Row, Row, 8, 1, Plain)       \
+  X(sm90_bf16_rc, 90, BFloat16, Standard, Row, Col, 8, 1, Plain)       \
+  X(sm90_bf16_cr, 90, BFloat16, Standard, Col, Row, 8, 1, Plain)       \
+  X(sm90_bf16_cc, 90, BFloat16, Standard, Col, Col, 8, 1, Plain)       \
+  X(sm90_tf32_rr, 90, Float, TF32, Row, Row, 4, 1, Plain)              \
+  X(sm90_tf32_rc, 90, Float, TF32, Row, Col, 4, 1, Plain)              \
+  X(sm90_tf32_cr, 90, Float, TF32, Col, Row, 4, 1, Plain)              \
+  X(sm90_tf32_cc, 90, Float, TF32, Col, Col, 4, 1, Plain)              \
+  X(sm80_f16_rr, 80, Half, Standard, Row, Row, 8, 0, Plain)            \
+  X(sm80_f16_rc, 80, Half, Standard, Row, Col, 8, 0, Plain)            \
+  X(sm80_f16_cr, 80, Half, Standard, Col, Row, 8, 0, Plain)            \
+  X(sm80_f16_cc, 80, Half, Standard, Col, Col, 8, 0, Plain)            \
+  X(sm80_bf16_rr, 80, BFloat16, Standard, Row, Row, 8, 0, Plain)       \
+  X(sm80_bf16_rc, 80, BFloat16, Standard, Row, Col, 8, 0, Plain)       \
+  X(sm80_bf16_cr, 80, BFloat16, Standard, Col, Row, 8, 0, Plain)       \
+  X(sm80_bf16_cc, 80, BFloat16, Standard, Col, Col, 8, 0, Plain)       \
+  X(sm80_tf32_rr, 80, Float, TF32, Row, Row, 4, 0, Plain)              \
+  X(sm80_tf32_rc, 80, Float, TF32, Row, Col, 4, 0, Plain)              \
+  X(sm80_tf32_cr, 80, Float, TF32, Col, Row, 4, 0, Plain)              \
+  X(sm80_tf32_cc, 80, Float, TF32, Col, Col, 4, 0, Plain)              \
+  X(sm80_3xtf32_rr, 80, Float, Fast3xTF32, Row, Row, 4, 1, Plain)      \
+  X(sm80_3xtf32_rc, 80, Float, Fast3xTF32, Row, Col, 4, 1, Plain)      \
+  X(sm80_3xtf32_cr, 80, Float, Fast3xTF32, Col, Row, 4, 1, Plain)      \
+  X(sm80_3xtf32_cc, 80, Float, Fast3xTF32, Col, Col, 4, 1, Plain)      \
+  X(sm80_f64_rr, 80, Double, Standard, Row, Row, 1, 1, Plain)          \
+  X(sm80_f64_rc, 80, Double, Standard, Row, Col, 1, 1, Plain)          \
+  X(sm80_f64_cr, 80, Double, Standard, Col, Row, 1, 1, Plain)          \
+  X(sm80_f64_cc, 80, Double, Standard, Col, Col, 1, 1, Plain) \
+  X(sm90_f16_rc_none, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity) \
+  X(sm90_f16_rc_relu, 90, Half, Standard, Row, Col, 8, 1, BiasReLU) \
+  X(sm90_f16_rc_gelu, 90, Half, Standard, Row, Col, 8, 1, BiasGELU) \
+  X(sm90_f16_rc_gelu_tanh, 90, Half, Standard, Row, Col, 8, 1, BiasGELUTanh) \
+  X(sm90_f16_rc_silu, 90, Half, Standard, Row, Col, 8, 1, BiasSiLU) \
+  X(sm90_bf16_rc_none, 90, BFloat16, Standard, Row, Col, 8, 1, BiasIdentity) \
+  X(sm90_bf16_rc_relu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU) \
+  X(sm90_bf16_rc_gelu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU) \
+  X(sm90_bf16_rc_gelu_tanh, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh) \
+  X(sm90_bf16_rc_silu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU) \
+  X(sm80_f16_rc_none, 80, Half, Standard, Row, Col, 8, 0, BiasIdentity) \
+  X(sm80_f16_rc_relu, 80, Half, Standard, Row, Col, 8, 0, BiasReLU) \
+  X(sm80_f16_rc_gelu, 80, Half, Standard, Row, Col, 8, 0, BiasGELU) \
+  X(sm80_f16_rc_gelu_tanh, 80, Half, Standard, Row, Col, 8, 0, BiasGELUTanh) \
+  X(sm80_f16_rc_silu, 80, Half, Standard, Row, Col, 8, 0, BiasSiLU) \
+  X(sm80_bf16_rc_none, 80, BFloat16, Standard, Row, Col, 8, 0, BiasIdentity) \
+  X(sm80_bf16_rc_relu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasReLU) \
+  X(sm80_bf16_rc_gelu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasGELU) \
+  X(sm80_bf16_rc_gelu_tanh, 80, BFloat16, Standard, Row, Col, 8, 0, BiasGELUTanh) \
+  X(sm80_bf16_rc_silu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasSiLU)
 
 
 namespace ops::cutlass_gemm {
@@ -71,6 +97,7 @@ namespace ops::cutlass_gemm {
 enum class DType : int8_t { Half, BFloat16, Float, Double };
 enum class Math : int8_t { Standard, TF32, Fast3xTF32 };
 enum class Layout : int8_t { Row, Col };
+enum class Epilogue : int8_t { Plain, BiasIdentity, BiasReLU, BiasGELU, BiasGELUTanh, BiasSiLU };
 
 enum class KernelId : int {
 #define OPS_KERNEL_ENUM(name, ...) name,
@@ -87,11 +114,12 @@ struct KernelInfo {
   Layout a, b;
   int alignment;  // elements
   bool on_sm90;
+  Epilogue epilogue;
 };
 
 inline constexpr KernelInfo kKernels[] = {
-#define OPS_KERNEL_INFO(name, sm, dtype, math, la, lb, align, on90) \
-  {#name, sm, DType::dtype, Math::math, Layout::la, Layout::lb, align, on90 != 0},
+#define OPS_KERNEL_INFO(name, sm, dtype, math, la, lb, align, on90, epilogue) \
+  {#name, sm, DType::dtype, Math::math, Layout::la, Layout::lb, align, on90 != 0, Epilogue::epilogue},
     OPS_CUTLASS_GEMM_KERNELS(OPS_KERNEL_INFO)
 #undef OPS_KERNEL_INFO
 };

@@ -108,6 +108,18 @@ const char* math_name(Math math) {
 
 const char* layout_name(Layout layout) { return layout == Layout::Row ? "row" : "col"; }
 
+const char* epilogue_name(Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::Plain: return "plain";
+    case Epilogue::BiasIdentity: return "bias";
+    case Epilogue::BiasReLU: return "bias_relu";
+    case Epilogue::BiasGELU: return "bias_gelu";
+    case Epilogue::BiasGELUTanh: return "bias_gelu_tanh";
+    case Epilogue::BiasSiLU: return "bias_silu";
+  }
+  return "?";
+}
+
 std::vector<BuiltArch> parse_arch_list(const std::string& arch_list) {
   std::vector<BuiltArch> built;
   std::string token;
@@ -176,7 +188,7 @@ std::string plan_gemm(const GemmRequest& req, GemmPlan* plan) {
   std::vector<KernelId> candidates;
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
-    if (info.dtype == req.dtype && info.math == math &&
+    if (info.dtype == req.dtype && info.math == math && info.epilogue == req.epilogue &&
         kernel_runs_on(info, req.cc_major, req.cc_minor, req.built)) {
       candidates.push_back(static_cast<KernelId>(i));
     }
@@ -203,7 +215,7 @@ std::string plan_gemm(const GemmRequest& req, GemmPlan* plan) {
   bool found = false;
   GemmPlan best;
   std::tuple<int64_t, int, int> best_key;
-  for (int swap = 0; swap < 2; ++swap) {
+  for (int swap = 0; swap < (req.allow_swap && req.epilogue == Epilogue::Plain ? 2 : 1); ++swap) {
     const int64_t m = swap ? req.n : req.m;
     const int64_t n = swap ? req.m : req.n;
     const int64_t k = req.k;

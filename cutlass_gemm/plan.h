@@ -49,6 +49,8 @@ struct GemmRequest {
   std::vector<BuiltArch> built;      // archs in the binary
   int64_t m = 0, n = 0, k = 0;
   MatrixView a, b, c;                // A (m x k), B (k x n), C (m x n): the output to write
+  Epilogue epilogue = Epilogue::Plain;  // Bias<Act> (ops.linear): a per-column bias of C
+  bool allow_swap = true;            // false for Bias<Act>: a swap would make the bias per-row
 };
 
 enum class Source : int8_t {
@@ -85,6 +87,7 @@ struct GemmLaunchArgs {
   void* d = nullptr;
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldd = 0;
+  const void* bias = nullptr;  // Bias<Act> epilogues: n elements (per column of D), or null
   int device = 0;    // CUDA device ordinal (for CUTLASS's hardware info)
   int sm_count = 0;  // multiprocessors of that device
 };
@@ -109,5 +112,6 @@ bool kernel_runs_on(const KernelInfo& info, int cc_major, int cc_minor,
 const char* dtype_name(DType dtype);
 const char* math_name(Math math);
 const char* layout_name(Layout layout);
+const char* epilogue_name(Epilogue epilogue);
 
 }  // namespace ops::cutlass_gemm

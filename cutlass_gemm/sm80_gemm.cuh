@@ -4,6 +4,7 @@
 
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
+#include <cutlass/epilogue/thread/linear_combination_generic.h>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/gemm.h>
 #include <cutlass/gemm/kernel/default_gemm_universal.h>
@@ -30,8 +31,16 @@ struct Sm80GemmConfig {
   using Accumulator = std::conditional_t<std::is_same_v<Element, double>, double, float>;
   using LayoutD = cutlass::layout::RowMajor;
 
-  using EpilogueOp =
-      cutlass::epilogue::thread::LinearCombination<Element, kAlignment, Accumulator, Accumulator>;
+  static constexpr bool kBias = Traits::kBias;
+  // Plain: D = acc. Bias<Act>: D = act(acc + C) where C is the bias read with a zero row stride
+  // (every row of C is the same length-N vector), i.e. beta = 1, ldc = 0; beta = 0 without a bias.
+  using EpilogueOp = std::conditional_t<
+      kBias,
+      cutlass::epilogue::thread::LinearCombinationGeneric<
+          ActivationTemplate<Traits::info.epilogue>::template type, Element, kAlignment, Accumulator,
+          Accumulator, cutlass::epilogue::thread::ScaleType::Default,
+          cutlass::FloatRoundStyle::round_to_nearest, /*IsHeavy=*/true>,
+      cutlass::epilogue::thread::LinearCombination<Element, kAlignment, Accumulator, Accumulator>>;
 
   using Kernel = typename cutlass::gemm::kernel::DefaultGemmUniversal<
       Element, LayoutA, cutlass::ComplexTransform::kNone, kAlignment,  //
@@ -43,13 +52,14 @@ struct Sm80GemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm80Family<Kernel, Traits::info.on_sm90>>;
 
   static typename Gemm::Arguments arguments(const GemmLaunchArgs& args) {
-    // beta = 0: the epilogue does not read C (LinearCombination::is_source_needed()).
+    // beta = 0: the epilogue does not read C (is_source_needed() is false).
+    const bool bias = kBias && args.bias != nullptr;
     return typename Gemm::Arguments(
         cutlass::gemm::GemmUniversalMode::kGemm,
         {static_cast<int>(args.m), static_cast<int>(args.n), static_cast<int>(args.k)},
-        /*batch_count=*/1, typename EpilogueOp::Params(Accumulator(1), Accumulator(0)), args.a,
-        args.b, args.d, args.d, /*batch strides*/ 0, 0, 0, 0, args.lda, args.ldb, args.ldd,
-        args.ldd);
+        /*batch_count=*/1, typename EpilogueOp::Params(Accumulator(1), Accumulator(bias ? 1 : 0)),
+        args.a, args.b, bias ? args.bias : args.d, args.d, /*batch strides*/ 0, 0, 0, 0, args.lda,
+        args.ldb, /*ldc=*/bias ? 0 : args.ldd, args.ldd);
   }
 };
 

@@ -43,12 +43,21 @@ struct Sm90GemmConfig {
   static_assert(kAlignment * sizeof(Element) == 16, "TMA needs 16-byte alignment");
   using ElementAccumulator = float;
   using LayoutD = cutlass::layout::RowMajor;
+  static constexpr bool kBias = Traits::kBias;
+
+  // Plain: D = acc. Bias<Act>: D = act(acc + bias[n]) (CUTLASS's per-column-bias + activation fusion).
+  using FusionOp = std::conditional_t<
+      kBias,
+      cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
+          ActivationTemplate<Traits::info.epilogue>::template type, Element, ElementAccumulator, Element>,
+      cutlass::epilogue::fusion::LinearCombination<Element, ElementAccumulator, void, ElementAccumulator>>;
 
   // No C source (beta = 0): ElementC = void, so the epilogue never reads it.
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
-      void, LayoutD, kAlignment, Element, LayoutD, kAlignment, EpilogueSchedule>::CollectiveOp;
+      void, LayoutD, kAlignment, Element, LayoutD, kAlignment, EpilogueSchedule,
+      FusionOp>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element,
@@ -84,6 +93,9 @@ struct Sm90GemmConfig {
         hw_info};
     arguments.epilogue.thread.alpha = 1.0f;
     arguments.epilogue.thread.beta = 0.0f;
+    if constexpr (kBias) {
+      arguments.epilogue.thread.bias_ptr = static_cast<const Element*>(args.bias);  // null: no bias
+    }
     return arguments;
   }
 };

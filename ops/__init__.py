@@ -7,10 +7,11 @@ the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ 
 
 import torch  # noqa: F401  (must be imported before the extension library is loaded)
 
-from . import allocator
+from . import allocator, nn
 from ._library import build_info, kernels, library_path
 from .fused import fused_add_rms_norm, rms_norm, silu_and_mul
 from .gemm import cutlass_gemm
+from .linear import linear
 
-__all__ = ["allocator", "cutlass_gemm", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
+__all__ = ["allocator", "nn", "cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
            "kernels", "library_path"]

@@ -80,9 +80,12 @@ def allow_tf32():
     return bool(torch.ops.ops._allow_tf32())
 
 
-def gemm_emulate(A, B, out, cc_major, cc_minor, arch_list, allow_tf32, poison=True):
+def gemm_emulate(A, B, out, cc_major, cc_minor, arch_list, allow_tf32, poison=True, bias=None,
+                 epilogue="plain"):
     """Test hook: runs the CUDA wrapper's host path on CPU tensors (see tests/test_gemm_plan.py) for a
     device of compute capability (cc_major, cc_minor) and a binary built for `arch_list`; the CUTLASS
-    launch is replaced by a replay of its launch descriptor. Writes `out`; returns the plan (dict)."""
+    launch is replaced by a replay of its launch descriptor. ``epilogue``: "plain" (cutlass_gemm) or an
+    ops.linear activation ("none", "relu", ...), which computes act(A @ B + bias). Writes `out`; returns
+    the plan (dict)."""
     return json.loads(torch.ops.ops._cutlass_gemm_emulate(A, B, out, cc_major, cc_minor, arch_list,
-                                                            allow_tf32, poison))
+                                                            allow_tf32, poison, bias, epilogue))

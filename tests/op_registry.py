@@ -141,6 +141,46 @@ def _silu_and_mul_reference(x):
     return torch.nn.functional.silu(a) * b
 
 
+def _linear_samples(device, dtype, requires_grad):
+    def t(x):
+        return x.detach().requires_grad_(requires_grad) if requires_grad else x
+
+    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    return [
+        Sample((t(r(5, 16)), t(r(8, 16, seed=1)), t(r(8, seed=2)), "none"), name="bias"),
+        Sample((t(r(2, 3, 16)), t(r(8, 16, seed=1)), None, "relu"), name="3d-relu-no-bias"),
+        Sample((t(r(5, 16)), t(r(8, 16, seed=1)), t(r(8, seed=2)), "gelu"), name="gelu"),
+        Sample((t(r(16, 5).t()), t(r(16, 8, seed=1).t()), t(r(8, seed=2)), "gelu_tanh"), name="transposed"),
+        Sample((t(r(5, 40)[:, ::2]), t(r(7, 20, seed=1)), t(r(14, seed=2)[::2]), "silu"), name="sliced"),
+        Sample((t(r(1, 16).expand(4, 16)), t(r(8, 16, seed=1)), None, "none"), name="expanded"),
+        Sample((t(r(0, 16)), t(r(8, 16, seed=1)), t(r(8, seed=2)), "silu"), name="empty-rows"),
+    ]
+
+
+def _linear_reference(x, w, b, activation):
+    import torch.nn.functional as F
+
+    z = F.linear(x.double(), w.double(), None if b is None else b.double())
+    return {"none": lambda v: v, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[activation](z)
+
+
+class LinearMLP(torch.nn.Module):
+    """x -> linear(gelu) -> linear: a transformer MLP through ops.linear."""
+
+    def __init__(self, d_in=16, d_hidden=32, d_out=8):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w1 = torch.nn.Parameter(torch.randn(d_hidden, d_in, generator=g) / d_in ** 0.5)
+        self.b1 = torch.nn.Parameter(torch.randn(d_hidden, generator=g) * 0.1)
+        self.w2 = torch.nn.Parameter(torch.randn(d_out, d_hidden, generator=g) / d_hidden ** 0.5)
+        self.b2 = torch.nn.Parameter(torch.randn(d_out, generator=g) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.ops.ops.linear(x, self.w1, self.b1, "gelu")
+        return torch.ops.ops.linear(h, self.w2, self.b2, "none")
+
+
 _input16 = lambda n: torch.randn(n, 16, generator=torch.Generator().manual_seed(n))  # noqa: E731
 
 OPS = [
@@ -156,6 +196,17 @@ OPS = [
         module_input=_input16,
         out_overload=torch.ops.ops.cutlass_gemm.out,
         out_samples=_gemm_out_samples,
+    ),
+    OpSpec(
+        name="linear",
+        overload=torch.ops.ops.linear.default,
+        call=ops.linear,
+        reference=_linear_reference,
+        samples=_linear_samples,
+        dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        differentiable=True,
+        module=LinearMLP,
+        module_input=_input16,
     ),
     OpSpec(
         name="rms_norm",

@@ -253,3 +253,59 @@ def test_fuzz_plans_compute_the_gemm(dtype, m, n, k, la, lb, lc, oa, ob, oc, pa,
         assert contiguous[operand] % align == 0, plan
         assert plan[operand]["ld"] % align == 0, plan
     reference_check(out, A, B)
+
+
+# ---- ops.linear's fused-epilogue kernels (bias + activation) ---------------------------------------
+
+ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
+
+
+def linear_reference(x, w, b, act):
+    import torch.nn.functional as F
+
+    z = x.double() @ w.double().t() + (0 if b is None else b.double())
+    return {"none": lambda v: v, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[act](z)
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.float16, "f16"), (torch.bfloat16, "bf16")])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("target,sm", [(HOPPER, 90), (AMPERE, 80)], ids=["sm90", "sm80"])
+def test_linear_epilogue_kernels(dtype, name, act, target, sm):
+    x = strided(24, 64, dtype, "row")
+    w = strided(40, 64, dtype, "row")  # nn.Linear weight (N, K): B = w.t() is column-major
+    b = strided(1, 40, dtype, "row")[0]
+    out = torch.full((24, 40), float("nan"), dtype=dtype)
+    plan = ops._library.gemm_emulate(x, w.t(), out, target["cc_major"], target["cc_minor"],
+                                     target["arch_list"], False, True, b, act)
+    assert plan["kernel"] == f"sm{sm}_{name}_rc_{act}"
+    assert plan["copied_elements"] == 0 and not plan["swap_ab"]
+    expected = linear_reference(x, w, b, act)
+    torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_linear_epilogue_never_swaps_and_pads_bias(act):
+    # A column-major out would invite a swap, which would turn the per-column bias into a per-row one:
+    # the planner must instead write through a temporary. N = 13 (not a multiple of 8) pads N and bias.
+    x = strided(9, 24, torch.bfloat16, "row")
+    w = strided(13, 24, torch.bfloat16, "row")
+    b = strided(1, 13, torch.bfloat16, "row", offset=1)[0]  # misaligned bias
+    out = torch.full((13, 9), float("nan"), dtype=torch.bfloat16).t()
+    plan = ops._library.gemm_emulate(x, w.t(), out, 9, 0, "9.0a", False, True, b, act)
+    assert not plan["swap_ab"] and plan["n"] == 16 and plan["d"]["source"] == "copy"
+    torch.testing.assert_close(out.double(), linear_reference(x, w, b, act), atol=3e-2, rtol=2e-2)
+
+
+def test_linear_epilogue_without_bias_and_empty_k():
+    x = strided(8, 16, torch.float16, "row")
+    w = strided(16, 16, torch.float16, "row")
+    out = torch.full((8, 16), float("nan"), dtype=torch.float16)
+    ops._library.gemm_emulate(x, w.t(), out, 9, 0, "9.0a", False, True, None, "relu")
+    torch.testing.assert_close(out.double(), linear_reference(x, w, None, "relu"), atol=1e-2, rtol=1e-2)
+    # K = 0: act(bias) in every row.
+    b = torch.randn(16).half()
+    out0 = torch.full((8, 16), float("nan"), dtype=torch.float16)
+    ops._library.gemm_emulate(torch.empty(8, 0).half(), torch.empty(0, 16).half(), out0, 9, 0, "9.0a",
+                              False, True, b, "silu")
+    torch.testing.assert_close(out0.float(), torch.nn.functional.silu(b.float()).expand(8, 16), atol=1e-3, rtol=1e-3)

@@ -39,9 +39,12 @@ def test_backward_matches_reference_and_no_registration_warning(spec, device):
             # "autograd kernel was not registered" would mean a silent no-grad path: make it an error.
             warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
             out = spec.call(*sample.args, **sample.kwargs)
-            grads = torch.autograd.grad(out.sum(), sample.args, allow_unused=True)
-        ref_args = [a.detach().double().requires_grad_() for a in sample.args]
-        ref_grads = torch.autograd.grad(spec.reference(*ref_args).sum(), ref_args, allow_unused=True)
+            tensors = [a for a in sample.args if isinstance(a, torch.Tensor)]
+            grads = torch.autograd.grad(out.sum(), tensors, allow_unused=True)
+        ref_args = [a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a
+                    for a in sample.args]
+        ref_tensors = [a for a in ref_args if isinstance(a, torch.Tensor)]
+        ref_grads = torch.autograd.grad(spec.reference(*ref_args).sum(), ref_tensors, allow_unused=True)
         for g, rg in zip(grads, ref_grads):
             torch.testing.assert_close(g.double(), rg, atol=1e-4, rtol=1e-4)
 
@@ -53,6 +56,7 @@ def test_only_needed_gradients_are_computed(spec, device):
         pytest.skip("not differentiable")
     args = list(spec.samples(device, torch.float32, False)[0].args)
     args[0] = args[0].detach().requires_grad_()
+    assert all(not (isinstance(a, torch.Tensor) and a.requires_grad) for a in args[1:])
     out = spec.call(*args)
     out.sum().backward()
     assert args[0].grad is not None and all(a.grad is None for a in args[1:] if isinstance(a, torch.Tensor))

@@ -1,0 +1,121 @@
+"""Each fused op against its PyTorch reference, measured in the same run.
+
+    python -m benchmarks.ops [--dtypes bf16,fp32] [--quick|--full] [--out DIR]
+
+rms_norm vs F.rms_norm; fused_add_rms_norm vs (x + r, F.rms_norm); silu_and_mul vs F.silu(a) * b;
+linear (bias + activation) vs F.linear + activation and, where it applies, torch._addmm_activation
+(cuBLASLt's fused bias + ReLU/GELU). Reports median time, the ratio (reference time / ops time: above 1
+means ops is faster) and, for the memory-bound ops, the achieved bandwidth in GB/s (bytes each op must
+read and write once, over its time). On CPU it runs a quick suite by default.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+import ops
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_json
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
+
+
+def cases(device, quick):
+    """(op, shape description, build(dtype) -> (ops_fn, [(reference name, fn)], bytes moved or None))."""
+    tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
+    if device == "cpu":
+        tokens = [16, 256] if quick else [1, 16, 128, 1024]
+    hidden, inter = (4096, 14336)
+    out = []
+    for t in tokens:
+        def rms(dtype, t=t):
+            x = torch.randn(t, hidden, device=device, dtype=dtype)
+            w = torch.randn(hidden, device=device, dtype=dtype)
+            nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
+            return (lambda: ops.rms_norm(x, w, 1e-5)), [("F.rms_norm", lambda: F.rms_norm(x, (hidden,), w, 1e-5))], nbytes
+
+        def add_rms(dtype, t=t):
+            x = torch.randn(t, hidden, device=device, dtype=dtype)
+            r = torch.randn(t, hidden, device=device, dtype=dtype)
+            w = torch.randn(hidden, device=device, dtype=dtype)
+            nbytes = 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
+
+            def reference():
+                s = x + r
+                return F.rms_norm(s, (hidden,), w, 1e-5), s
+            # In place on scratch copies would add a copy to the timing; the op's values are not checked
+            # here (tests do), so it runs in place on the same buffers each time.
+            return (lambda: ops.fused_add_rms_norm(x, r, w, 1e-5)), [("x + r; F.rms_norm", reference)], nbytes
+
+        def silu(dtype, t=t):
+            x = torch.randn(t, 2 * inter, device=device, dtype=dtype)
+            nbytes = (x.numel() + x.numel() // 2) * x.element_size()
+            return (lambda: ops.silu_and_mul(x)), [("F.silu(a) * b", lambda: F.silu(x[:, :inter]) * x[:, inter:])], nbytes
+
+        out += [("rms_norm", f"T={t} x {hidden}", rms), ("fused_add_rms_norm", f"T={t} x {hidden}", add_rms),
+                ("silu_and_mul", f"T={t} x 2*{inter}", silu)]
+    lin_tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
+    if device == "cpu":
+        lin_tokens = [16, 128] if quick else [1, 16, 128]
+    for t in lin_tokens:
+        for act in (("gelu", "relu") if quick else ("relu", "gelu", "gelu_tanh", "silu")):
+            def lin(dtype, t=t, act=act, k=1024 if device == "cpu" else 4096, n=4096):
+                x = torch.randn(t, k, device=device, dtype=dtype)
+                w = torch.randn(n, k, device=device, dtype=dtype)
+                b = torch.randn(n, device=device, dtype=dtype)
+                refs = [("F.linear + act", lambda: ACT[act](F.linear(x, w, b)))]
+                if act in ("relu", "gelu") and device == "cuda":
+                    refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
+                return (lambda: ops.linear(x, w, b, act)), refs, None
+            out.append((f"linear[{act}]", f"T={t} x {4096 if device == 'cuda' else 1024} -> 4096", lin))
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtypes", default=None, help="comma-separated of bf16, fp16, fp32")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true")
+    mode.add_argument("--full", action="store_true")
+    parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
+    args = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    quick = args.quick or (device == "cpu" and not args.full)
+    dtypes = (args.dtypes or ("bf16,fp16" if device == "cuda" else "fp32,bf16")).split(",")
+    if device == "cpu":
+        print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite, "
+              f"{torch.get_num_threads()} threads).", flush=True)
+    timer = CudaTimer() if device == "cuda" else None
+    results = []
+    todo = [(d, c) for d in dtypes for c in cases(device, quick)]
+    for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
+        fn, refs, nbytes = build(DTYPES[dname])
+        t_ops = timer(fn) if timer else cpu_time(fn)
+        for ref_name, ref in refs:
+            t_ref = timer(ref) if timer else cpu_time(ref)
+            results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
+                            "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
+                            "ops_GBps": nbytes / t_ops / 1e9 if nbytes else None,
+                            "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None})
+    headers = ["op", "shape", "dtype", "reference", "ops ms", "ref ms", "ratio", "ops GB/s", "ref GB/s"]
+    rows = [[r["op"], r["shape"], r["dtype"], r["reference"], f"{r['ops_ms']:.4f}", f"{r['ref_ms']:.4f}",
+             f"{r['ratio']:.2f}", f"{r['ops_GBps']:.1f}" if r["ops_GBps"] else "-",
+             f"{r['ref_GBps']:.1f}" if r["ref_GBps"] else "-"] for r in results]
+    table = markdown_table(headers, rows)
+    print(table)
+    facts = machine_facts(device)
+    write_json(os.path.join(args.out, "ops.json"), {"benchmark": "ops", "device": device, "quick": quick,
+                                                   "machine": facts, "results": results,
+                                                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    with open(os.path.join(args.out, "ops.md"), "w") as f:
+        f.write(f"# Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

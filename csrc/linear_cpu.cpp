@@ -1,0 +1,36 @@
+// CPU kernel of ops::linear: ATen's addmm (BLAS) plus the activation, with the same checks and
+// semantics as the CUDA kernel (cutlass_gemm/linear_cuda.cpp).
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/library.h>
+
+#include "../cutlass_gemm/gemm_host.h"
+#include "checks.h"
+
+namespace ops {
+namespace {
+
+at::Tensor linear_cpu(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                      c10::string_view activation) {
+  check_linear_inputs("linear", input, weight, bias);
+  const auto epilogue = cutlass_gemm::epilogue_for_activation("linear", activation);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const int64_t K = input.size(-1), N = weight.size(0);
+  auto out_sizes = input.sizes().vec();
+  out_sizes.back() = N;
+  at::Tensor out = at::empty(out_sizes, input.options());
+  at::Tensor out2d = out.view({-1, N});
+  const at::Tensor x2d = input.reshape({-1, K});
+  if (bias.has_value() && bias->defined()) {
+    at::addmm_out(out2d, *bias, x2d, weight.t());
+  } else {
+    at::mm_out(out2d, x2d, weight.t());
+  }
+  cutlass_gemm::apply_activation_(out2d, epilogue);
+  return out;
+}
+
+}  // namespace
+}  // namespace ops
+
+TORCH_LIBRARY_IMPL(ops, CPU, m) { m.impl("linear", &ops::linear_cpu); }

@@ -1,0 +1,210 @@
+"""nn modules over the ops, and ``convert(model)`` to put them into an existing model.
+
+* ``Linear``: a drop-in ``torch.nn.Linear`` (same parameters and ``state_dict`` keys; it is a subclass)
+  whose forward is ``ops.linear``, with an optional fused activation.
+* ``RMSNorm``: a drop-in ``torch.nn.RMSNorm`` (1-D normalized shape) whose forward is ``ops.rms_norm``.
+* ``convert(model)``: swaps matching modules in place, sharing their parameters, and fuses a Linear with
+  the activation module that follows it where the model's structure makes that safe (see convert).
+"""
+
+import dataclasses
+from typing import List, Optional, Tuple
+
+import torch
+import torch.fx
+
+from . import fused, linear as _linear
+
+__all__ = ["Linear", "RMSNorm", "convert", "ConversionReport"]
+
+
+class Linear(torch.nn.Linear):
+    """``torch.nn.Linear`` computing ``activation(x @ weight.T + bias)`` with ``ops.linear``.
+
+    Args: as ``torch.nn.Linear``, plus ``activation``: "none", "relu", "gelu", "gelu_tanh" or "silu".
+    Parameters and ``state_dict`` keys (``weight`` (out, in), ``bias`` (out,)) are nn.Linear's.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 activation: str = "none"):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        if activation not in _linear.ACTIVATIONS:
+            raise ValueError(f"ops.nn.Linear: activation must be one of {_linear.ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return _linear.linear(input, self.weight, self.bias, self.activation)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", activation={self.activation!r}"
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, activation: str = "none") -> "Linear":
+        """An ops Linear sharing ``module``'s parameters (no copy)."""
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = module.in_features, module.out_features
+        new.weight = module.weight
+        new.bias = module.bias
+        new.activation = activation
+        new.train(module.training)
+        return new
+
+
+class RMSNorm(torch.nn.Module):
+    """``torch.nn.RMSNorm`` over the last dimension with ``ops.rms_norm``: y = x / sqrt(mean(x^2) + eps) * weight.
+
+    Args:
+        normalized_shape: the hidden size (an int, or a 1-element shape).
+        eps: as torch.nn.RMSNorm; None means ``torch.finfo(x.dtype).eps``.
+        elementwise_affine: learnable ``weight`` (hidden,), initialised to ones; without it, ones are used.
+    """
+
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if len(shape) != 1:
+            raise ValueError(f"ops.nn.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
+        self.normalized_shape = shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        eps = self.eps if self.eps is not None else torch.finfo(input.dtype).eps
+        weight = self.weight if self.weight is not None else torch.ones(
+            self.normalized_shape, dtype=input.dtype, device=input.device)
+        return fused.rms_norm(input, weight, eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+    @classmethod
+    def from_module(cls, module: torch.nn.Module) -> "RMSNorm":
+        """From ``torch.nn.RMSNorm`` or a Hugging Face ``*RMSNorm`` (weight + ``eps`` or ``variance_epsilon``)."""
+        weight = getattr(module, "weight", None)
+        hidden = getattr(module, "normalized_shape", None) or (weight.shape[0],)
+        eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
+        new = cls(hidden, eps=eps, elementwise_affine=False)
+        new.elementwise_affine = weight is not None
+        new.weight = weight
+        return new
+
+
+def _activation_name(module: torch.nn.Module) -> Optional[str]:
+    """The ops.linear activation a module computes, or None. Covers torch.nn's ReLU, GELU and SiLU and
+    Hugging Face's activation classes (matched by name, so transformers need not be installed)."""
+    if isinstance(module, torch.nn.ReLU):
+        return "relu"
+    if isinstance(module, torch.nn.GELU):
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
+    if isinstance(module, torch.nn.SiLU):
+        return "silu"
+    name = type(module).__name__
+    if name == "GELUActivation" and getattr(module, "act", None) in (None, torch.nn.functional.gelu):
+        return "gelu"
+    if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "GELUPytorchTanh"):
+        return "gelu_tanh"
+    if name == "SiLUActivation":
+        return "silu"
+    return None
+
+
+def _is_rms_norm(module: torch.nn.Module) -> bool:
+    if isinstance(module, RMSNorm):
+        return False
+    if isinstance(module, torch.nn.RMSNorm):
+        return len(module.normalized_shape) == 1
+    # Hugging Face Llama-style RMSNorm: a 1-D weight and an epsilon, nothing else.
+    return (type(module).__name__.endswith("RMSNorm") and isinstance(getattr(module, "weight", None), torch.Tensor)
+            and module.weight.dim() == 1 and hasattr(module, "variance_epsilon"))
+
+
+@dataclasses.dataclass
+class ConversionReport:
+    """What ``convert`` replaced: module names (as in ``named_modules``)."""
+
+    linear: List[str] = dataclasses.field(default_factory=list)
+    rms_norm: List[str] = dataclasses.field(default_factory=list)
+    fused: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)  # (linear, activation module, act)
+
+    def __str__(self):
+        lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
+                 f"{len(self.fused)} Linear+activation fused"]
+        lines += [f"  fused {lin} + {act_mod} -> activation={act!r}" for lin, act_mod, act in self.fused]
+        return "\n".join(lines)
+
+
+def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
+    """(linear child, activation child, act) pairs of `parent` where the activation module is the only
+    user of the linear's output: in an nn.Sequential, consecutive children; elsewhere, found by tracing
+    parent's forward with torch.fx (a parent that does not trace is left unfused)."""
+    children = dict(parent.named_children())
+    pairs = []
+    if isinstance(parent, torch.nn.Sequential):
+        names = list(children)
+        for a, b in zip(names, names[1:]):
+            act = _activation_name(children[b])
+            if type(children[a]) is torch.nn.Linear and act:
+                pairs.append((a, b, act))
+        return pairs
+    if not any(type(c) is torch.nn.Linear for c in children.values()):
+        return pairs
+
+    class _Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return True  # every child is one node
+
+    try:
+        graph = _Leaves().trace(parent)
+    except Exception:  # noqa: BLE001 - any tracing failure means: unknown structure, do not fuse
+        return pairs
+    called = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            called.setdefault(node.target, []).append(node)
+    for node in graph.nodes:
+        if node.op != "call_module" or "." in node.target or type(children.get(node.target)) is not torch.nn.Linear:
+            continue
+        if len(called[node.target]) != 1 or len(node.users) != 1:
+            continue  # a linear called twice, or whose output is used elsewhere too
+        user = next(iter(node.users))
+        if user.op != "call_module" or "." in user.target or len(called.get(user.target, [])) != 1:
+            continue
+        act = _activation_name(children.get(user.target))
+        if act and len(user.args) == 1 and not user.kwargs:
+            pairs.append((node.target, user.target, act))
+    return pairs
+
+
+def convert(model: torch.nn.Module, fuse_activations: bool = True) -> ConversionReport:
+    """Swap ``torch.nn.Linear`` for ``ops.nn.Linear`` and RMSNorm modules (``torch.nn.RMSNorm``, Hugging
+    Face ``*RMSNorm``) for ``ops.nn.RMSNorm`` in ``model``, in place, sharing parameters (the state_dict
+    is unchanged). With ``fuse_activations``, a Linear whose output feeds only an activation module
+    (ReLU, GELU, GELU-tanh, SiLU) becomes one fused ``ops.nn.Linear(activation=...)`` and the activation
+    module becomes ``nn.Identity``.
+
+    Returns:
+        A ConversionReport naming every replaced module (printable).
+    """
+    report = ConversionReport()
+    for parent_name, parent in list(model.named_modules()):
+        prefix = f"{parent_name}." if parent_name else ""
+        fused_pairs = _fusable_pairs(parent) if fuse_activations else []
+        fused_with = {lin: (act_mod, act) for lin, act_mod, act in fused_pairs}
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                act_mod, act = fused_with.get(name, (None, "none"))
+                setattr(parent, name, Linear.from_linear(child, activation=act))
+                report.linear.append(prefix + name)
+                if act_mod is not None:
+                    setattr(parent, act_mod, torch.nn.Identity())
+                    report.fused.append((prefix + name, prefix + act_mod, act))
+            elif _is_rms_norm(child):
+                setattr(parent, name, RMSNorm.from_module(child))
+                report.rms_norm.append(prefix + name)
+    return report

