@@ -5,6 +5,7 @@ TORCH_LIBRARY when loaded), so the same file serves Python (`torch.ops.load_libr
 programs (dlopen or linking; see tests/cpp/). Its introspection ops return JSON, decoded here.
 """
 
+import ctypes
 import glob
 import importlib
 import json
@@ -54,6 +55,10 @@ def load():
     try:
         torch.ops.load_library(path)
     except OSError as exc:
+        try:  # torch's message hides the loader's reason (e.g. an undefined symbol); ask the loader
+            ctypes.CDLL(path)
+        except OSError as detail:
+            exc = detail
         raise ImportError(
             f"ops: loading the compiled library {path} failed ({exc}). It was built with torch "
             f"{info.TORCH_VERSION} (CUDA {info.TORCH_CUDA_VERSION}); rebuild it in this environment."
