@@ -14,14 +14,13 @@ Needs an NVIDIA GPU; without one it says so and exits.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 import torch
 
-from benchmarks.common import RESULTS, machine_facts, markdown_table, write_json
+from benchmarks.common import RESULTS, machine_facts, markdown_table, write_report
 
 CONFIGS = {
     "torch caching": {"env": {}, "setup": ""},
@@ -99,9 +98,7 @@ def main(argv=None):
     print(table)
     payload = {"benchmark": "allocator", "machine": machine_facts("cuda"), "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_json(os.path.join(args.out, "allocator.json"), payload)
-    with open(os.path.join(args.out, "allocator.md"), "w") as f:
-        f.write(f"# Allocators on {payload['machine'].get('gpu')}\n\n{table}\n")
+    write_report(args.out, "allocator", payload, f"Allocators on {payload['machine'].get('gpu')}", table)
     return 1 if any("error" in r for r in results.values()) else 0
 
 

@@ -78,6 +78,13 @@ def write_json(path, payload):
         json.dump(payload, f, indent=1)
 
 
+def write_report(out_dir, name, payload, title, table):
+    """<out_dir>/<name>.json (payload) and <name>.md (title + table)."""
+    write_json(os.path.join(out_dir, f"{name}.json"), payload)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write(f"# {title}\n\n{table}\n")
+
+
 def markdown_table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -24,7 +24,7 @@ import torch
 
 import ops
 from benchmarks import models
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_json
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_report
 
 MINILM_CONFIG = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                      intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512)
@@ -89,11 +89,10 @@ def main(argv=None):
     table = markdown_table(["model", "stock ms", "ops ms", "speed-up", "agreement"], rows)
     print(table)
     facts = machine_facts(device)
-    write_json(os.path.join(args.out, "model.json"), {"benchmark": "model", "device": device, "minilm": source,
-                                                     "machine": facts, "results": results,
-                                                     "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    with open(os.path.join(args.out, "model.md"), "w") as f:
-        f.write(f"# Models on {facts.get('gpu', 'CPU')} ({dtype})\n\nMiniLM: {source}\n\n{table}\n")
+    payload = {"benchmark": "model", "device": device, "minilm": source, "machine": facts, "results": results,
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_report(args.out, "model", payload, f"Models on {facts.get('gpu', 'CPU')} ({dtype}); MiniLM: {source}",
+                 table)
     return 0
 
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import ops
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_json
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_report
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -109,11 +109,9 @@ def main(argv=None):
     table = markdown_table(headers, rows)
     print(table)
     facts = machine_facts(device)
-    write_json(os.path.join(args.out, "ops.json"), {"benchmark": "ops", "device": device, "quick": quick,
-                                                   "machine": facts, "results": results,
-                                                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    with open(os.path.join(args.out, "ops.md"), "w") as f:
-        f.write(f"# Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}\n\n{table}\n")
+    payload = {"benchmark": "ops", "device": device, "quick": quick, "machine": facts, "results": results,
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_report(args.out, "ops", payload, f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}", table)
     return 0
 
 

@@ -63,4 +63,19 @@ struct Sm80GemmConfig {
   }
 };
 
+// The tile configurations the kernel TUs instantiate (threadblock, warp, instruction shape, stages).
+template <KernelId kId>
+using Sm80HalfConfig = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<128, 128, 32>,
+                                      cutlass::gemm::GemmShape<64, 64, 32>, cutlass::gemm::GemmShape<16, 8, 16>, 4>;
+template <KernelId kId>
+using Sm80Tf32Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<128, 128, 16>,
+                                      cutlass::gemm::GemmShape<64, 64, 16>, cutlass::gemm::GemmShape<16, 8, 8>, 4>;
+// 3xTF32 runs three tf32 MMAs per product: smaller tiles, as in CUTLASS's example 27.
+template <KernelId kId>
+using Sm80Fast3xTf32Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<128, 64, 16>,
+                                            cutlass::gemm::GemmShape<64, 32, 16>, cutlass::gemm::GemmShape<16, 8, 8>, 3>;
+template <KernelId kId>
+using Sm80F64Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<64, 64, 16>,
+                                     cutlass::gemm::GemmShape<32, 32, 16>, cutlass::gemm::GemmShape<8, 8, 4>, 4>;
+
 }  // namespace ops::cutlass_gemm

@@ -100,4 +100,14 @@ struct Sm90GemmConfig {
   }
 };
 
+// The tile configurations the kernel TUs instantiate (one place to tune them; issue 6 adds more).
+// Half types: 128x128x64 tiles, 2x1 clusters, cooperative schedule.
+template <KernelId kId>
+using Sm90HalfConfig =
+    Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
+// tf32: 128x128x32 tiles (the same shared-memory footprint per stage as half types at K = 64).
+template <KernelId kId>
+using Sm90Tf32Config =
+    Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, cute::_32>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
+
 }  // namespace ops::cutlass_gemm

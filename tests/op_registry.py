@@ -41,11 +41,19 @@ def _randn(*shape, dtype, device, requires_grad=False, seed=0):
         .requires_grad_(requires_grad)
 
 
-def _gemm_samples(device, dtype, requires_grad):
+def _makers(device, dtype, requires_grad):
+    """t(x): x as a leaf that requires grad (if asked); r(*shape, seed): a seeded N(0, 1) tensor."""
     def t(x):
         return x.detach().requires_grad_(requires_grad) if requires_grad else x
 
-    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    def r(*shape, seed=0):
+        return _randn(*shape, dtype=dtype, device=device, seed=seed)
+
+    return t, r
+
+
+def _gemm_samples(device, dtype, requires_grad):
+    t, r = _makers(device, dtype, requires_grad)
     return [
         Sample((t(r(5, 7)), t(r(7, 3, seed=1))), name="row-row"),
         Sample((t(r(7, 5).t()), t(r(3, 7, seed=1).t())), name="transposed"),
@@ -58,7 +66,7 @@ def _gemm_samples(device, dtype, requires_grad):
 
 
 def _gemm_out_samples(device, dtype):
-    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    _, r = _makers(device, dtype, False)
     return [
         Sample((r(5, 7), r(7, 3, seed=1)), {"out": torch.empty(5, 3, dtype=dtype, device=device)}, "row"),
         Sample((r(5, 7), r(7, 3, seed=1)), {"out": torch.empty(3, 5, dtype=dtype, device=device).t()}, "col"),
@@ -82,10 +90,7 @@ class GemmMLP(torch.nn.Module):
 
 
 def _rms_norm_samples(device, dtype, requires_grad):
-    def t(x):
-        return x.detach().requires_grad_(requires_grad) if requires_grad else x
-
-    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    t, r = _makers(device, dtype, requires_grad)
     return [
         Sample((t(r(5, 16)), t(r(16, seed=1))), name="contiguous"),
         Sample((t(r(3, 4, 13)), t(r(13, seed=1))), name="3d-odd-hidden"),
@@ -98,10 +103,7 @@ def _rms_norm_samples(device, dtype, requires_grad):
 
 
 def _silu_and_mul_samples(device, dtype, requires_grad):
-    def t(x):
-        return x.detach().requires_grad_(requires_grad) if requires_grad else x
-
-    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    t, r = _makers(device, dtype, requires_grad)
     return [
         Sample((t(r(5, 32)),), name="contiguous"),
         Sample((t(r(2, 3, 14)),), name="3d-odd-half"),
@@ -142,10 +144,7 @@ def _silu_and_mul_reference(x):
 
 
 def _linear_samples(device, dtype, requires_grad):
-    def t(x):
-        return x.detach().requires_grad_(requires_grad) if requires_grad else x
-
-    r = lambda *s, seed=0: _randn(*s, dtype=dtype, device=device, seed=seed)  # noqa: E731
+    t, r = _makers(device, dtype, requires_grad)
     return [
         Sample((t(r(5, 16)), t(r(8, 16, seed=1)), t(r(8, seed=2)), "none"), name="bias"),
         Sample((t(r(2, 3, 16)), t(r(8, 16, seed=1)), None, "relu"), name="3d-relu-no-bias"),

@@ -1,7 +1,6 @@
 """torch.distributed with the ops: a two-process DistributedDataParallel run (gloo on CPU; NCCL where
 two GPUs exist) of each registered op's model gives the gradients of a single-process run."""
 
-import os
 
 import pytest
 import torch
