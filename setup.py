@@ -149,14 +149,14 @@ BUILD_INFO = {
     "torch_cuda_version": torch.version.cuda if WITH_CUDA else None,
     "nvcc_version": _nvcc_version(_cuda_home) if WITH_CUDA else None,
     "with_cuda": WITH_CUDA,
-    "cuda_home": _cuda_home if WITH_CUDA else None,
+    "cuda_home": _cuda_home,  # also for CPU-only builds: C++ programs against a CUDA torch need it
     "cuda_arch_list": ARCH_LIST,
     "cutlass_version": _cutlass_version() if WITH_CUDA else None,
     "python_version": ".".join(map(str, sys.version_info[:3])),
 }
 
-# A generated header with the build facts, included only by the TUs that report them, and rewritten
-# only when a fact changes (so a rebuild recompiles nothing else).
+# A generated header with the build facts, force-included into every TU (-include) and rewritten only
+# when a fact changes, so an unchanged configuration recompiles nothing.
 GENERATED = os.path.join(ROOT, "build", "generated")
 _write_if_changed(
     os.path.join(GENERATED, "ops_build_config.h"),

@@ -71,6 +71,8 @@ def run(args):
               f"({'quick' if quick else 'full'} suite).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if not dtypes:
+        sys.exit(f"--dtypes is empty; choose from {', '.join(DTYPES)}")
     for d in dtypes:
         if d not in DTYPES:
             sys.exit(f"unknown dtype {d!r}; choose from {', '.join(DTYPES)}")

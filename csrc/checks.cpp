@@ -13,7 +13,8 @@ bool is_gemm_dtype(at::ScalarType t) {
 }  // namespace
 
 void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B) {
-  TORCH_CHECK(A.defined() && B.defined(), op, ": A and B must be defined tensors");
+  TORCH_CHECK(A.defined(), op, ": A must be a defined tensor (M, K), got an undefined tensor (None)");
+  TORCH_CHECK(B.defined(), op, ": B must be a defined tensor (K, N), got an undefined tensor (None)");
   TORCH_CHECK(A.dim() == 2, op, ": expected A to be a 2-D matrix (M, K), got a ", A.dim(),
               "-D tensor of shape ", A.sizes());
   TORCH_CHECK(B.dim() == 2, op, ": expected B to be a 2-D matrix (K, N), got a ", B.dim(),
@@ -32,7 +33,7 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
               ": A and B must be dense (strided) tensors, got ", A.layout(), " and ", B.layout());
 }
 
-void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
+bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
                     const at::Tensor& out) {
   TORCH_CHECK(out.defined(), op, ": out must be a defined tensor");
   TORCH_CHECK(out.dim() == 2 && out.size(0) == A.size(0) && out.size(1) == B.size(1), op,
@@ -46,12 +47,16 @@ void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
   TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
               ": out has internally overlapping memory (e.g. an expanded tensor); pass a tensor "
               "whose elements each have their own memory");
+  bool undecided = false;
   for (const auto& [name, input] : {std::pair<const char*, const at::Tensor&>{"A", A}, {"B", B}}) {
     const auto status = at::get_overlap_status(out, input);
     TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, op,
                 ": out overlaps ", name,
                 " in memory; the result would overwrite its own input. Pass a separate out tensor.");
+    undecided = undecided || (status == at::MemOverlapStatus::TooHard && input.numel() > 0 &&
+                              out.is_alias_of(input));
   }
+  return undecided;
 }
 
 void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,

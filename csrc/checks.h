@@ -10,7 +10,10 @@ namespace ops {
 void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B);
 
 // out: shape (M, N), A's dtype and device, not overlapping A or B, no internal overlap.
-void check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out);
+// Returns true when out shares storage with A or B in a way the overlap analysis cannot decide
+// (strided views of one buffer, e.g. out = X[:, :4] with A = X[:, 4:]): the kernels must then compute
+// into a temporary and copy it into out, so a real overlap can never give a wrong result.
+bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out);
 
 // linear: input (..., K), weight (N, K), bias (N,) or undefined; same floating dtype and device.
 void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,

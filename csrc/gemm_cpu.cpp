@@ -11,11 +11,15 @@ namespace {
 
 void cutlass_gemm_out_cpu(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
   check_gemm_inputs("cutlass_gemm", A, B);
-  check_gemm_out("cutlass_gemm", A, B, out);
+  const bool may_alias = check_gemm_out("cutlass_gemm", A, B, out);
   // A backend kernel: the ATen call inside must not be seen by autograd (the op's own autograd
   // formula, where registered, is above this kernel).
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  at::mm_out(out, A, B);
+  if (may_alias) {
+    out.copy_(at::mm(A, B));  // out shares A's or B's buffer: never read what we are writing
+  } else {
+    at::mm_out(out, A, B);
+  }
 }
 
 at::Tensor cutlass_gemm_cpu(const at::Tensor& A, const at::Tensor& B) {

@@ -54,7 +54,8 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
                          bool allow_tf32, bool poison, const c10::optional<at::Tensor>& bias,
                          c10::string_view epilogue) {
   check_gemm_inputs("cutlass_gemm", A, B);
-  check_gemm_out("cutlass_gemm", A, B, out);
+  TORCH_CHECK(!check_gemm_out("cutlass_gemm", A, B, out),
+              "cutlass_gemm emulation: out shares A's or B's buffer (the real op computes into a temporary)");
   TORCH_CHECK(A.device().is_cpu(), "cutlass_gemm emulation runs on CPU tensors, got ", A.device());
   cg::DeviceTarget target;
   target.cc_major = static_cast<int>(cc_major);

@@ -8,8 +8,8 @@ TORCH_LIBRARY(ops, m) {
   m.set_python_module("ops.gemm");
   // C = A @ B. A (M, K), B (K, N), C (M, N); float16, bfloat16, float32, float64.
   m.def("cutlass_gemm(Tensor A, Tensor B) -> Tensor");
-  // Out variant: writes A @ B into out (M, N). Returns nothing (see REFERENCES.md: an aliasing
-  // return needs torch.Tag.out, whose name changed across torch releases).
+  // Out variant: writes A @ B into out (M, N). Returns nothing (an aliasing return would need
+  // torch.Tag.out, whose name changed across torch releases: torch 2.10-2.12 call it out_variant).
   m.def("cutlass_gemm.out(Tensor A, Tensor B, *, Tensor(a!) out) -> ()");
 
   m.set_python_module("ops.linear");

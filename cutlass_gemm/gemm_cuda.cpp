@@ -68,10 +68,16 @@ void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
 
 namespace {
 
+at::Tensor cutlass_gemm_cuda(const at::Tensor& A, const at::Tensor& B);
+
 void cutlass_gemm_out_cuda(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
   check_gemm_inputs("cutlass_gemm", A, B);
-  check_gemm_out("cutlass_gemm", A, B, out);
+  const bool may_alias = check_gemm_out("cutlass_gemm", A, B, out);
   const c10::cuda::CUDAGuard guard(A.device());
+  if (may_alias) {  // out shares A's or B's buffer: compute into a fresh tensor, then copy
+    out.copy_(cutlass_gemm_cuda(A, B));
+    return;
+  }
   gemm_into(A, B, out, current_device_target(),
             [&](const GemmPlan& plan, const GemmLaunchArgs& args) { launch_cutlass(plan, args, A); });
 }
