@@ -82,7 +82,7 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
         RuntimeError: a 0-D input, weight not of shape (hidden,), dtypes that differ or are not floating,
             tensors on different devices.
     """
-    return torch.ops.ops.rms_norm.default(input, weight, eps)
+    return torch.ops.ops.rms_norm(input, weight, eps)
 
 
 # ---- fused_add_rms_norm --------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
     Raises:
         RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs.
     """
-    torch.ops.ops.fused_add_rms_norm.default(input, residual, weight, eps)
+    torch.ops.ops.fused_add_rms_norm(input, residual, weight, eps)
 
 
 # ---- silu_and_mul --------------------------------------------------------------------------------------
@@ -163,4 +163,4 @@ def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
     Raises:
         RuntimeError: a 0-D input, an odd last dimension, a non-floating dtype.
     """
-    return torch.ops.ops.silu_and_mul.default(input)
+    return torch.ops.ops.silu_and_mul(input)

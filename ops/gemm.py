@@ -112,7 +112,8 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
             out variant with an argument that requires grad (grad mode on), or (CUDA) a GPU the kernels
             were not built for (sm80-sm89, sm90 with 9.0a).
     """
+    # Overload packets (not .default / .out) so that TorchScript can compile callers of this function.
     if out is None:
-        return torch.ops.ops.cutlass_gemm.default(A, B)
-    torch.ops.ops.cutlass_gemm.out(A, B, out=out)
+        return torch.ops.ops.cutlass_gemm(A, B)
+    torch.ops.ops.cutlass_gemm(A, B, out=out)
     return out

@@ -109,4 +109,4 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         RuntimeError: shapes that do not chain ((..., K) with (N, K) and (N,)), dtypes that differ or are
             not floating, tensors on different devices. ValueError: an unknown activation.
     """
-    return torch.ops.ops.linear.default(input, weight, bias, activation)
+    return torch.ops.ops.linear(input, weight, bias, activation)

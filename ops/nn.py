@@ -19,6 +19,8 @@ __all__ = ["Linear", "RMSNorm", "convert", "ConversionReport"]
 
 
 class Linear(torch.nn.Linear):
+    __constants__ = torch.nn.Linear.__constants__ + ["activation"]
+
     """``torch.nn.Linear`` computing ``activation(x @ weight.T + bias)`` with ``ops.linear``.
 
     Args: as ``torch.nn.Linear``, plus ``activation``: "none", "relu", "gelu", "gelu_tanh" or "silu".
@@ -51,7 +53,22 @@ class Linear(torch.nn.Linear):
         return new
 
 
+def _finfo_eps(dtype: torch.dtype) -> float:
+    """torch.finfo(dtype).eps, written out so TorchScript can compile it (it has no torch.finfo)."""
+    if dtype == torch.float16:
+        return 0.0009765625
+    if dtype == torch.bfloat16:
+        return 0.0078125
+    if dtype == torch.float64:
+        return 2.220446049250313e-16
+    return 1.1920928955078125e-07
+
+
 class RMSNorm(torch.nn.Module):
+    __constants__ = ["eps"]
+    eps: Optional[float]
+    weight: Optional[torch.Tensor]
+
     """``torch.nn.RMSNorm`` over the last dimension with ``ops.rms_norm``: y = x / sqrt(mean(x^2) + eps) * weight.
 
     Args:
@@ -75,9 +92,12 @@ class RMSNorm(torch.nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        eps = self.eps if self.eps is not None else torch.finfo(input.dtype).eps
-        weight = self.weight if self.weight is not None else torch.ones(
-            self.normalized_shape, dtype=input.dtype, device=input.device)
+        eps = self.eps
+        if eps is None:
+            eps = _finfo_eps(input.dtype)
+        weight = self.weight
+        if weight is None:
+            weight = torch.ones(input.shape[-1:], dtype=input.dtype, device=input.device)
         return fused.rms_norm(input, weight, eps)
 
     def extra_repr(self) -> str:

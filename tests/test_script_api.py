@@ -1,0 +1,47 @@
+"""The Python API and the nn modules compile with TorchScript: a converted model scripts and matches
+eager, and scripted functions can call ops.* (a review found `OpOverload` attribute calls and
+torch.finfo in them, which TorchScript cannot compile)."""
+
+import warnings
+
+import torch
+
+import ops
+
+TS_SCRIPT_DEPRECATION = r"`torch\.jit\.script` is deprecated"
+
+
+def _script(obj):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TS_SCRIPT_DEPRECATION, category=FutureWarning)
+        return torch.jit.script(obj)
+
+
+def test_converted_model_scripts():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.SiLU(), torch.nn.RMSNorm(8, eps=1e-5),
+                                torch.nn.Linear(8, 4), torch.nn.RMSNorm(4))
+    x = torch.randn(3, 16)
+    expected = model(x)
+    ops.nn.convert(model)
+    torch.testing.assert_close(_script(model)(x), expected)
+
+
+def test_finfo_eps_table():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        assert ops.nn._finfo_eps(dtype) == torch.finfo(dtype).eps
+
+
+def _uses_every_op(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    ops.cutlass_gemm(a, b, out=out)
+    h = ops.linear(ops.cutlass_gemm(a, b), w, None, "gelu")
+    r = h.clone()
+    ops.fused_add_rms_norm(h, r, torch.ones(h.shape[-1]), 1e-6)
+    return ops.silu_and_mul(ops.rms_norm(h, torch.ones(h.shape[-1]), 1e-6)) + out.sum()
+
+
+def test_python_api_scripts():
+    a, b, w = torch.randn(3, 4), torch.randn(4, 6), torch.randn(8, 6)
+    scripted = _script(_uses_every_op)
+    out_s, out_e = torch.empty(3, 6), torch.empty(3, 6)
+    torch.testing.assert_close(scripted(a, b, out_s, w), _uses_every_op(a, b, out_e, w))
+    torch.testing.assert_close(out_s, a @ b)
