@@ -5,8 +5,7 @@ kernels in csrc/fused_kernels.cu."""
 import torch
 
 from . import _library  # noqa: F401  (loads the op library)
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+from .gemm import _GEMM_DTYPES as _DTYPES  # the floating dtypes every op accepts
 
 
 def _check_floating(op, name, t):
