@@ -12,9 +12,13 @@ bool is_gemm_dtype(at::ScalarType t) {
 
 }  // namespace
 
-void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B) {
+void check_gemm_defined(const char* op, const at::Tensor& A, const at::Tensor& B) {
   TORCH_CHECK(A.defined(), op, ": A must be a defined tensor (M, K), got an undefined tensor (None)");
   TORCH_CHECK(B.defined(), op, ": B must be a defined tensor (K, N), got an undefined tensor (None)");
+}
+
+void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B) {
+  check_gemm_defined(op, A, B);
   TORCH_CHECK(A.dim() == 2, op, ": expected A to be a 2-D matrix (M, K), got a ", A.dim(),
               "-D tensor of shape ", A.sizes());
   TORCH_CHECK(B.dim() == 2, op, ": expected B to be a 2-D matrix (K, N), got a ", B.dim(),

@@ -6,6 +6,10 @@
 
 namespace ops {
 
+// A and B are defined tensors (the part of check_gemm_inputs that reads no sizes: autograd kernels
+// call it, and reading sizes there would specialize symbolic shapes under torch.export / compile).
+void check_gemm_defined(const char* op, const at::Tensor& A, const at::Tensor& B);
+
 // A (M, K) and B (K, N): 2-D, same floating dtype (float16, bfloat16, float32, float64), same device.
 void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B);
 

@@ -52,28 +52,8 @@ def _cutlass_gemm_out_fake(A, B, *, out):
     _check_gemm_out("cutlass_gemm", A, B, out)
 
 
-def _cutlass_gemm_setup_context(ctx, inputs, output):
-    A, B = inputs
-    # dA = dC B^T needs B; dB = A^T dC needs A. Save only what the needed gradients use.
-    ctx.save_for_backward(A if ctx.needs_input_grad[1] else None,
-                          B if ctx.needs_input_grad[0] else None)
-
-
-def _cutlass_gemm_backward(ctx, grad):
-    A, B = ctx.saved_tensors
-    grad_A = grad_B = None
-    # Through the registered op (never a raw kernel), on transposed views: the CUDA kernels read
-    # column-major operands in place, so no copies are made. Since the backward is made of the op
-    # itself, double backward works too.
-    if ctx.needs_input_grad[0]:
-        grad_A = torch.ops.ops.cutlass_gemm.default(grad, B.t())
-    if ctx.needs_input_grad[1]:
-        grad_B = torch.ops.ops.cutlass_gemm.default(A.t(), grad)
-    return grad_A, grad_B
-
-
-torch.library.register_autograd("ops::cutlass_gemm", _cutlass_gemm_backward,
-                                setup_context=_cutlass_gemm_setup_context)
+# Autograd: registered in C++ (csrc/autograd.cpp), so that a call costs no trip through Python and
+# C++ programs get the formula too.
 
 
 def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -101,8 +81,8 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
     zeros).
 
     Autograd: differentiable in A and B (dA = dC B^T, dB = A^T dC, computed by this op on transposed
-    views); double backward works, since the backward is made of this op. The formula is registered from
-    Python, so a C++ program without Python runs the op for inference only. The out variant is not
+    views); double backward works, since the backward is made of this op. The formula is registered in
+    C++ (csrc/autograd.cpp), so C++ programs that load the library can differentiate too. The out variant is not
     differentiable: like ``torch.mm(..., out=)`` it raises if grad mode is on and an argument requires
     grad.
 
