@@ -52,12 +52,18 @@ def loader():
     return os.path.join(build, "load_and_run")
 
 
-def _run(loader, model_path, x, tmp_path, library=None):
+def _run(loader, model_path, x, tmp_path, library=None, grad=False):
     x = x.float().contiguous()
     x.numpy().tofile(tmp_path / "x.bin")
     cmd = [loader, str(model_path), str(tmp_path / "x.bin"), str(x.shape[0]), str(x.shape[1]),
            str(tmp_path / "y.bin")] + ([library] if library else [])
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, LOAD_AND_RUN_GRAD="1" if grad else "0")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _output(result, tmp_path):
+    rows, cols = map(int, result.stdout.split())
+    return torch.from_numpy(__import__("numpy").fromfile(tmp_path / "y.bin", dtype="float32")).view(rows, cols)
 
 
 @pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
@@ -73,9 +79,22 @@ def test_cpp_program_runs_scripted_model(spec, loader, tmp_path):
 
     result = _run(loader, tmp_path / "model.pt", x, tmp_path, ops.library_path())
     assert result.returncode == 0, result.stderr
-    rows, cols = map(int, result.stdout.split())
-    y = torch.from_numpy(__import__("numpy").fromfile(tmp_path / "y.bin", dtype="float32")).view(rows, cols)
-    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(_output(result, tmp_path), expected)
+
+
+def test_cpp_program_differentiates_cutlass_gemm(loader, tmp_path):
+    # cutlass_gemm's autograd formula is registered in C++ (csrc/autograd.cpp): a C++ program without
+    # Python gets the same input gradient as Python autograd.
+    spec = next(s for s in OPS if s.name == "cutlass_gemm")
+    model = spec.module().float()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TS_SCRIPT_DEPRECATION, category=FutureWarning)
+        torch.jit.script(model).save(str(tmp_path / "model.pt"))
+    x = spec.module_input(5).float().requires_grad_(True)
+    model(x).sum().backward()
+    result = _run(loader, tmp_path / "model.pt", x.detach(), tmp_path, ops.library_path(), grad=True)
+    assert result.returncode == 0, result.stderr
+    torch.testing.assert_close(_output(result, tmp_path), x.grad)
 
 
 def test_cpp_program_without_op_library_fails_clearly(loader, tmp_path):

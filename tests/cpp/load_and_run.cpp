@@ -3,6 +3,8 @@
 // Loads the op library (if given) with dlopen, which registers torch.ops.ops.* through its
 // TORCH_LIBRARY blocks; loads a TorchScript model; runs forward on a float32 ROWS x COLS input read
 // from INPUT.bin (raw, row-major); writes the float32 output raw to OUTPUT.bin and its shape to stdout.
+// With LOAD_AND_RUN_GRAD=1 in the environment it writes d(sum(output))/d(input) instead (autograd in
+// C++, through the ops' C++ autograd kernels), shaped like the input.
 // Exit codes: 0 ok, 1 usage, 2 TorchScript error (e.g. "Unknown builtin op" without the op library),
 // 3 the op library failed to load, 4 file I/O.
 #include <dlfcn.h>
@@ -35,9 +37,18 @@ int main(int argc, char** argv) {
   try {
     torch::jit::Module model = torch::jit::load(argv[1]);
     model.eval();
-    const torch::Tensor x = torch::from_blob(input.data(), {rows, cols}, torch::kFloat32);
-    torch::NoGradGuard no_grad;
-    const torch::Tensor y = model.forward({x}).toTensor().to(torch::kFloat32).contiguous();
+    const char* grad_env = std::getenv("LOAD_AND_RUN_GRAD");
+    const bool grad = grad_env != nullptr && std::string(grad_env) == "1";
+    torch::Tensor x = torch::from_blob(input.data(), {rows, cols}, torch::kFloat32);
+    torch::Tensor y;
+    if (grad) {
+      x = x.clone().requires_grad_(true);
+      model.forward({x}).toTensor().sum().backward();
+      y = x.grad().contiguous();
+    } else {
+      torch::NoGradGuard no_grad;
+      y = model.forward({x}).toTensor().to(torch::kFloat32).contiguous();
+    }
     std::ofstream out(argv[5], std::ios::binary);
     out.write(reinterpret_cast<const char*>(y.data_ptr<float>()),
               static_cast<std::streamsize>(y.numel() * sizeof(float)));
