@@ -9,14 +9,17 @@
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl nvidia-cutlass==4.2.0.0
 # and call, from the repository root:   bash benchmarks/device_check.sh       (carry: [".whl"])
 #
-# Files written (8 at most come back from the device tool): device_check.log (everything), build.log,
-# gemm.json, gemm.md, gemm.png, ops.json, model.json, allocator.json.
+# Files written (8 at most come back from the device tool per call): device_check.log (everything),
+# build.log, gemm.json, gemm.md, gemm.png, gemm_candidates.json, gemm_candidates.md (stage gemm),
+# gemm_overhead.json (stage overhead), ops.json, model.json, allocator.json (their stages).
 #
-# STAGES picks what runs (default: all): build tests gemm ops model allocator sanitizer. All stages
-# together can exceed one 10-minute device call; with a 15-minute lease run two calls on one warm
+# STAGES picks what runs (default: all): build tests gemm overhead ops model allocator sanitizer. All
+# stages together exceed one 10-minute device call; with a 15-minute lease run two calls on one warm
 # machine (the build is kept and the second build is a no-op):
 #   STAGES="build tests gemm" bash benchmarks/device_check.sh
-#   STAGES="build ops model allocator sanitizer" bash benchmarks/device_check.sh
+#   STAGES="build overhead ops model allocator sanitizer" bash benchmarks/device_check.sh
+# The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
+# data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
 # GEMM_ARGS passes options to benchmarks.gemm (e.g. "--quick"). CPU tests run in CI, not here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,8 +65,14 @@ if want tests; then
 fi
 
 if want gemm; then
-  stage "benchmark: ops.cutlass_gemm vs torch.mm"
-  timeout 200 "$PY" -m benchmarks.gemm --out "$OUT" ${GEMM_ARGS:-} || status=1
+  stage "benchmark: ops.cutlass_gemm vs torch.mm (and every candidate tactic of bf16/fp16 shapes)"
+  timeout 240 "$PY" -m benchmarks.gemm --candidates --out "$OUT" ${GEMM_ARGS:-} || status=1
+fi
+
+if want overhead; then
+  stage "benchmark: call cost of tiny GEMMs (host overhead)"
+  timeout 60 "$PY" -m benchmarks.gemm --suite overhead --dtypes bf16,fp32 --out "$MORE" \
+    && cp "$MORE/gemm_overhead.json" "$OUT/" || status=1
 fi
 
 if want ops; then

@@ -1,7 +1,7 @@
 """The main job: ops.cutlass_gemm against torch.mm, measured in the same run.
 
-    python -m benchmarks.gemm [--dtypes bf16,fp16,fp32,tf32,fp64] [--suite all|models|square]
-                              [--quick | --full] [--out DIR]
+    python -m benchmarks.gemm [--dtypes bf16,fp16,fp32,tf32,fp64] [--suite all|models|square|overhead]
+                              [--quick | --full] [--candidates] [--autotune] [--out DIR]
 
 For each dtype and shape: median time of warmed-up runs (CUDA events, L2 flushed; on CPU
 torch.utils.benchmark), TFLOP/s (2*M*N*K / time), the speed ratio ops / torch.mm, and each side's max
@@ -11,6 +11,15 @@ Shapes: the GEMMs of all-MiniLM-L6-v2 (hidden 384, intermediate 1536) and of Lla
 (4096x4096, 4096x1024, 4096x14336, 14336x4096) at 1, 16, 128, 1024 and 4096 tokens, as x @ W^T with W
 an nn.Linear weight (N, K), so B is a column-major view as in a real model; plus a square sweep
 256..8192. Results go to a table on the terminal and to JSON, markdown and a PNG plot in --out.
+
+--suite overhead measures the cost of a call where the arithmetic is negligible (16^3..128^3): the
+median wall time per call of back-to-back calls (torch.utils.benchmark; CUDA synchronized once per
+block, so on a GPU this is the host's issue cost), over several interleaved rounds, min of the medians.
+
+--candidates (GPU) also times every candidate tactic of each shape (ops.gemm.plan(A, B)["candidates"],
+forced with ops.gemm.set_tactic) and writes gemm_candidates.{json,md}: which tactic is fastest for which
+shape, against the heuristic's choice: the data to fit the heuristic (cutlass_gemm/tactic.cpp) to.
+--autotune runs with ops.gemm.set_autotune(True) (each shape tuned on its first, warm-up, call).
 
 Without a GPU it runs the same suite (quick by default) on the CPU kernels, which use ATen's BLAS: the
 CUTLASS kernels need an NVIDIA GPU (sm80 or newer).
@@ -29,6 +38,7 @@ import ops
 from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_json
 
 TOKENS = [1, 16, 128, 1024, 4096]
+OVERHEAD_SIZES = [16, 64, 128]
 MINILM = {"minilm.qkv": (384, 3 * 384), "minilm.attn_out": (384, 384), "minilm.ffn_up": (384, 1536),
           "minilm.ffn_down": (1536, 384)}  # name: (K = in_features, N = out_features)
 LLAMA = {"llama3_8b.q_proj": (4096, 4096), "llama3_8b.kv_proj": (4096, 1024),
@@ -46,6 +56,8 @@ def shapes(suite, quick, device):
     if device == "cpu" and quick:
         tokens, square = [1, 16, 128], [256, 512, 1024]
     rows = []
+    if suite == "overhead":
+        return [(f"overhead {s}", s, s, s, "row") for s in OVERHEAD_SIZES]
     if suite in ("all", "models"):
         for table in (MINILM, LLAMA):
             for name, (k, n) in table.items():
@@ -60,6 +72,37 @@ def shapes(suite, quick, device):
 
 def max_rel_error(c, ref):
     return ((c.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def call_time(fn, rounds=7):
+    """Seconds per call of back-to-back calls (host-bound for tiny problems): min over interleaved
+    rounds of torch.utils.benchmark's median (it synchronizes CUDA around each timed block)."""
+    import torch.utils.benchmark as benchmark
+
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
+    return min(timer.blocked_autorange(min_run_time=0.2).median for _ in range(rounds))
+
+
+def tactic_of(A, B):
+    """The heuristic's tactic for A @ B on the GPU (with --autotune the JSON also holds the tuning cache:
+    what each shape ran instead)."""
+    return ops.gemm.plan(A, B)["tactic"]["name"]
+
+
+def sweep_candidates(A, B, timer):
+    """{tactic name: seconds} for every candidate of A @ B (forced one at a time)."""
+    times = {}
+    try:
+        for name in ops.gemm.plan(A, B)["candidates"]:
+            ops.gemm.set_tactic(name)
+            try:
+                times[name] = timer(lambda: ops.cutlass_gemm(A, B))
+            except RuntimeError as e:  # a tactic CUTLASS refuses for this shape: recorded, not fatal
+                times[name] = None
+                print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+    finally:
+        ops.gemm.set_tactic(None)
+    return times
 
 
 def run(args):
@@ -77,7 +120,10 @@ def run(args):
         if d not in DTYPES:
             sys.exit(f"unknown dtype {d!r}; choose from {', '.join(DTYPES)}")
     cases = [(d, *s) for d in dtypes for s in shapes(args.suite, quick, device)]
-    results = []
+    results, candidates = [], []
+    overhead = args.suite == "overhead"
+    if args.autotune:
+        ops.gemm.set_autotune(True)
     saved_precision = torch.get_float32_matmul_precision()
     gen = torch.Generator(device=device).manual_seed(0)
     bar = tqdm(cases, desc="gemm", unit="shape", file=sys.stderr, dynamic_ncols=True)
@@ -95,22 +141,38 @@ def run(args):
         theirs = torch.mm(A, B)
         err_ours, err_torch = max_rel_error(ours, ref), max_rel_error(theirs, ref)
         del ref, ours, theirs
-        if device == "cuda":
+        if overhead:
+            t_ours = call_time(lambda: ops.cutlass_gemm(A, B))
+            t_torch = call_time(lambda: torch.mm(A, B))
+        elif device == "cuda":
             t_ours = timer(lambda: ops.cutlass_gemm(A, B))
             t_torch = timer(lambda: torch.mm(A, B))
         else:
             t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
             t_torch = cpu_time(lambda: torch.mm(A, B))
+        tactic = tactic_of(A, B) if device == "cuda" else "cpu (ATen)"
+        if args.candidates and device == "cuda" and not overhead and dname in ("bf16", "fp16"):
+            times = sweep_candidates(A, B, timer)
+            valid = {k: v for k, v in times.items() if v}
+            best = min(valid, key=valid.get) if valid else None
+            candidates.append({
+                "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
+                "heuristic": ops.gemm.plan(A, B)["tactic"]["name"], "best": best,
+                "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()},
+            })
         flops = 2.0 * M * N * K
         results.append({
-            "dtype": dname, "shape": name, "M": M, "N": N, "K": K,
+            "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "tactic": tactic,
             "ops_ms": t_ours * 1e3, "torch_ms": t_torch * 1e3,
             "ops_tflops": flops / t_ours / 1e12, "torch_tflops": flops / t_torch / 1e12,
             "ratio": t_torch / t_ours,
             "ops_max_rel_err": err_ours, "torch_max_rel_err": err_torch,
         })
     torch.set_float32_matmul_precision(saved_precision)
-    return device, quick, results
+    tuning = ops.gemm.tuning_cache() if args.autotune else None
+    if args.autotune:
+        ops.gemm.set_autotune(False)
+    return device, quick, results, candidates, tuning
 
 
 def geomean(values):
@@ -118,12 +180,12 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def report(device, quick, results, out_dir):
+def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all"):
     headers = ["dtype", "shape", "M", "N", "K", "ops ms", "torch.mm ms", "ops TFLOP/s",
-               "torch.mm TFLOP/s", "ratio", "ops err", "torch.mm err"]
+               "torch.mm TFLOP/s", "ratio", "ops err", "torch.mm err", "tactic"]
     rows = [[r["dtype"], r["shape"], r["M"], r["N"], r["K"], f"{r['ops_ms']:.4f}", f"{r['torch_ms']:.4f}",
              f"{r['ops_tflops']:.2f}", f"{r['torch_tflops']:.2f}", f"{r['ratio']:.3f}",
-             f"{r['ops_max_rel_err']:.2e}", f"{r['torch_max_rel_err']:.2e}"] for r in results]
+             f"{r['ops_max_rel_err']:.2e}", f"{r['torch_max_rel_err']:.2e}", r["tactic"]] for r in results]
     facts = machine_facts(device)
     summary = {}
     for d in sorted({r["dtype"] for r in results}):
@@ -139,21 +201,53 @@ def report(device, quick, results, out_dir):
         print(f"{d}: geometric-mean ratio (ops / torch.mm speed) {s['geomean_ratio']:.3f}, "
               f"lowest {s['min_ratio']:.3f}")
     os.makedirs(out_dir, exist_ok=True)
-    payload = {"benchmark": "gemm", "device": device, "quick": quick, "machine": facts,
+    stem = "gemm_overhead" if suite == "overhead" else "gemm"
+    payload = {"benchmark": stem, "device": device, "quick": quick, "machine": facts,
                "build": {k: v for k, v in vars(ops.build_info).items() if k.isupper()},
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "results": results}
-    write_json(os.path.join(out_dir, "gemm.json"), payload)
+    if tuning is not None:
+        payload["tuning_cache"] = tuning
+    write_json(os.path.join(out_dir, f"{stem}.json"), payload)
+    if candidates:
+        report_candidates(candidates, facts, out_dir)
     where = facts.get("gpu", f"CPU ({facts['cpu']}, {facts['cpu_threads']} threads)")
-    with open(os.path.join(out_dir, "gemm.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
         f.write(f"# ops.cutlass_gemm vs torch.mm on {where}\n\n")
+        if suite == "overhead":
+            f.write("Call cost of tiny problems: time per call of back-to-back calls (min over rounds of "
+                    "the median), i.e. host overhead where the arithmetic is negligible.\n\n")
         f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}, driver {facts.get('driver', '-')}; "
                 f"{'quick' if quick else 'full'} suite; ratio = torch.mm time / ops time (>1: ops faster); "
                 "err = max |C - C_fp64| / max |C_fp64|.\n\n")
         f.write(table + "\n\n")
         for d, s in summary.items():
             f.write(f"- {d}: geometric-mean ratio {s['geomean_ratio']:.3f}, lowest {s['min_ratio']:.3f}\n")
+    if suite == "overhead":
+        print(f"\nwrote {out_dir}/{stem}.json, {stem}.md")
+        return
     plot(results, where, os.path.join(out_dir, "gemm.png"))
     print(f"\nwrote {out_dir}/gemm.json, gemm.md, gemm.png")
+
+
+def report_candidates(candidates, facts, out_dir):
+    """gemm_candidates.{json,md}: every tactic's time per shape, the fastest, and the heuristic's pick."""
+    write_json(os.path.join(out_dir, "gemm_candidates.json"),
+               {"benchmark": "gemm_candidates", "machine": facts, "results": candidates})
+    headers = ["dtype", "shape", "torch.mm ms", "heuristic", "heuristic ms", "best", "best ms",
+               "heuristic / best"]
+    rows = []
+    for c in candidates:
+        h = c["times_ms"].get(c["heuristic"])
+        b = c["times_ms"].get(c["best"]) if c["best"] else None
+        rows.append([c["dtype"], c["shape"], f"{c['torch_ms']:.4f}", c["heuristic"],
+                     f"{h:.4f}" if h else "-", c["best"] or "-", f"{b:.4f}" if b else "-",
+                     f"{h / b:.3f}" if h and b else "-"])
+    with open(os.path.join(out_dir, "gemm_candidates.md"), "w") as f:
+        f.write(f"# cutlass_gemm tactics per shape on {facts.get('gpu', 'CPU')}\n\n")
+        f.write("heuristic / best > 1: the heuristic (cutlass_gemm/tactic.cpp) left that much on the table. "
+                "All times: gemm_candidates.json.\n\n")
+        f.write(markdown_table(headers, rows) + "\n")
+    print(f"wrote {out_dir}/gemm_candidates.json, gemm_candidates.md")
 
 
 def plot(results, where, path):
@@ -186,18 +280,21 @@ def main(argv=None):
     parser.add_argument("--dtypes", default=None,
                         help="comma-separated: bf16,fp16,fp32 (TF32 off),tf32 (fp32 with TF32 on),fp64 "
                              "(default: bf16,fp16,fp32,tf32 on GPU; fp32,bf16 on CPU)")
-    parser.add_argument("--suite", choices=["all", "models", "square"], default="all")
+    parser.add_argument("--suite", choices=["all", "models", "square", "overhead"], default="all")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="fewer token counts and sizes")
     mode.add_argument("--full", action="store_true", help="the full suite even on CPU (slow)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even if a GPU is present")
+    parser.add_argument("--candidates", action="store_true",
+                        help="(GPU) also time every candidate tactic per shape: gemm_candidates.{json,md}")
+    parser.add_argument("--autotune", action="store_true", help="run with ops.gemm.set_autotune(True)")
     parser.add_argument("--out", default=None, help=f"results folder (default {RESULTS}/local)")
     args = parser.parse_args(argv)
     gpu = torch.cuda.is_available() and not args.cpu
     if args.dtypes is None:
         args.dtypes = "bf16,fp16,fp32,tf32" if gpu else "fp32,bf16"
-    device, quick, results = run(args)
-    report(device, quick, results, args.out or os.path.join(RESULTS, "local"))
+    device, quick, results, candidates, tuning = run(args)
+    report(device, quick, results, args.out or os.path.join(RESULTS, "local"), candidates, tuning, args.suite)
 
 
 if __name__ == "__main__":

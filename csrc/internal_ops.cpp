@@ -10,6 +10,7 @@
 
 #include "../cutlass_gemm/gemm_host.h"
 #include "../cutlass_gemm/plan.h"
+#include "../cutlass_gemm/tactic.h"
 #include "checks.h"
 #include "json.h"
 
@@ -18,41 +19,13 @@ namespace {
 
 namespace cg = cutlass_gemm;
 
-JsonObject operand_json(const cg::OperandPlan& p) {
-  JsonObject o;
-  o.add("source", p.source == cg::Source::InPlace ? "in_place" : "copy")
-      .add("layout", cg::layout_name(p.layout))
-      .add("rows", p.rows)
-      .add("cols", p.cols)
-      .add("ld", p.ld);
-  return o;
-}
-
-std::string plan_json(const cg::GemmPlan& plan) {
-  JsonObject o;
-  if (plan.kernel == cg::KernelId::kCount) {
-    o.null("kernel");
-    return o.str();
-  }
-  o.add("kernel", cg::kernel_info(plan.kernel).name)
-      .add("swap_ab", plan.swap_ab)
-      .add("m", plan.m)
-      .add("n", plan.n)
-      .add("k", plan.k)
-      .add("a", operand_json(plan.a))
-      .add("b", operand_json(plan.b))
-      .add("d", operand_json(plan.d))
-      .add("copied_elements", plan.copied_elements);
-  return o.str();
-}
-
 // The real host path of the CUDA wrapper (checks, plan, copies, zero padding, output temporary,
 // copy-back) on CPU tensors, with the CUTLASS launch replaced by an exact replay of its descriptor.
 // epilogue: "plain" (cutlass_gemm) or an ops.linear activation (Bias<Act> kernels, with `bias`).
 std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                          int64_t cc_major, int64_t cc_minor, c10::string_view arch_list,
                          bool allow_tf32, bool poison, const c10::optional<at::Tensor>& bias,
-                         c10::string_view epilogue) {
+                         c10::string_view epilogue, int64_t sm_count) {
   check_gemm_inputs("cutlass_gemm", A, B);
   TORCH_CHECK(!check_gemm_out("cutlass_gemm", A, B, out),
               "cutlass_gemm emulation: out shares A's or B's buffer (the real op computes into a temporary)");
@@ -66,6 +39,8 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
     TORCH_CHECK_VALUE(false, "cutlass_gemm: ", e.what());
   }
   target.allow_tf32 = allow_tf32;
+  target.sm_count = static_cast<int>(sm_count);
+  TORCH_CHECK_VALUE(sm_count > 0, "cutlass_gemm emulation: sm_count must be positive, got ", sm_count);
   const auto dtype = A.scalar_type();
   const cg::GemmPlan plan = cg::gemm_into(
       A, B, out, target,
@@ -73,7 +48,30 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
       poison,
       epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue),
       bias.has_value() ? *bias : at::Tensor());
-  return plan_json(plan);
+  return cg::plan_json(plan, target.sm_count);
+}
+
+// The plan (heuristic tactic and candidates) for an emulated target, without running anything.
+std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64_t cc_major,
+                                 int64_t cc_minor, c10::string_view arch_list, bool allow_tf32,
+                                 int64_t sm_count, c10::string_view epilogue) {
+  check_gemm_inputs("cutlass_gemm", A, B);
+  TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem");
+  TORCH_CHECK_VALUE(sm_count > 0, "cutlass_gemm: sm_count must be positive, got ", sm_count);
+  cg::DeviceTarget target;
+  target.cc_major = static_cast<int>(cc_major);
+  target.cc_minor = static_cast<int>(cc_minor);
+  try {
+    target.built = cg::parse_arch_list(std::string(arch_list));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "cutlass_gemm: ", e.what());
+  }
+  target.allow_tf32 = allow_tf32;
+  target.sm_count = static_cast<int>(sm_count);
+  const at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options());
+  const cg::Epilogue ep =
+      epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue);
+  return cg::plan_json(cg::plan_for(A, B, out, target, ep), target.sm_count);
 }
 
 std::string kernels_json() {
@@ -89,7 +87,8 @@ std::string kernels_json() {
         .add("layout_b", cg::layout_name(info.b))
         .add("alignment", info.alignment)
         .add("on_sm90", info.on_sm90)
-        .add("epilogue", cg::epilogue_name(info.epilogue));
+        .add("epilogue", cg::epilogue_name(info.epilogue))
+        .add("config", cg::config_name(info.config));
     out += (i ? "," : "") + o.str();
   }
   return out + "]";
@@ -107,6 +106,20 @@ std::string build_info_json() {
 
 bool allow_tf32() { return at::globalContext().allowTF32CuBLAS(); }
 
+void set_tactic(const c10::optional<c10::string_view>& name) {
+  cg::set_forced_tactic(name.has_value() ? std::string(*name) : std::string());
+}
+
+std::string get_tactic() { return cg::forced_tactic(); }
+
+void set_autotune(bool enabled) { cg::set_autotune(enabled); }
+
+bool autotune_enabled() { return cg::autotune_enabled(); }
+
+std::string tuning_cache() { return cg::tuning_cache_json(); }
+
+void clear_tuning_cache() { cg::clear_tuning_cache(); }
+
 }  // namespace
 }  // namespace ops
 
@@ -115,6 +128,20 @@ TORCH_LIBRARY_FRAGMENT(ops, m) {
   m.def("_cutlass_gemm_kernels() -> str", &ops::kernels_json);
   m.def("_allow_tf32() -> bool", &ops::allow_tf32);
   m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
-        "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\") -> str",
+        "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\", "
+        "int sm_count=132) -> str",
         &ops::gemm_emulate);
+  m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
+        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\") -> str",
+        &ops::gemm_plan_for_target);
+  // Tactic controls (ops.gemm.set_tactic / set_autotune / tuning_cache): process-wide settings.
+  m.def("_cutlass_gemm_set_tactic(str? name) -> ()", &ops::set_tactic);
+  m.def("_cutlass_gemm_get_tactic() -> str", &ops::get_tactic);
+  m.def("_cutlass_gemm_set_autotune(bool enabled) -> ()", &ops::set_autotune);
+  m.def("_cutlass_gemm_autotune_enabled() -> bool", &ops::autotune_enabled);
+  m.def("_cutlass_gemm_tuning_cache() -> str", &ops::tuning_cache);
+  m.def("_cutlass_gemm_clear_tuning_cache() -> ()", &ops::clear_tuning_cache);
+  // The plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device; a CUDA
+  // kernel only (cutlass_gemm/gemm_cuda.cpp).
+  m.def("_cutlass_gemm_plan(Tensor A, Tensor B) -> str");
 }

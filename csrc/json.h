@@ -3,7 +3,9 @@
 // return Python dicts.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 #include <string>
 
@@ -19,6 +21,13 @@ class JsonObject {
   JsonObject& add(const std::string& key, int64_t value) { return raw(key, std::to_string(value)); }
   JsonObject& add(const std::string& key, int value) { return add(key, static_cast<int64_t>(value)); }
   JsonObject& add(const std::string& key, const JsonObject& value) { return raw(key, value.str()); }
+  // Non-finite numbers have no JSON spelling: null.
+  JsonObject& add(const std::string& key, double value) {
+    if (!std::isfinite(value)) return null(key);
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.6g", value);
+    return raw(key, buf);
+  }
   JsonObject& null(const std::string& key) { return raw(key, "null"); }
   // `json` must already be valid JSON (e.g. an array built by the caller).
   JsonObject& raw(const std::string& key, const std::string& json) {

@@ -1,7 +1,13 @@
 // The CUDA kernels of ops::cutlass_gemm: device guard, current stream, workspace from PyTorch's
-// allocator, then the planned CUTLASS launch (gemm_host.h). No CUTLASS headers here.
+// allocator, then the planned CUTLASS launch (gemm_host.h) with its tactic (tactic.h), autotuned when
+// the user asked for it. No CUTLASS headers here.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -9,6 +15,7 @@
 #include "gemm_cuda.h"
 #include "gemm_host.h"
 #include "launcher.h"
+#include "tactic.h"
 
 #ifndef OPS_CUDA_ARCH_LIST
 #error "setup.py defines OPS_CUDA_ARCH_LIST (the archs the kernels were built for)"
@@ -43,27 +50,93 @@ DeviceTarget current_device_target() {
   target.built = built_archs();
   // Follow torch.mm: TF32 only where torch.backends.cuda.matmul / set_float32_matmul_precision allow.
   target.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+  target.sm_count = props->multiProcessorCount;
   return target;
 }
 
-void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
-                    const at::Tensor& like) {
-  const int id = static_cast<int>(plan.kernel);
-  const KernelEntry& entry = kernel_entry(id);
-  GemmLaunchArgs args = launch_args;
-  args.device = like.get_device();
-  args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+namespace {
+
+// Runs one tactic: workspace from PyTorch's caching allocator (stream-ordered, CUDA-graph safe), then
+// the CUTLASS launch on `stream`.
+LaunchStatus run_tactic(const Tactic& tactic, GemmLaunchArgs args, const at::Tensor& like,
+                        cudaStream_t stream) {
+  const KernelEntry& entry = kernel_entry(static_cast<int>(tactic.kernel));
+  args.decomposition = tactic.decomposition;
+  args.splits = tactic.splits;
+  args.swizzle = tactic.swizzle;
   const size_t workspace_bytes = entry.workspace_size(args);
-  // Workspace from PyTorch's caching allocator: stream-ordered and CUDA-graph safe.
   at::Tensor workspace;
   if (workspace_bytes > 0) {
     workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, like.options().dtype(at::kByte));
   }
-  const LaunchStatus status =
-      entry.run(args, workspace_bytes ? workspace.data_ptr() : nullptr, workspace_bytes,
-                at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(status.ok, "cutlass_gemm: CUTLASS kernel ", kKernels[id].name,
-              " failed: ", status.message, " (M=", args.m, ", N=", args.n, ", K=", args.k, ")");
+  return entry.run(args, workspace_bytes ? workspace.data_ptr() : nullptr, workspace_bytes, stream);
+}
+
+// Times every candidate tactic of `plan` (one warm-up run, then the median of kRepeats runs, each
+// between CUDA events; this synchronizes the stream) and caches the fastest under `key`. Every
+// candidate writes the complete result into args.d, so the output is right whichever runs last.
+Tactic autotune(const GemmPlan& plan, const GemmLaunchArgs& args, const std::string& key,
+                const at::Tensor& like, cudaStream_t stream) {
+  constexpr int kRepeats = 5;
+  TuningRecord record;
+  record.best = plan.tactic;
+  double best_ms = -1;
+  cudaEvent_t events[kRepeats + 1];
+  for (cudaEvent_t& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
+  for (const Tactic& candidate : tactic_candidates(plan, args.sm_count)) {
+    double ms = -1;
+    if (run_tactic(candidate, args, like, stream).ok) {
+      C10_CUDA_CHECK(cudaEventRecord(events[0], stream));
+      bool ok = true;
+      for (int i = 1; i <= kRepeats && ok; ++i) {
+        ok = run_tactic(candidate, args, like, stream).ok;
+        C10_CUDA_CHECK(cudaEventRecord(events[i], stream));
+      }
+      C10_CUDA_CHECK(cudaEventSynchronize(events[kRepeats]));
+      if (ok) {
+        std::vector<double> times;
+        for (int i = 1; i <= kRepeats; ++i) {
+          float t = 0;
+          C10_CUDA_CHECK(cudaEventElapsedTime(&t, events[i - 1], events[i]));
+          times.push_back(t);
+        }
+        std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());
+        ms = times[kRepeats / 2];
+      }
+    }
+    record.timings_ms.emplace_back(tactic_name(candidate), ms);
+    if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
+      best_ms = ms;
+      record.best = candidate;
+    }
+  }
+  for (cudaEvent_t& event : events) C10_CUDA_CHECK(cudaEventDestroy(event));
+  const Tactic best = record.best;
+  store_tuned(key, std::move(record));
+  return best;
+}
+
+}  // namespace
+
+void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
+                    const at::Tensor& like) {
+  GemmLaunchArgs args = launch_args;
+  args.device = like.get_device();
+  args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  Tactic tactic = plan.tactic;
+  if (autotune_enabled() && forced_tactic().empty()) {
+    const std::string key = tuning_key(plan, args);
+    if (!find_tuned(key, &tactic)) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      // Timing synchronizes, which a capturing stream forbids: keep the heuristic's choice there.
+      if (capture == cudaStreamCaptureStatusNone) tactic = autotune(plan, args, key, like, stream);
+    }
+  }
+  const LaunchStatus status = run_tactic(tactic, args, like, stream);
+  TORCH_CHECK(status.ok, "cutlass_gemm: CUTLASS kernel ", tactic_name(tactic), " failed: ",
+              status.message, " (M=", args.m, ", N=", args.n, ", K=", args.k, ")");
 }
 
 namespace {
@@ -89,10 +162,21 @@ at::Tensor cutlass_gemm_cuda(const at::Tensor& A, const at::Tensor& B) {
   return out;
 }
 
+std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B) {
+  check_gemm_inputs("cutlass_gemm", A, B);
+  TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem (M=",
+              A.size(0), ", N=", B.size(1), ", K=", A.size(1), ")");
+  const c10::cuda::CUDAGuard guard(A.device());
+  const at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options());
+  const DeviceTarget target = current_device_target();
+  return plan_json(plan_for(A, B, out, target), target.sm_count);
+}
+
 }  // namespace
 }  // namespace ops::cutlass_gemm
 
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {
+  m.impl("_cutlass_gemm_plan", &ops::cutlass_gemm::cutlass_gemm_plan_cuda);
   m.impl("cutlass_gemm", &ops::cutlass_gemm::cutlass_gemm_cuda);
   m.impl("cutlass_gemm.out", &ops::cutlass_gemm::cutlass_gemm_out_cuda);
 }

@@ -1,8 +1,14 @@
 #include "gemm_host.h"
 
+#include <atomic>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include <ATen/ATen.h>
+
+#include "../csrc/json.h"
+#include "tactic.h"
 
 namespace ops::cutlass_gemm {
 namespace {
@@ -34,7 +40,49 @@ at::Tensor copy_operand(const at::Tensor& x, const OperandPlan& plan, bool poiso
   return buffer;
 }
 
+JsonObject operand_json(const OperandPlan& p) {
+  JsonObject o;
+  o.add("source", p.source == Source::InPlace ? "in_place" : "copy")
+      .add("layout", layout_name(p.layout))
+      .add("rows", p.rows)
+      .add("cols", p.cols)
+      .add("ld", p.ld);
+  return o;
+}
+
 }  // namespace
+
+std::string plan_json(const GemmPlan& plan, int sm_count) {
+  JsonObject o;
+  if (plan.tactic.kernel == KernelId::kCount) {
+    o.null("kernel");
+    return o.str();
+  }
+  const KernelInfo& info = kernel_info(plan.tactic.kernel);
+  std::string candidates = "[";
+  for (const Tactic& t : tactic_candidates(plan, sm_count)) {
+    candidates += (candidates.size() > 1 ? "," : "") + JsonObject::quote(tactic_name(t));
+  }
+  candidates += "]";
+  JsonObject tactic;
+  tactic.add("name", tactic_name(plan.tactic))
+      .add("config", config_name(info.config))
+      .add("decomposition", decomposition_name(plan.tactic.decomposition))
+      .add("splits", plan.tactic.splits)
+      .add("swizzle", plan.tactic.swizzle);
+  o.add("kernel", info.name)
+      .add("tactic", tactic)
+      .raw("candidates", candidates)
+      .add("swap_ab", plan.swap_ab)
+      .add("m", plan.m)
+      .add("n", plan.n)
+      .add("k", plan.k)
+      .add("a", operand_json(plan.a))
+      .add("b", operand_json(plan.b))
+      .add("d", operand_json(plan.d))
+      .add("copied_elements", plan.copied_elements);
+  return o.str();
+}
 
 DType to_dtype(at::ScalarType type) {
   switch (type) {
@@ -67,6 +115,29 @@ void apply_activation_(at::Tensor& x, Epilogue epilogue) {
   }
 }
 
+GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
+                  const DeviceTarget& target, Epilogue epilogue) {
+  GemmPlan plan;
+  GemmRequest request;
+  request.dtype = to_dtype(A.scalar_type());
+  request.allow_tf32 = target.allow_tf32;
+  request.cc_major = target.cc_major;
+  request.cc_minor = target.cc_minor;
+  request.built = target.built;
+  request.m = A.size(0);
+  request.n = B.size(1);
+  request.k = A.size(1);
+  request.a = view_of(A);
+  request.b = view_of(B);
+  request.c = view_of(out);
+  request.epilogue = epilogue;
+  request.allow_swap = epilogue == Epilogue::Plain;
+  request.sm_count = target.sm_count;
+  const std::string error = plan_gemm(request, &plan);
+  TORCH_CHECK(error.empty(), error);
+  return plan;
+}
+
 GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                    const DeviceTarget& target, const LaunchFn& launch, bool poison,
                    Epilogue epilogue, const at::Tensor& bias) {
@@ -84,22 +155,23 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
     apply_activation_(view, epilogue);
     return plan;
   }
-  GemmRequest request;
-  request.dtype = to_dtype(A.scalar_type());
-  request.allow_tf32 = target.allow_tf32;
-  request.cc_major = target.cc_major;
-  request.cc_minor = target.cc_minor;
-  request.built = target.built;
-  request.m = M;
-  request.n = N;
-  request.k = K;
-  request.a = view_of(A);
-  request.b = view_of(B);
-  request.c = view_of(out);
-  request.epilogue = epilogue;
-  request.allow_swap = epilogue == Epilogue::Plain;
-  const std::string error = plan_gemm(request, &plan);
-  TORCH_CHECK(error.empty(), error);
+  plan = plan_for(A, B, out, target, epilogue);
+  const std::string forced = forced_tactic();
+  if (!forced.empty()) {
+    std::string names;
+    bool found = false;
+    for (const Tactic& candidate : tactic_candidates(plan, target.sm_count)) {
+      const std::string name = tactic_name(candidate);
+      if (name == forced) {
+        plan.tactic = candidate;
+        found = true;
+      }
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", M,
+                ", N=", N, ", K=", K, ", ", A.scalar_type(), "); its candidates are: ", names,
+                ". Clear it with ops.gemm.set_tactic(None).");
+  }
 
   // The kernel's operands before padding: with swap, D^T = B^T A^T.
   const at::Tensor a = plan.swap_ab ? B.t() : A;
@@ -114,6 +186,9 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
   args.lda = plan.a.ld;
   args.ldb = plan.b.ld;
   args.ldd = plan.d.ld;
+  args.decomposition = plan.tactic.decomposition;
+  args.splits = plan.tactic.splits;
+  args.swizzle = plan.tactic.swizzle;
   if (plan.a.source == Source::Copy) {
     a_buffer = copy_operand(a, plan.a, poison);
     args.a = a_buffer.const_data_ptr();
@@ -170,8 +245,83 @@ void emulate_launch(const GemmPlan& plan, const GemmLaunchArgs& args, at::Scalar
   if (args.bias != nullptr) {
     acc.add_(at::from_blob(const_cast<void*>(args.bias), {args.n}, options).to(compute));
   }
-  apply_activation_(acc, kernel_info(plan.kernel).epilogue);
+  apply_activation_(acc, kernel_info(plan.tactic.kernel).epilogue);
   d.copy_(acc);
+}
+
+namespace {
+
+struct TacticControls {
+  std::mutex mutex;
+  std::string forced;
+  std::map<std::string, TuningRecord> cache;
+};
+
+TacticControls& controls() {
+  static TacticControls* instance = new TacticControls();  // never destroyed: usable at exit
+  return *instance;
+}
+
+std::atomic<bool> autotune_flag{false};
+std::atomic<bool> forced_flag{false};  // forced non-empty: lets every GEMM skip the mutex
+
+}  // namespace
+
+void set_forced_tactic(const std::string& name) {
+  std::lock_guard<std::mutex> lock(controls().mutex);
+  controls().forced = name;
+  forced_flag.store(!name.empty());
+}
+
+std::string forced_tactic() {
+  if (!forced_flag.load(std::memory_order_relaxed)) return std::string();
+  std::lock_guard<std::mutex> lock(controls().mutex);
+  return controls().forced;
+}
+
+void set_autotune(bool enabled) { autotune_flag.store(enabled); }
+
+bool autotune_enabled() { return autotune_flag.load(std::memory_order_relaxed); }
+
+std::string tuning_key(const GemmPlan& plan, const GemmLaunchArgs& args) {
+  return "cuda:" + std::to_string(args.device) + " " +
+         (plan.family.empty() ? std::string("none") : kernel_info(plan.family.front()).name) + " m=" +
+         std::to_string(args.m) + " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) +
+         " ld=" + std::to_string(args.lda) + "," + std::to_string(args.ldb) + "," +
+         std::to_string(args.ldd);
+}
+
+bool find_tuned(const std::string& key, Tactic* tactic) {
+  std::lock_guard<std::mutex> lock(controls().mutex);
+  const auto it = controls().cache.find(key);
+  if (it == controls().cache.end()) return false;
+  *tactic = it->second.best;
+  return true;
+}
+
+void store_tuned(const std::string& key, TuningRecord record) {
+  std::lock_guard<std::mutex> lock(controls().mutex);
+  controls().cache[key] = std::move(record);
+}
+
+std::string tuning_cache_json() {
+  std::lock_guard<std::mutex> lock(controls().mutex);
+  std::string out = "[";
+  bool first = true;
+  for (const auto& [key, record] : controls().cache) {
+    JsonObject timings;
+    for (const auto& [name, ms] : record.timings_ms) timings.add(name.c_str(), ms);
+    JsonObject entry;
+    entry.add("key", key).add("best", tactic_name(record.best)).add("timings_ms", timings);
+    out += (first ? "" : ",") + entry.str();
+    first = false;
+  }
+  return out + "]";
+}
+
+void clear_tuning_cache() {
+  std::lock_guard<std::mutex> lock(controls().mutex);
+  controls().cache.clear();
 }
 
 }  // namespace ops::cutlass_gemm

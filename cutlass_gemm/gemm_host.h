@@ -18,6 +18,7 @@ struct DeviceTarget {
   int cc_major = 0, cc_minor = 0;
   std::vector<BuiltArch> built;
   bool allow_tf32 = false;
+  int sm_count = 132;  // multiprocessors (the tactic heuristic's wave size)
 };
 
 using LaunchFn = std::function<void(const GemmPlan&, const GemmLaunchArgs&)>;
@@ -33,6 +34,14 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
                    const DeviceTarget& target, const LaunchFn& launch, bool poison = false,
                    Epilogue epilogue = Epilogue::Plain, const at::Tensor& bias = at::Tensor());
 
+// The plan (with the heuristic's tactic; no forced tactic, no autotuning) gemm_into would make for
+// out = A @ B with M, N, K > 0. Raises the planner's error when no kernel can run.
+GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
+                  const DeviceTarget& target, Epilogue epilogue = Epilogue::Plain);
+
+// A plan as JSON (kernel, tactic, candidates, operands), for the introspection ops.
+std::string plan_json(const GemmPlan& plan, int sm_count);
+
 // act(x) for a Bias<Act> epilogue, with ATen ops (in place); identity for Plain and BiasIdentity.
 void apply_activation_(at::Tensor& x, Epilogue epilogue);
 
@@ -45,5 +54,32 @@ void emulate_launch(const GemmPlan& plan, const GemmLaunchArgs& args, at::Scalar
 Epilogue epilogue_for_activation(const char* op, c10::string_view activation);
 
 DType to_dtype(at::ScalarType type);
+
+// ---- Tactic selection controls (process-wide, thread-safe; set through ops.gemm's Python API) ----
+
+// A tactic name (tactic.h, tactic_name) that every CUTLASS GEMM must run with, or "" (the default) for
+// the normal choice. A GEMM whose candidates do not include it raises, naming the candidates. For
+// benchmarks (`benchmarks.gemm --candidates`) and tests.
+void set_forced_tactic(const std::string& name);
+std::string forced_tactic();
+
+// Autotuning (off by default): on a GEMM shape not seen before, time every candidate tactic on the
+// device (synchronizing), keep the fastest for that shape and use it from then on. Never during CUDA
+// graph capture (the heuristic's choice runs, nothing is cached).
+void set_autotune(bool enabled);
+bool autotune_enabled();
+
+struct TuningRecord {
+  Tactic best;
+  std::vector<std::pair<std::string, double>> timings_ms;  // tactic name -> median ms (failed: < 0)
+};
+// The cache key of a plan on a device: the kernel family (dtype, math, epilogue, layouts), M, N, K
+// and the leading dimensions.
+std::string tuning_key(const GemmPlan& plan, const GemmLaunchArgs& args);
+bool find_tuned(const std::string& key, Tactic* tactic);
+void store_tuned(const std::string& key, TuningRecord record);
+// [{"key", "best", "timings_ms": {name: ms}}...] and clearing, for ops.gemm's API.
+std::string tuning_cache_json();
+void clear_tuning_cache();
 
 }  // namespace ops::cutlass_gemm

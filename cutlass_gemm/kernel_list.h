@@ -8,7 +8,7 @@
 // <layout A><layout B>, e.g. `rc` = A row-major (K-major), B column-major (K-major): the "TN" GEMM.
 // A column-major output is handled by the planner as D^T = B^T A^T, so no kernel writes one.
 //
-// X(name, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90, epilogue)
+// X(name, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90, epilogue, config)
 //   sm        80: CUTLASS 2.x SM80 tensor-op kernel (runs on sm80..sm89 and, where built for 9.0a, sm90)
 //             90: CUTLASS 3.x SM90 TMA warp-specialized kernel (sm_90a only)
 //   math      Standard: the dtype's native tensor-core math; TF32: fp32 inputs rounded to tf32;
@@ -20,6 +20,21 @@
 //             GELU (erf), GELUTanh (tanh approximation) or SiLU.
 //   on_sm90   1 if the kernel is built into the sm_90a image too (an SM80 kernel Hopper dispatches
 //             to); the kernel TUs read this column, so the planner and the binary cannot disagree
+//   config    tile shape, cluster shape and schedule (sm90_gemm.cuh builds the kernel from it; the
+//             tactic heuristic in tactic.cpp chooses among the configs of one dtype/layout/epilogue):
+//             Sm80           CUTLASS 2.x, one tile per dtype (sm80_gemm.cuh)
+//             Coop128x128    cooperative (2 consumer warpgroups on one tile), 128x128 tile (K: 64
+//                            for 16-bit types, 32 for tf32), 2x1 cluster, persistent data-parallel
+//                            scheduler: the general-purpose kernel, every layout
+//             Coop128x256    cooperative, 128x256x64 tile, 2x1 cluster: large M and N (twice the
+//                            arithmetic intensity per CTA, fewer tiles to schedule)
+//             Ping64x128     ping-pong (2 consumer warpgroups on alternate tiles, one's epilogue
+//                            overlapping the other's mainloop), 64x128x64 tile, 1x1 cluster: twice
+//                            as many tiles as 128x128 for problems under one wave with a short K
+//             StreamK128x128 cooperative, 128x128x64 tile, 1x1 cluster, stream-K tile scheduler:
+//                            data-parallel, split-K or stream-K chosen at run time, for problems
+//                            with too few output tiles to fill the GPU (small M, e.g. decode) and
+//                            a long K
 //
 // What each group is for:
 //   sm90_{f16,bf16}_*   Hopper half-precision GEMMs (wgmma, TMA, 128x128x64 tile, 2x1 cluster,
@@ -33,63 +48,91 @@
 //   sm{90,80}_{f16,bf16}_rc_<act>  ops.linear on half types: x (M, K) row-major times an nn.Linear
 //                       weight (N, K) row-major, i.e. B column-major ("rc"), with bias + activation
 //                       fused into the epilogue. One layout only: other layouts are copied first.
+//   sm90_{f16,bf16}_{rr,rc}_{coop256,ping,streamk}  the shape-specific Hopper configs above, for the
+//                       two layouts real workloads use (rr: torch.mm of row-major tensors; rc: x @ W^T
+//                       with an nn.Linear weight). Other layouts run the Coop128x128 kernels. 12
+//                       kernels instead of 24: each SM90 instantiation costs ~15 s of nvcc per core.
+//   sm90_{f16,bf16}_rc_<act>_streamk  ops.linear at small M (decode): the fused epilogue on the
+//                       stream-K config, so a GEMM with few output tiles still fills the GPU.
 #pragma once
 
 #include <cstdint>
 
 #define OPS_CUTLASS_GEMM_KERNELS(X)                          \
-  X(sm90_f16_rr, 90, Half, Standard, Row, Row, 8, 1, Plain)            \
-  X(sm90_f16_rc, 90, Half, Standard, Row, Col, 8, 1, Plain)            \
-  X(sm90_f16_cr, 90, Half, Standard, Col, Row, 8, 1, Plain)            \
-  X(sm90_f16_cc, 90, Half, Standard, Col, Col, 8, 1, Plain)            \
-  X(sm90_bf16_rr, 90, BFloat16, Standard, Row, Row, 8, 1, Plain)       \
-  X(sm90_bf16_rc, 90, BFloat16, Standard, Row, Col, 8, 1, Plain)       \
-  X(sm90_bf16_cr, 90, BFloat16, Standard, Col, Row, 8, 1, Plain)       \
-  X(sm90_bf16_cc, 90, BFloat16, Standard, Col, Col, 8, 1, Plain)       \
-  X(sm90_tf32_rr, 90, Float, TF32, Row, Row, 4, 1, Plain)              \
-  X(sm90_tf32_rc, 90, Float, TF32, Row, Col, 4, 1, Plain)              \
-  X(sm90_tf32_cr, 90, Float, TF32, Col, Row, 4, 1, Plain)              \
-  X(sm90_tf32_cc, 90, Float, TF32, Col, Col, 4, 1, Plain)              \
-  X(sm80_f16_rr, 80, Half, Standard, Row, Row, 8, 0, Plain)            \
-  X(sm80_f16_rc, 80, Half, Standard, Row, Col, 8, 0, Plain)            \
-  X(sm80_f16_cr, 80, Half, Standard, Col, Row, 8, 0, Plain)            \
-  X(sm80_f16_cc, 80, Half, Standard, Col, Col, 8, 0, Plain)            \
-  X(sm80_bf16_rr, 80, BFloat16, Standard, Row, Row, 8, 0, Plain)       \
-  X(sm80_bf16_rc, 80, BFloat16, Standard, Row, Col, 8, 0, Plain)       \
-  X(sm80_bf16_cr, 80, BFloat16, Standard, Col, Row, 8, 0, Plain)       \
-  X(sm80_bf16_cc, 80, BFloat16, Standard, Col, Col, 8, 0, Plain)       \
-  X(sm80_tf32_rr, 80, Float, TF32, Row, Row, 4, 0, Plain)              \
-  X(sm80_tf32_rc, 80, Float, TF32, Row, Col, 4, 0, Plain)              \
-  X(sm80_tf32_cr, 80, Float, TF32, Col, Row, 4, 0, Plain)              \
-  X(sm80_tf32_cc, 80, Float, TF32, Col, Col, 4, 0, Plain)              \
-  X(sm80_3xtf32_rr, 80, Float, Fast3xTF32, Row, Row, 4, 1, Plain)      \
-  X(sm80_3xtf32_rc, 80, Float, Fast3xTF32, Row, Col, 4, 1, Plain)      \
-  X(sm80_3xtf32_cr, 80, Float, Fast3xTF32, Col, Row, 4, 1, Plain)      \
-  X(sm80_3xtf32_cc, 80, Float, Fast3xTF32, Col, Col, 4, 1, Plain)      \
-  X(sm80_f64_rr, 80, Double, Standard, Row, Row, 1, 1, Plain)          \
-  X(sm80_f64_rc, 80, Double, Standard, Row, Col, 1, 1, Plain)          \
-  X(sm80_f64_cr, 80, Double, Standard, Col, Row, 1, 1, Plain)          \
-  X(sm80_f64_cc, 80, Double, Standard, Col, Col, 1, 1, Plain) \
-  X(sm90_f16_rc_none, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity) \
-  X(sm90_f16_rc_relu, 90, Half, Standard, Row, Col, 8, 1, BiasReLU) \
-  X(sm90_f16_rc_gelu, 90, Half, Standard, Row, Col, 8, 1, BiasGELU) \
-  X(sm90_f16_rc_gelu_tanh, 90, Half, Standard, Row, Col, 8, 1, BiasGELUTanh) \
-  X(sm90_f16_rc_silu, 90, Half, Standard, Row, Col, 8, 1, BiasSiLU) \
-  X(sm90_bf16_rc_none, 90, BFloat16, Standard, Row, Col, 8, 1, BiasIdentity) \
-  X(sm90_bf16_rc_relu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU) \
-  X(sm90_bf16_rc_gelu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU) \
-  X(sm90_bf16_rc_gelu_tanh, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh) \
-  X(sm90_bf16_rc_silu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU) \
-  X(sm80_f16_rc_none, 80, Half, Standard, Row, Col, 8, 0, BiasIdentity) \
-  X(sm80_f16_rc_relu, 80, Half, Standard, Row, Col, 8, 0, BiasReLU) \
-  X(sm80_f16_rc_gelu, 80, Half, Standard, Row, Col, 8, 0, BiasGELU) \
-  X(sm80_f16_rc_gelu_tanh, 80, Half, Standard, Row, Col, 8, 0, BiasGELUTanh) \
-  X(sm80_f16_rc_silu, 80, Half, Standard, Row, Col, 8, 0, BiasSiLU) \
-  X(sm80_bf16_rc_none, 80, BFloat16, Standard, Row, Col, 8, 0, BiasIdentity) \
-  X(sm80_bf16_rc_relu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasReLU) \
-  X(sm80_bf16_rc_gelu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasGELU) \
-  X(sm80_bf16_rc_gelu_tanh, 80, BFloat16, Standard, Row, Col, 8, 0, BiasGELUTanh) \
-  X(sm80_bf16_rc_silu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasSiLU)
+  X(sm90_f16_rr, 90, Half, Standard, Row, Row, 8, 1, Plain, Coop128x128)            \
+  X(sm90_f16_rc, 90, Half, Standard, Row, Col, 8, 1, Plain, Coop128x128)            \
+  X(sm90_f16_cr, 90, Half, Standard, Col, Row, 8, 1, Plain, Coop128x128)            \
+  X(sm90_f16_cc, 90, Half, Standard, Col, Col, 8, 1, Plain, Coop128x128)            \
+  X(sm90_bf16_rr, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, Coop128x128)       \
+  X(sm90_bf16_rc, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Coop128x128)       \
+  X(sm90_bf16_cr, 90, BFloat16, Standard, Col, Row, 8, 1, Plain, Coop128x128)       \
+  X(sm90_bf16_cc, 90, BFloat16, Standard, Col, Col, 8, 1, Plain, Coop128x128)       \
+  X(sm90_tf32_rr, 90, Float, TF32, Row, Row, 4, 1, Plain, Coop128x128)              \
+  X(sm90_tf32_rc, 90, Float, TF32, Row, Col, 4, 1, Plain, Coop128x128)              \
+  X(sm90_tf32_cr, 90, Float, TF32, Col, Row, 4, 1, Plain, Coop128x128)              \
+  X(sm90_tf32_cc, 90, Float, TF32, Col, Col, 4, 1, Plain, Coop128x128)              \
+  X(sm80_f16_rr, 80, Half, Standard, Row, Row, 8, 0, Plain, Sm80)            \
+  X(sm80_f16_rc, 80, Half, Standard, Row, Col, 8, 0, Plain, Sm80)            \
+  X(sm80_f16_cr, 80, Half, Standard, Col, Row, 8, 0, Plain, Sm80)            \
+  X(sm80_f16_cc, 80, Half, Standard, Col, Col, 8, 0, Plain, Sm80)            \
+  X(sm80_bf16_rr, 80, BFloat16, Standard, Row, Row, 8, 0, Plain, Sm80)       \
+  X(sm80_bf16_rc, 80, BFloat16, Standard, Row, Col, 8, 0, Plain, Sm80)       \
+  X(sm80_bf16_cr, 80, BFloat16, Standard, Col, Row, 8, 0, Plain, Sm80)       \
+  X(sm80_bf16_cc, 80, BFloat16, Standard, Col, Col, 8, 0, Plain, Sm80)       \
+  X(sm80_tf32_rr, 80, Float, TF32, Row, Row, 4, 0, Plain, Sm80)              \
+  X(sm80_tf32_rc, 80, Float, TF32, Row, Col, 4, 0, Plain, Sm80)              \
+  X(sm80_tf32_cr, 80, Float, TF32, Col, Row, 4, 0, Plain, Sm80)              \
+  X(sm80_tf32_cc, 80, Float, TF32, Col, Col, 4, 0, Plain, Sm80)              \
+  X(sm80_3xtf32_rr, 80, Float, Fast3xTF32, Row, Row, 4, 1, Plain, Sm80)      \
+  X(sm80_3xtf32_rc, 80, Float, Fast3xTF32, Row, Col, 4, 1, Plain, Sm80)      \
+  X(sm80_3xtf32_cr, 80, Float, Fast3xTF32, Col, Row, 4, 1, Plain, Sm80)      \
+  X(sm80_3xtf32_cc, 80, Float, Fast3xTF32, Col, Col, 4, 1, Plain, Sm80)      \
+  X(sm80_f64_rr, 80, Double, Standard, Row, Row, 1, 1, Plain, Sm80)          \
+  X(sm80_f64_rc, 80, Double, Standard, Row, Col, 1, 1, Plain, Sm80)          \
+  X(sm80_f64_cr, 80, Double, Standard, Col, Row, 1, 1, Plain, Sm80)          \
+  X(sm80_f64_cc, 80, Double, Standard, Col, Col, 1, 1, Plain, Sm80) \
+  X(sm90_f16_rc_none, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, Coop128x128) \
+  X(sm90_f16_rc_relu, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, Coop128x128) \
+  X(sm90_f16_rc_gelu, 90, Half, Standard, Row, Col, 8, 1, BiasGELU, Coop128x128) \
+  X(sm90_f16_rc_gelu_tanh, 90, Half, Standard, Row, Col, 8, 1, BiasGELUTanh, Coop128x128) \
+  X(sm90_f16_rc_silu, 90, Half, Standard, Row, Col, 8, 1, BiasSiLU, Coop128x128) \
+  X(sm90_bf16_rc_none, 90, BFloat16, Standard, Row, Col, 8, 1, BiasIdentity, Coop128x128) \
+  X(sm90_bf16_rc_relu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU, Coop128x128) \
+  X(sm90_bf16_rc_gelu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, Coop128x128) \
+  X(sm90_bf16_rc_gelu_tanh, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, Coop128x128) \
+  X(sm90_bf16_rc_silu, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, Coop128x128) \
+  X(sm80_f16_rc_none, 80, Half, Standard, Row, Col, 8, 0, BiasIdentity, Sm80) \
+  X(sm80_f16_rc_relu, 80, Half, Standard, Row, Col, 8, 0, BiasReLU, Sm80) \
+  X(sm80_f16_rc_gelu, 80, Half, Standard, Row, Col, 8, 0, BiasGELU, Sm80) \
+  X(sm80_f16_rc_gelu_tanh, 80, Half, Standard, Row, Col, 8, 0, BiasGELUTanh, Sm80) \
+  X(sm80_f16_rc_silu, 80, Half, Standard, Row, Col, 8, 0, BiasSiLU, Sm80) \
+  X(sm80_bf16_rc_none, 80, BFloat16, Standard, Row, Col, 8, 0, BiasIdentity, Sm80) \
+  X(sm80_bf16_rc_relu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasReLU, Sm80) \
+  X(sm80_bf16_rc_gelu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasGELU, Sm80) \
+  X(sm80_bf16_rc_gelu_tanh, 80, BFloat16, Standard, Row, Col, 8, 0, BiasGELUTanh, Sm80) \
+  X(sm80_bf16_rc_silu, 80, BFloat16, Standard, Row, Col, 8, 0, BiasSiLU, Sm80) \
+  X(sm90_f16_rr_coop256, 90, Half, Standard, Row, Row, 8, 1, Plain, Coop128x256) \
+  X(sm90_f16_rr_ping, 90, Half, Standard, Row, Row, 8, 1, Plain, Ping64x128) \
+  X(sm90_f16_rr_streamk, 90, Half, Standard, Row, Row, 8, 1, Plain, StreamK128x128) \
+  X(sm90_f16_rc_coop256, 90, Half, Standard, Row, Col, 8, 1, Plain, Coop128x256) \
+  X(sm90_f16_rc_ping, 90, Half, Standard, Row, Col, 8, 1, Plain, Ping64x128) \
+  X(sm90_f16_rc_streamk, 90, Half, Standard, Row, Col, 8, 1, Plain, StreamK128x128) \
+  X(sm90_bf16_rr_coop256, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, Coop128x256) \
+  X(sm90_bf16_rr_ping, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, Ping64x128) \
+  X(sm90_bf16_rr_streamk, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, StreamK128x128) \
+  X(sm90_bf16_rc_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Coop128x256) \
+  X(sm90_bf16_rc_ping, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Ping64x128) \
+  X(sm90_bf16_rc_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, StreamK128x128) \
+  X(sm90_f16_rc_none_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, StreamK128x128) \
+  X(sm90_f16_rc_relu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, StreamK128x128) \
+  X(sm90_f16_rc_gelu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasGELU, StreamK128x128) \
+  X(sm90_f16_rc_gelu_tanh_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasGELUTanh, StreamK128x128) \
+  X(sm90_f16_rc_silu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasSiLU, StreamK128x128) \
+  X(sm90_bf16_rc_none_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasIdentity, StreamK128x128) \
+  X(sm90_bf16_rc_relu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU, StreamK128x128) \
+  X(sm90_bf16_rc_gelu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, StreamK128x128) \
+  X(sm90_bf16_rc_gelu_tanh_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, StreamK128x128) \
+  X(sm90_bf16_rc_silu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, StreamK128x128)
 
 
 namespace ops::cutlass_gemm {
@@ -98,6 +141,7 @@ enum class DType : int8_t { Half, BFloat16, Float, Double };
 enum class Math : int8_t { Standard, TF32, Fast3xTF32 };
 enum class Layout : int8_t { Row, Col };
 enum class Epilogue : int8_t { Plain, BiasIdentity, BiasReLU, BiasGELU, BiasGELUTanh, BiasSiLU };
+enum class TileConfig : int8_t { Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128 };
 
 enum class KernelId : int {
 #define OPS_KERNEL_ENUM(name, ...) name,
@@ -115,11 +159,13 @@ struct KernelInfo {
   int alignment;  // elements
   bool on_sm90;
   Epilogue epilogue;
+  TileConfig config;
 };
 
 inline constexpr KernelInfo kKernels[] = {
-#define OPS_KERNEL_INFO(name, sm, dtype, math, la, lb, align, on90, epilogue) \
-  {#name, sm, DType::dtype, Math::math, Layout::la, Layout::lb, align, on90 != 0, Epilogue::epilogue},
+#define OPS_KERNEL_INFO(name, sm, dtype, math, la, lb, align, on90, epilogue, config)        \
+  {#name, sm, DType::dtype, Math::math, Layout::la, Layout::lb, align, on90 != 0, Epilogue::epilogue, \
+   TileConfig::config},
     OPS_CUTLASS_GEMM_KERNELS(OPS_KERNEL_INFO)
 #undef OPS_KERNEL_INFO
 };

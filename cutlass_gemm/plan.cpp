@@ -1,17 +1,20 @@
 #include "plan.h"
 
+#include "tactic.h"
+
 #include <algorithm>
 #include <climits>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
 
 namespace ops::cutlass_gemm {
 namespace {
 
 int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
-int element_size(DType dtype) {
+constexpr int element_size(DType dtype) {
   switch (dtype) {
     case DType::Half:
     case DType::BFloat16:
@@ -180,7 +183,78 @@ bool kernel_runs_on(const KernelInfo& info, int cc_major, int cc_minor,
   return false;
 }
 
+namespace {
+
+// Everything plan_gemm reads from a request, with addresses reduced to their alignment (all the planner
+// asks of an address is whether it is a multiple of alignment * element size, which divides 16).
+constexpr bool alignments_divide_16() {
+  for (const KernelInfo& info : kKernels) {
+    if (16 % (info.alignment * element_size(info.dtype)) != 0) return false;
+  }
+  return true;
+}
+static_assert(alignments_divide_16(), "the plan cache keys addresses by address % 16");
+
+struct PlanKey {
+  int64_t values[25];
+  std::vector<BuiltArch> built;
+
+  explicit PlanKey(const GemmRequest& r)
+      : values{static_cast<int64_t>(r.dtype), r.allow_tf32, r.cc_major, r.cc_minor, r.m, r.n, r.k,
+               r.a.rows, r.a.cols, r.a.stride0, r.a.stride1, static_cast<int64_t>(r.a.address % 16),
+               r.b.rows, r.b.cols, r.b.stride0, r.b.stride1, static_cast<int64_t>(r.b.address % 16),
+               r.c.rows, r.c.cols, r.c.stride0, r.c.stride1, static_cast<int64_t>(r.c.address % 16),
+               static_cast<int64_t>(r.epilogue), r.allow_swap, r.sm_count},
+        built(r.built) {}
+
+  bool operator==(const PlanKey& o) const {
+    if (!std::equal(std::begin(values), std::end(values), std::begin(o.values))) return false;
+    if (built.size() != o.built.size()) return false;
+    for (size_t i = 0; i < built.size(); ++i) {
+      if (built[i].major != o.built[i].major || built[i].minor != o.built[i].minor ||
+          built[i].arch_specific != o.built[i].arch_specific)
+        return false;
+    }
+    return true;
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
+    for (int64_t v : key.values) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h ^ key.built.size());
+  }
+};
+
+std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan);
+
+}  // namespace
+
 std::string plan_gemm(const GemmRequest& req, GemmPlan* plan) {
+  // Planning costs ~1 us (it enumerates every layout x copy x padding option); a model calls the same
+  // few shapes over and over, so successful plans are memoized per thread (no locks). Bounded: the
+  // table is dropped when it reaches kMaxEntries (shapes of a dynamic workload keep it churning only
+  // at that rate).
+  constexpr size_t kMaxEntries = 1024;
+  thread_local std::unordered_map<PlanKey, GemmPlan, PlanKeyHash> cache;
+  PlanKey key(req);
+  const auto it = cache.find(key);
+  if (it != cache.end()) {
+    *plan = it->second;
+    return "";
+  }
+  std::string error = plan_gemm_uncached(req, plan);
+  if (error.empty()) {
+    if (cache.size() >= kMaxEntries) cache.clear();
+    cache.emplace(std::move(key), *plan);
+  }
+  return error;
+}
+
+namespace {
+
+std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan) {
   if (req.m <= 0 || req.n <= 0 || req.k <= 0) {
     return "cutlass_gemm: internal error: planner called for an empty problem";
   }
@@ -264,7 +338,7 @@ std::string plan_gemm(const GemmRequest& req, GemmPlan* plan) {
               if (!found || key < best_key) {
                 found = true;
                 best_key = key;
-                best.kernel = kernel;
+                best.tactic = Tactic{kernel};
                 best.swap_ab = swap != 0;
                 best.m = m;
                 best.n = nn;
@@ -283,8 +357,17 @@ std::string plan_gemm(const GemmRequest& req, GemmPlan* plan) {
   if (!found) {
     return "cutlass_gemm: internal error: no valid CUTLASS plan (please report this shape)";
   }
-  *plan = best;
+  // The layouts are fixed; now the configuration (tile, cluster, schedule) for this shape.
+  const KernelInfo& chosen = kernel_info(best.tactic.kernel);
+  for (KernelId id : candidates) {
+    const KernelInfo& info = kernel_info(id);
+    if (info.a == chosen.a && info.b == chosen.b) best.family.push_back(id);
+  }
+  best.tactic = choose_tactic(best, req.sm_count);
+  *plan = std::move(best);
   return "";
 }
+
+}  // namespace
 
 }  // namespace ops::cutlass_gemm

@@ -10,7 +10,8 @@
 //     extent), and for the output whether it is written in place or through a temporary;
 //   * whether K or N must be zero-padded to the kernel's alignment (only for extents that are not a
 //     multiple of 16 bytes, e.g. an fp16 GEMM with K = 7);
-//   * which instantiation of kernel_list.h runs.
+//   * which instantiation of kernel_list.h runs, and with which scheduler settings (the "tactic",
+//     chosen by shape in tactic.h among the configs that serve the plan's layouts).
 // Among valid plans it takes the one that copies the fewest bytes; ties prefer K-major operands (A
 // row-major, B column-major: the layout tensor cores read best), then no swap.
 #pragma once
@@ -42,6 +43,27 @@ struct BuiltArch {
 // arch they name. Throws std::invalid_argument on a malformed entry.
 std::vector<BuiltArch> parse_arch_list(const std::string& arch_list);
 
+// How the SM90 tile schedulers split the work (CUTLASS's DecompositionMode). Only the StreamK128x128
+// kernels take anything but DataParallel.
+enum class Decomposition : int8_t {
+  DataParallel,  // one CTA per output tile (persistent CTAs loop over tiles)
+  SplitK,        // `splits` CTAs per output tile, each over K / splits, reduced in the workspace
+  StreamK,       // the K iterations of all tiles divided evenly among the CTAs (Osama et al. 2023)
+};
+
+// How a planned GEMM runs: the instantiation and its run-time scheduler settings.
+struct Tactic {
+  KernelId kernel = KernelId::kCount;
+  Decomposition decomposition = Decomposition::DataParallel;
+  int splits = 1;   // SplitK: number of K slices (>= 2); 1 otherwise
+  int swizzle = 1;  // SM90 schedulers' max swizzle size (1, 2, 4 or 8): tile order for L2 reuse
+
+  bool operator==(const Tactic& o) const {
+    return kernel == o.kernel && decomposition == o.decomposition && splits == o.splits &&
+           swizzle == o.swizzle;
+  }
+};
+
 struct GemmRequest {
   DType dtype = DType::Float;
   bool allow_tf32 = false;           // float32 only: torch's matmul precision allows TF32
@@ -51,6 +73,7 @@ struct GemmRequest {
   MatrixView a, b, c;                // A (m x k), B (k x n), C (m x n): the output to write
   Epilogue epilogue = Epilogue::Plain;  // Bias<Act> (ops.linear): a per-column bias of C
   bool allow_swap = true;            // false for Bias<Act>: a swap would make the bias per-row
+  int sm_count = 132;                // the device's multiprocessors (the tactic heuristic's wave size)
 };
 
 enum class Source : int8_t {
@@ -71,7 +94,9 @@ struct OperandPlan {
 // swap, A is the user's B^T, B is the user's A^T and D is the user's C^T. m, n, k include padding:
 // n > user's n (or m, with swap) or k > user's k only when the extent had to be padded.
 struct GemmPlan {
-  KernelId kernel = KernelId::kCount;
+  Tactic tactic;                 // tactic.kernel: the instantiation that runs (kCount: none)
+  std::vector<KernelId> family;  // every runnable instantiation for this plan (same dtype, math,
+                                 // epilogue and layouts): the configs a tactic may choose among
   bool swap_ab = false;
   int64_t m = 0, n = 0, k = 0;
   OperandPlan a, b, d;
@@ -90,6 +115,10 @@ struct GemmLaunchArgs {
   const void* bias = nullptr;  // Bias<Act> epilogues: n elements (per column of D), or null
   int device = 0;    // CUDA device ordinal (for CUTLASS's hardware info)
   int sm_count = 0;  // multiprocessors of that device
+  // The tactic's scheduler settings (SM90 kernels; the SM80 kernels ignore them).
+  Decomposition decomposition = Decomposition::DataParallel;
+  int splits = 1;
+  int swizzle = 1;
 };
 
 // Result of a launch. `message` is a static string (never owned).

@@ -30,9 +30,11 @@ Stride stride_with_ld(int64_t ld, int64_t batch_stride) {
 }
 
 // kId: an sm90 entry of kernel_list.h (f16, bf16, or float inputs run as tf32 on wgmma).
+// TileScheduler: void (persistent data-parallel) or cutlass::gemm::StreamKScheduler.
 template <KernelId kId, typename TileShape, typename ClusterShape,
           typename MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-          typename EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative>
+          typename EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative,
+          typename TileScheduler = void>
 struct Sm90GemmConfig {
   using Traits = KernelTraits<kId>;
   static_assert(Traits::info.sm == 90);
@@ -67,7 +69,9 @@ struct Sm90GemmConfig {
       MainloopSchedule>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
-                                                      CollectiveMainloop, CollectiveEpilogue>;
+                                                      CollectiveMainloop, CollectiveEpilogue,
+                                                      TileScheduler>;
+  static constexpr bool kStreamK = std::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const GemmLaunchArgs& args) {
@@ -96,18 +100,60 @@ struct Sm90GemmConfig {
     if constexpr (kBias) {
       arguments.epilogue.thread.bias_ptr = static_cast<const Element*>(args.bias);  // null: no bias
     }
+    // The tactic's scheduler settings (tactic.h). Raster order: CUTLASS's heuristic (along the
+    // longer of M and N).
+    arguments.scheduler.max_swizzle_size = args.swizzle;
+    if constexpr (kStreamK) {
+      using Mode = decltype(arguments.scheduler.decomposition_mode);
+      switch (args.decomposition) {
+        case Decomposition::DataParallel: arguments.scheduler.decomposition_mode = Mode::DataParallel; break;
+        case Decomposition::SplitK: arguments.scheduler.decomposition_mode = Mode::SplitK; break;
+        case Decomposition::StreamK: arguments.scheduler.decomposition_mode = Mode::StreamK; break;
+      }
+      arguments.scheduler.splits = args.decomposition == Decomposition::SplitK ? args.splits : 1;
+    }
     return arguments;
   }
 };
 
-// The tile configurations the kernel TUs instantiate (one place to tune them; issue 6 adds more).
-// Half types: 128x128x64 tiles, 2x1 clusters, cooperative schedule.
+// The configurations of kernel_list.h's `config` column. The K extent of a tile is 128 bytes of each
+// operand (64 elements for 16-bit types, 32 for tf32): the same shared memory per pipeline stage.
 template <KernelId kId>
-using Sm90HalfConfig =
-    Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
-// tf32: 128x128x32 tiles (the same shared-memory footprint per stage as half types at K = 64).
+using Sm90TileK = cute::Int<128 / sizeof(typename KernelTraits<kId>::Element)>;
+
+template <KernelId kId, TileConfig kConfig = kernel_info(kId).config>
+struct Sm90Config;
+
+// The general kernel: cooperative, 128x128 tile, 2x1 cluster (TMA multicast of B across the pair).
 template <KernelId kId>
-using Sm90Tf32Config =
-    Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, cute::_32>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
+struct Sm90Config<kId, TileConfig::Coop128x128>
+    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, Sm90TileK<kId>>,
+                     cute::Shape<cute::_2, cute::_1, cute::_1>> {};
+
+// Large M and N: 128x256 tiles (each consumer warpgroup a 64x256 accumulator: 128 registers).
+template <KernelId kId>
+struct Sm90Config<kId, TileConfig::Coop128x256>
+    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_256, Sm90TileK<kId>>,
+                     cute::Shape<cute::_2, cute::_1, cute::_1>> {};
+
+// Ping-pong: the two consumer warpgroups work on alternate 64x128 tiles.
+template <KernelId kId>
+struct Sm90Config<kId, TileConfig::Ping64x128>
+    : Sm90GemmConfig<kId, cute::Shape<cute::_64, cute::_128, Sm90TileK<kId>>,
+                     cute::Shape<cute::_1, cute::_1, cute::_1>,
+                     cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                     cutlass::epilogue::TmaWarpSpecialized> {};
+
+// Cooperative 128x128 on the stream-K tile scheduler (data-parallel / split-K / stream-K at run time).
+template <KernelId kId>
+struct Sm90Config<kId, TileConfig::StreamK128x128>
+    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, Sm90TileK<kId>>,
+                     cute::Shape<cute::_1, cute::_1, cute::_1>,
+                     cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                     cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::StreamKScheduler> {};
 
 }  // namespace ops::cutlass_gemm
+
+// Defines the launcher of one sm90 entry of kernel_list.h, built from its `config` column.
+#define OPS_DEFINE_SM90_GEMM(name) \
+  OPS_DEFINE_CUTLASS_GEMM(name, ops::cutlass_gemm::Sm90Config<ops::cutlass_gemm::KernelId::name>)

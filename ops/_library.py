@@ -86,11 +86,22 @@ def allow_tf32():
 
 
 def gemm_emulate(A, B, out, cc_major, cc_minor, arch_list, allow_tf32, poison=True, bias=None,
-                 epilogue="plain"):
+                 epilogue="plain", sm_count=132):
     """Test hook: runs the CUDA wrapper's host path on CPU tensors (see tests/test_gemm_plan.py) for a
     device of compute capability (cc_major, cc_minor) and a binary built for `arch_list`; the CUTLASS
     launch is replaced by a replay of its launch descriptor. ``epilogue``: "plain" (cutlass_gemm) or an
-    ops.linear activation ("none", "relu", ...), which computes act(A @ B + bias). Writes `out`; returns
-    the plan (dict)."""
+    ops.linear activation ("none", "relu", ...), which computes act(A @ B + bias). ``sm_count``: the
+    emulated device's multiprocessors (the tactic heuristic's wave size; 132 = H100 SXM / H200). Writes
+    `out`; returns the plan (dict, as ops.gemm.plan), with the tactic actually used (a forced one too)."""
     return json.loads(torch.ops.ops._cutlass_gemm_emulate(A, B, out, cc_major, cc_minor, arch_list,
-                                                            allow_tf32, poison, bias, epilogue))
+                                                            allow_tf32, poison, bias, epilogue, sm_count))
+
+
+def gemm_plan_for_target(A, B, cc_major, cc_minor, arch_list, allow_tf32=False, sm_count=132,
+                         epilogue="plain"):
+    """Test hook: the plan (dict, as ops.gemm.plan: kernel, heuristic tactic, candidates) the CUDA
+    wrapper would make for A @ B on a device of compute capability (cc_major, cc_minor) with
+    ``sm_count`` multiprocessors and a binary built for ``arch_list``. Nothing runs; A and B may be CPU
+    tensors (only their sizes, strides and addresses matter)."""
+    return json.loads(torch.ops.ops._cutlass_gemm_plan_for_target(A, B, cc_major, cc_minor, arch_list,
+                                                                    allow_tf32, sm_count, epilogue))

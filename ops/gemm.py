@@ -4,6 +4,7 @@ The schemas live in csrc/registration.cpp; CPU kernels in csrc/gemm_cpu.cpp; CUD
 cutlass_gemm/.
 """
 
+import os
 from typing import Optional
 
 import torch
@@ -97,3 +98,90 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
         return torch.ops.ops.cutlass_gemm(A, B)
     torch.ops.ops.cutlass_gemm(A, B, out=out)
     return out
+
+
+# ---- Kernel selection: tactics, autotuning ------------------------------------------------------
+#
+# On CUDA each GEMM runs one of several CUTLASS instantiations (tile shape, cluster, schedule: see
+# ``ops.kernels()`` and cutlass_gemm/kernel_list.h) with run-time scheduler settings (data-parallel,
+# split-K, stream-K, swizzle); together, a "tactic". By default a shape heuristic chooses
+# (cutlass_gemm/tactic.cpp). These functions inspect that choice, override it, or replace it with
+# measurements. The settings are process-wide and have no effect on CPU tensors.
+
+
+def plan(A: torch.Tensor, B: torch.Tensor) -> dict:
+    """The plan ``cutlass_gemm(A, B)`` would run on A's CUDA device, without running it.
+
+    Args:
+        A: (M, K) CUDA tensor; B: (K, N) CUDA tensor (as for ``cutlass_gemm``; M, N, K > 0).
+
+    Returns:
+        dict with ``kernel`` (instantiation name), ``tactic`` (name, config, decomposition, splits,
+        swizzle: the heuristic's choice, ignoring ``set_tactic`` and autotuning), ``candidates`` (every
+        tactic name ``set_tactic`` accepts for this GEMM), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
+        how each operand is read (``a``, ``b``, ``d``: in place or copied, layout, leading dimension).
+
+    Raises:
+        RuntimeError: bad inputs (as ``cutlass_gemm``), an empty problem, CPU tensors (no CUTLASS
+            kernel runs there), or no kernel for this GPU.
+    """
+    import json
+
+    if A.device.type != "cuda":
+        raise RuntimeError(f"ops.gemm.plan: expected CUDA tensors (the CUTLASS kernels run on NVIDIA GPUs), "
+                           f"got A on {A.device}")
+    return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B))
+
+
+def set_tactic(name: Optional[str]) -> Optional[str]:
+    """Force every CUDA ``cutlass_gemm`` / ``linear`` GEMM to run the tactic ``name`` (a name from
+    ``plan(A, B)["candidates"]``, e.g. ``"sm90_bf16_rc_streamk/splitk4"``), or restore the normal choice
+    with ``None``. For benchmarking and experiments: a GEMM whose candidates do not include ``name``
+    raises a RuntimeError listing them. Returns the previous setting."""
+    previous = get_tactic()
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"ops.gemm.set_tactic: expected a tactic name (str) or None, got {type(name).__name__}")
+    torch.ops.ops._cutlass_gemm_set_tactic(name or None)
+    return previous
+
+
+def get_tactic() -> Optional[str]:
+    """The tactic forced by ``set_tactic``, or None."""
+    return torch.ops.ops._cutlass_gemm_get_tactic() or None
+
+
+def set_autotune(enabled: bool) -> bool:
+    """Turn autotuning on or off (off by default; the environment variable ``OPS_GEMM_AUTOTUNE=1`` turns
+    it on at import). Returns the previous setting.
+
+    With autotuning on, the first CUDA GEMM of each shape (kernel family, M, N, K, leading dimensions,
+    device) times every candidate tactic (a warm-up run and the median of 5 runs each, between CUDA
+    events: this synchronizes the stream once) and caches the fastest; later GEMMs of that shape run it
+    directly. A shape first seen during CUDA graph capture runs the heuristic's choice and is not tuned
+    (timing would synchronize a capturing stream). ``set_tactic`` takes precedence."""
+    previous = autotune_enabled()
+    torch.ops.ops._cutlass_gemm_set_autotune(bool(enabled))
+    return previous
+
+
+def autotune_enabled() -> bool:
+    """Whether autotuning is on (``set_autotune``)."""
+    return bool(torch.ops.ops._cutlass_gemm_autotune_enabled())
+
+
+def tuning_cache() -> list:
+    """The autotuning results so far: a list of dicts with ``key`` (device, kernel family, M, N, K,
+    leading dimensions), ``best`` (the tactic used from then on) and ``timings_ms`` (every candidate's
+    median time in milliseconds; None for a candidate that could not run)."""
+    import json
+
+    return json.loads(torch.ops.ops._cutlass_gemm_tuning_cache())
+
+
+def clear_tuning_cache() -> None:
+    """Forget every autotuning result (the next GEMM of each shape is timed again)."""
+    torch.ops.ops._cutlass_gemm_clear_tuning_cache()
+
+
+if os.environ.get("OPS_GEMM_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on"):
+    set_autotune(True)

@@ -138,3 +138,106 @@ def test_opcheck_cuda():
     torch.library.opcheck(torch.ops.ops.cutlass_gemm.default, (A, B))
     torch.library.opcheck(torch.ops.ops.cutlass_gemm.out, (A, B),
                           {"out": torch.empty(48, 64, device="cuda", dtype=torch.bfloat16).t()})
+
+
+# ---- tactics: every instantiation and scheduler setting, autotuning ------------------------------
+
+TACTIC_SHAPES = [  # (M, N, K, B layout): decode, odd sizes, short K, several waves, square
+    (1, 4096, 4096, "col"), (77, 300, 1000, "col"), (260, 136, 64, "row"), (16, 1536, 384, "col"),
+    (2048, 2048, 256, "row"), (4096, 512, 1024, "col"),
+]
+
+
+@pytest.fixture
+def restore_tactic_settings():
+    yield
+    ops.gemm.set_tactic(None)
+    ops.gemm.set_autotune(False)
+    ops.gemm.clear_tuning_cache()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,N,K,lb", TACTIC_SHAPES)
+def test_every_tactic(restore_tactic_settings, dtype, M, N, K, lb):
+    # Each candidate (config x data-parallel / split-K / stream-K / swizzle) forced in turn, into a
+    # NaN-poisoned out: every output element written, the right product, the same plan otherwise.
+    A, B = make(M, K, dtype, "row"), make(K, N, dtype, lb)
+    plan = ops.gemm.plan(A, B)
+    assert plan["tactic"]["name"] in plan["candidates"]
+    for name in plan["candidates"]:
+        ops.gemm.set_tactic(name)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        ops.cutlass_gemm(A, B, out=out)
+        torch.cuda.synchronize()
+        check(dtype, A, B, out)
+
+
+@pytest.mark.parametrize("M", [1, 16, 300])
+@pytest.mark.parametrize("activation", ["none", "silu", "gelu"])
+def test_linear_every_tactic(restore_tactic_settings, M, activation):
+    x = torch.randn(M, 2048, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16) / 2048 ** 0.5
+    bias = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    ref = ops.linear(x.double().cpu(), weight.double().cpu(), bias.double().cpu(), activation).cuda()
+    cc = torch.cuda.get_device_capability()
+    names = ops._library.gemm_plan_for_target(
+        x, weight.t(), *cc, ops.build_info.CUDA_ARCH_LIST,
+        sm_count=torch.cuda.get_device_properties(0).multi_processor_count, epilogue=activation)["candidates"]
+    if cc == (9, 0):
+        assert any(n.endswith("/streamk") for n in names)
+    for name in names:
+        ops.gemm.set_tactic(name)
+        y = ops.linear(x, weight, bias, activation)
+        assert normwise_error(y, ref) < 8e-3, name
+
+
+def test_autotune_caches_one_choice_per_shape(restore_tactic_settings):
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.set_autotune(True)
+    A, B = make(64, 4096, torch.bfloat16, "row"), make(4096, 2048, torch.bfloat16, "col")
+    check(torch.bfloat16, A, B, ops.cutlass_gemm(A, B))  # tunes (every candidate writes the result)
+    cache = ops.gemm.tuning_cache()
+    assert len(cache) == 1
+    entry = cache[0]
+    assert "m=64 n=2048 k=4096" in entry["key"]
+    assert set(entry["timings_ms"]) == set(ops.gemm.plan(A, B)["candidates"])
+    valid = {k: v for k, v in entry["timings_ms"].items() if v is not None}
+    assert entry["best"] == min(valid, key=valid.get)
+    for _ in range(3):  # served from the cache: no new entry, same (deterministic) result
+        check(torch.bfloat16, A, B, ops.cutlass_gemm(A, B))
+    assert len(ops.gemm.tuning_cache()) == 1
+    ops.cutlass_gemm(make(128, 4096, torch.bfloat16, "row"), B)
+    assert len(ops.gemm.tuning_cache()) == 2
+
+
+def test_autotune_never_inside_graph_capture(restore_tactic_settings):
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.set_autotune(True)
+    A, B = make(32, 1024, torch.bfloat16, "row"), make(1024, 1536, torch.bfloat16, "col")
+    static_a = A.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside capture on another shape only
+        ops.cutlass_gemm(make(8, 64, torch.bfloat16, "row"), make(64, 8, torch.bfloat16, "row"))
+    torch.cuda.current_stream().wait_stream(side)
+    tuned_before = len(ops.gemm.tuning_cache())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = ops.cutlass_gemm(static_a, B)
+    assert len(ops.gemm.tuning_cache()) == tuned_before  # nothing timed during capture
+    fresh = torch.randn_like(A)
+    static_a.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(torch.bfloat16, fresh, B, static_out)
+    ops.cutlass_gemm(A, B)  # eager, after capture: tuned now
+    assert len(ops.gemm.tuning_cache()) == tuned_before + 1
+
+
+def test_plan_reports_the_device():
+    A, B = make(1, 4096, torch.bfloat16, "row"), make(4096, 4096, torch.bfloat16, "col")
+    plan = ops.gemm.plan(A, B)
+    expected = ops._library.gemm_plan_for_target(
+        A, B, *torch.cuda.get_device_capability(), ops.build_info.CUDA_ARCH_LIST,
+        sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    assert plan == expected

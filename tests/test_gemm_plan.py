@@ -9,6 +9,7 @@ instantiation computes the GEMM its descriptor says (tests/test_gemm_cuda.py).
 """
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -47,6 +48,12 @@ def emulate(A, B, out=None, allow_tf32=False, target=HOPPER):
     return out, plan
 
 
+def family(kernel):
+    """A kernel's family name: its instantiation name without the tile-config suffix (the configs of one
+    family differ only in tile, cluster and schedule: tests/test_gemm_tactics.py covers that choice)."""
+    return re.sub(r"_(coop256|ping|streamk)$", "", kernel)
+
+
 def reference_check(out, A, B):
     expected = A.double() @ B.double()
     tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5, torch.float64: 1e-12}[A.dtype]
@@ -64,7 +71,7 @@ def test_half_types_on_hopper_use_sm90_in_place(dtype, name, la, lb, suffix):
     A = strided(64, 128, dtype, la)
     B = strided(128, 32, dtype, lb)
     out, plan = emulate(A, B)
-    assert plan["kernel"] == f"sm90_{name}_{suffix}"
+    assert family(plan["kernel"]) == f"sm90_{name}_{suffix}"
     assert not plan["swap_ab"]
     assert plan["copied_elements"] == 0
     assert (plan["m"], plan["n"], plan["k"]) == (64, 32, 128)
@@ -80,7 +87,7 @@ def test_column_major_output_swaps_operands():
     out, plan = emulate(A, B, out)
     # D^T (40 x 64) = B^T (40 x 96, row-major) @ A^T (96 x 64, column-major): still no copies.
     assert plan["swap_ab"] and plan["copied_elements"] == 0
-    assert plan["kernel"] == "sm90_bf16_rc"
+    assert family(plan["kernel"]) == "sm90_bf16_rc"
     assert (plan["m"], plan["n"], plan["k"]) == (40, 64, 96)
     reference_check(out, A, B)
 
@@ -278,7 +285,7 @@ def test_linear_epilogue_kernels(dtype, name, act, target, sm):
     out = torch.full((24, 40), float("nan"), dtype=dtype)
     plan = ops._library.gemm_emulate(x, w.t(), out, target["cc_major"], target["cc_minor"],
                                      target["arch_list"], False, True, b, act)
-    assert plan["kernel"] == f"sm{sm}_{name}_rc_{act}"
+    assert family(plan["kernel"]) == f"sm{sm}_{name}_rc_{act}"
     assert plan["copied_elements"] == 0 and not plan["swap_ab"]
     expected = linear_reference(x, w, b, act)
     torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)
@@ -309,3 +316,18 @@ def test_linear_epilogue_without_bias_and_empty_k():
     ops._library.gemm_emulate(torch.empty(8, 0).half(), torch.empty(0, 16).half(), out0, 9, 0, "9.0a",
                               False, True, b, "silu")
     torch.testing.assert_close(out0.float(), torch.nn.functional.silu(b.float()).expand(8, 16), atol=1e-3, rtol=1e-3)
+
+
+def test_plan_cache_keys_on_alignment_and_strides():
+    # Plans are memoized per thread (cutlass_gemm/plan.cpp); a shape seen aligned, then misaligned, then
+    # with other strides, must get a fresh plan each time, and the cached one again afterwards.
+    base = torch.randn(64 * 48 + 8, dtype=torch.bfloat16)
+    B = strided(48, 32, torch.bfloat16, "col", seed=3)
+    aligned = base[:64 * 48].view(64, 48)
+    misaligned = base[1:64 * 48 + 1].view(64, 48)          # 2-byte offset: must be copied
+    transposed = base[:64 * 48].view(48, 64).t()           # column-major A: read in place
+    for A, source, layout in [(aligned, "in_place", "row"), (misaligned, "copy", "row"),
+                              (transposed, "in_place", "col"), (aligned, "in_place", "row")]:
+        out, plan = emulate(A, B)
+        assert (plan["a"]["source"], plan["a"]["layout"]) == (source, layout)
+        reference_check(out, A, B)

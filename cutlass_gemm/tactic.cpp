@@ -1,0 +1,149 @@
+#include "tactic.h"
+
+#include <algorithm>
+
+namespace ops::cutlass_gemm {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// K elements per mainloop iteration: 128 bytes of each operand row (64 for 16-bit types, 32 for tf32).
+int64_t tile_k(DType dtype) {
+  switch (dtype) {
+    case DType::Half:
+    case DType::BFloat16: return 64;
+    case DType::Float: return 32;
+    case DType::Double: return 16;
+  }
+  return 64;
+}
+
+// The family member with `config`, or kCount.
+KernelId find_config(const GemmPlan& plan, TileConfig config) {
+  for (KernelId id : plan.family) {
+    if (kernel_info(id).config == config) return id;
+  }
+  return KernelId::kCount;
+}
+
+// Split-K slice counts worth trying: each slice keeps at least 4 mainloop iterations.
+std::vector<int> split_counts(int64_t k_iterations) {
+  std::vector<int> splits;
+  for (int s : {2, 4, 8}) {
+    if (k_iterations >= 4 * s) splits.push_back(s);
+  }
+  return splits;
+}
+
+}  // namespace
+
+const char* config_name(TileConfig config) {
+  switch (config) {
+    case TileConfig::Sm80: return "sm80";
+    case TileConfig::Coop128x128: return "coop_128x128_c2x1";
+    case TileConfig::Coop128x256: return "coop_128x256_c2x1";
+    case TileConfig::Ping64x128: return "pingpong_64x128_c1x1";
+    case TileConfig::StreamK128x128: return "streamk_128x128_c1x1";
+  }
+  return "?";
+}
+
+const char* decomposition_name(Decomposition decomposition) {
+  switch (decomposition) {
+    case Decomposition::DataParallel: return "data_parallel";
+    case Decomposition::SplitK: return "split_k";
+    case Decomposition::StreamK: return "stream_k";
+  }
+  return "?";
+}
+
+TileMN tile_of(TileConfig config) {
+  switch (config) {
+    case TileConfig::Coop128x256: return {128, 256};
+    case TileConfig::Ping64x128: return {64, 128};
+    case TileConfig::Sm80:
+    case TileConfig::Coop128x128:
+    case TileConfig::StreamK128x128: return {128, 128};
+  }
+  return {};
+}
+
+int64_t tile_count(int64_t m, int64_t n, TileMN tile) {
+  return ceil_div(m, tile.m) * ceil_div(n, tile.n);
+}
+
+std::string tactic_name(const Tactic& tactic) {
+  if (tactic.kernel == KernelId::kCount) return "none";
+  std::string name = kernel_info(tactic.kernel).name;
+  if (kernel_info(tactic.kernel).config == TileConfig::StreamK128x128) {
+    switch (tactic.decomposition) {
+      case Decomposition::DataParallel: name += "/dp"; break;
+      case Decomposition::StreamK: name += "/streamk"; break;
+      case Decomposition::SplitK: name += "/splitk" + std::to_string(tactic.splits); break;
+    }
+  }
+  if (tactic.swizzle != 1) name += "/swz" + std::to_string(tactic.swizzle);
+  return name;
+}
+
+std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
+  std::vector<Tactic> out;
+  if (plan.family.empty()) return out;
+  const int64_t k_iterations = ceil_div(plan.k, tile_k(kernel_info(plan.family.front()).dtype));
+  for (KernelId id : plan.family) {
+    const KernelInfo& info = kernel_info(id);
+    if (info.sm != 90) {  // CUTLASS 2.x kernels: no run-time scheduler settings
+      out.push_back(Tactic{id});
+      continue;
+    }
+    if (info.config == TileConfig::StreamK128x128) {
+      out.push_back(Tactic{id, Decomposition::DataParallel});
+      out.push_back(Tactic{id, Decomposition::StreamK});
+      for (int s : split_counts(k_iterations)) out.push_back(Tactic{id, Decomposition::SplitK, s});
+      continue;
+    }
+    out.push_back(Tactic{id});
+    if (tile_count(plan.m, plan.n, tile_of(info.config)) >= 4 * static_cast<int64_t>(sm_count)) {
+      out.push_back(Tactic{id, Decomposition::DataParallel, 1, 8});
+    }
+  }
+  return out;
+}
+
+Tactic choose_tactic(const GemmPlan& plan, int sm_count) {
+  if (plan.family.empty()) return Tactic{};
+  const KernelId general = find_config(plan, TileConfig::Coop128x128);
+  // Only one configuration (SM80 kernels, tf32, fp64, the column-major layouts): nothing to choose.
+  if (plan.family.size() == 1 || general == KernelId::kCount) return Tactic{plan.family.front()};
+
+  const int64_t sms = std::max(sm_count, 1);
+  const int64_t k_iterations = ceil_div(plan.k, tile_k(kernel_info(general).dtype));
+  const int64_t tiles_128 = tile_count(plan.m, plan.n, {128, 128});
+
+  // Large problems: 128x256 tiles halve the loads per FLOP; take them while they still make at least
+  // one full wave (M, N >= 2048, e.g. the 4096 and 8192 squares, 4096-token projections).
+  const KernelId wide = find_config(plan, TileConfig::Coop128x256);
+  if (wide != KernelId::kCount && plan.m >= 2048 && plan.n >= 2048 &&
+      tile_count(plan.m, plan.n, tile_of(TileConfig::Coop128x256)) >= sms) {
+    return Tactic{wide};
+  }
+  // At least one wave of 128x128 tiles: the general kernel.
+  if (tiles_128 >= sms) return Tactic{general};
+
+  // Under one wave: SMs would idle. With a long K, split the K loop across CTAs (stream-K: every CTA
+  // gets the same number of K iterations, partial tiles reduced in the workspace) - decode-sized M
+  // against a large weight is this case.
+  const KernelId streamk = find_config(plan, TileConfig::StreamK128x128);
+  if (streamk != KernelId::kCount && k_iterations >= 8) {
+    return Tactic{streamk, Decomposition::StreamK};
+  }
+  // A short K: smaller tiles instead (twice the CTAs), ping-pong overlapping each tile's epilogue.
+  const KernelId ping = find_config(plan, TileConfig::Ping64x128);
+  if (ping != KernelId::kCount) return Tactic{ping};
+  // No ping-pong kernel (ops.linear): at least avoid the 2x1 cluster when M fits one tile row, where
+  // the second CTA of each cluster would get no tile.
+  if (streamk != KernelId::kCount && plan.m <= 128) return Tactic{streamk, Decomposition::DataParallel};
+  return Tactic{general};
+}
+
+}  // namespace ops::cutlass_gemm

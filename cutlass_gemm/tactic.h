@@ -1,0 +1,49 @@
+// Choosing how a planned GEMM runs: which configuration (tile, cluster, schedule; kernel_list.h) and
+// which scheduler settings (data-parallel, split-K, stream-K; swizzle). Plain host C++, unit-tested on
+// CPU through the planner (tests/test_gemm_tactics.py).
+//
+// Two ways to choose:
+//   * choose_tactic: a shape heuristic (the default). It reasons in waves: an output tile is one unit
+//     of work for one SM, so a problem with fewer 128x128 tiles than SMs leaves SMs idle unless the K
+//     loop is split (split-K / stream-K) or the tiles are made smaller; a problem with many tiles gains
+//     from a larger tile (more arithmetic per byte loaded). Its thresholds are priors written before
+//     any Hopper measurement of this library; `python -m benchmarks.gemm --candidates` times every
+//     candidate per shape on a GPU, and those tables are what the thresholds should be fitted to.
+//   * autotuning (opt-in, gemm_cuda.cpp): time every tactic_candidates() entry once per shape on the
+//     device and cache the fastest.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan.h"
+
+namespace ops::cutlass_gemm {
+
+// The output tile (rows x cols of D) of a configuration.
+struct TileMN {
+  int m = 128, n = 128;
+};
+TileMN tile_of(TileConfig config);
+
+// Output tiles of an m x n problem under `tile`.
+int64_t tile_count(int64_t m, int64_t n, TileMN tile);
+
+// The heuristic's choice among plan.family for plan.m x plan.n x plan.k on `sm_count` SMs. Always one
+// of tactic_candidates(plan, sm_count).
+Tactic choose_tactic(const GemmPlan& plan, int sm_count);
+
+// Every tactic worth timing for this plan: each kernel of plan.family with the scheduler settings its
+// config supports (stream-K kernels: data-parallel, stream-K and split-K into 2, 4, 8 slices where K
+// is long enough; persistent kernels: swizzle 1, and 8 for problems of several waves). The heuristic's
+// choice is always among them.
+std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count);
+
+// A stable, readable name: the kernel's name, then "/dp", "/streamk" or "/splitk<n>" for stream-K
+// kernels and "/swz<n>" for a swizzle other than 1, e.g. "sm90_bf16_rc_streamk/splitk4".
+std::string tactic_name(const Tactic& tactic);
+
+const char* config_name(TileConfig config);
+const char* decomposition_name(Decomposition decomposition);
+
+}  // namespace ops::cutlass_gemm

@@ -1,0 +1,220 @@
+"""Kernel selection by shape (cutlass_gemm/tactic.cpp), checked without a GPU.
+
+The planner fixes how each operand is read (tests/test_gemm_plan.py); the tactic then picks the
+configuration (tile, cluster, schedule) and the scheduler settings (data-parallel, split-K, stream-K,
+swizzle). Here the real C++ path runs on CPU tensors through ``ops._library.gemm_emulate`` for a Hopper
+target with a given SM count: the heuristic's choice, the candidate list, forcing a tactic, and that
+every one of them still computes the right product (the launch is replayed on CPU; a GPU run checks each
+instantiation itself: tests/test_gemm_cuda.py::test_every_tactic). Autotuning times kernels on a GPU; its
+CPU-visible API is checked here, its behaviour in tests/test_gemm_cuda.py.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ops
+from tests.test_gemm_plan import HOPPER, AMPERE, reference_check, strided
+
+H200_SMS = 132
+
+
+def emulate(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain", bias=None):
+    out = torch.full((A.shape[0], B.shape[1]), float("nan"), dtype=A.dtype)
+    plan = ops._library.gemm_emulate(A, B, out, target["cc_major"], target["cc_minor"], target["arch_list"],
+                                     allow_tf32, True, bias, epilogue, sm_count)
+    return out, plan
+
+
+def operands(M, N, K, dtype=torch.bfloat16, b_layout="col", values=True):
+    """A (M, K) row-major and B (K, N): column-major as x @ W^T with an nn.Linear weight ("col", the
+    model-shape suite) or row-major (the square suite). values=False: uninitialized (plans only)."""
+    if not values:
+        A = torch.empty(M, K, dtype=dtype)
+        B = torch.empty(N, K, dtype=dtype).t() if b_layout == "col" else torch.empty(K, N, dtype=dtype)
+        return A, B
+    return strided(M, K, dtype, "row", seed=1), strided(K, N, dtype, b_layout, seed=2)
+
+
+def plan_only(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain"):
+    """The plan for A @ B on the target, without running (or replaying) anything."""
+    return ops._library.gemm_plan_for_target(A, B, target["cc_major"], target["cc_minor"], target["arch_list"],
+                                             allow_tf32, sm_count, epilogue)
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_tactic():
+    yield
+    ops.gemm.set_tactic(None)
+
+
+# ---- the instantiation list ----------------------------------------------------------------------
+
+def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
+    kernels = {k["name"]: k for k in ops.kernels()}
+    for dt in ("f16", "bf16"):
+        for layout in ("rr", "rc"):
+            assert kernels[f"sm90_{dt}_{layout}"]["config"] == "coop_128x128_c2x1"
+            assert kernels[f"sm90_{dt}_{layout}_coop256"]["config"] == "coop_128x256_c2x1"
+            assert kernels[f"sm90_{dt}_{layout}_ping"]["config"] == "pingpong_64x128_c1x1"
+            assert kernels[f"sm90_{dt}_{layout}_streamk"]["config"] == "streamk_128x128_c1x1"
+        for act in ("none", "relu", "gelu", "gelu_tanh", "silu"):
+            assert kernels[f"sm90_{dt}_rc_{act}_streamk"]["config"] == "streamk_128x128_c1x1"
+    assert {k["config"] for k in kernels.values() if k["sm"] == 80} == {"sm80"}
+
+
+# ---- the heuristic -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("M,N,K,b_layout,config,decomposition", [
+    # Large squares and 4096-token projections: 128x256 tiles (M, N >= 2048, at least one wave of them).
+    (4096, 4096, 4096, "row", "coop_128x256_c2x1", "data_parallel"),
+    (8192, 8192, 8192, "row", "coop_128x256_c2x1", "data_parallel"),
+    (4096, 14336, 4096, "col", "coop_128x256_c2x1", "data_parallel"),
+    # Under one wave of 128x256 tiles (16 x 8 = 128 < 132) but a full wave of 128x128 ones: general.
+    (2048, 2048, 512, "row", "coop_128x128_c2x1", "data_parallel"),
+    (1024, 14336, 4096, "col", "coop_128x128_c2x1", "data_parallel"),
+    # Decode: one row of tiles against a large weight, long K: stream-K.
+    (1, 4096, 4096, "col", "streamk_128x128_c1x1", "stream_k"),
+    (16, 14336, 4096, "col", "streamk_128x128_c1x1", "stream_k"),
+    (128, 4096, 14336, "col", "streamk_128x128_c1x1", "stream_k"),
+    (1024, 1024, 4096, "col", "streamk_128x128_c1x1", "stream_k"),  # 64 tiles
+    # Under one wave with a short K (MiniLM): smaller ping-pong tiles.
+    (128, 1536, 384, "col", "pingpong_64x128_c1x1", "data_parallel"),
+    (1, 384, 384, "col", "pingpong_64x128_c1x1", "data_parallel"),
+])
+def test_heuristic_choice(M, N, K, b_layout, config, decomposition):
+    plan = plan_only(*operands(M, N, K, b_layout=b_layout, values=False))
+    assert plan["tactic"]["config"] == config, plan["tactic"]
+    assert plan["tactic"]["decomposition"] == decomposition
+    assert plan["tactic"]["name"] in plan["candidates"]
+
+
+def test_sm_count_is_the_wave_size():
+    # 8 x 16 = 128 output tiles of 128x128: one wave on a 108-SM A100-sized part, under one on 132 SMs.
+    A, B = operands(1024, 2048, 2048, values=False)
+    assert plan_only(A, B, sm_count=132)["tactic"]["config"] == "streamk_128x128_c1x1"
+    assert plan_only(A, B, sm_count=108)["tactic"]["config"] == "coop_128x128_c2x1"
+
+
+@pytest.mark.parametrize("lb", ["row", "col"])
+def test_other_layouts_run_the_general_kernel(lb):
+    # cr and cc have only the general config: the heuristic never picks a kernel the plan cannot use.
+    A = torch.empty(4096, 64, dtype=torch.bfloat16).t()  # (64, 4096) column-major: no row-major kernel reads it
+    B = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    B = B.t() if lb == "col" else B
+    plan = plan_only(A, B)
+    assert plan["tactic"]["config"] == "coop_128x128_c2x1"
+    assert plan["candidates"] == [plan["kernel"]]
+
+
+@pytest.mark.parametrize("dtype,allow_tf32,target,config", [
+    (torch.float32, True, HOPPER, "coop_128x128_c2x1"),  # tf32: one config
+    (torch.float32, False, HOPPER, "sm80"),              # 3xTF32 (SM80 kernel on Hopper)
+    (torch.float64, False, HOPPER, "sm80"),
+    (torch.bfloat16, False, AMPERE, "sm80"),
+])
+def test_single_config_families(dtype, allow_tf32, target, config):
+    A, B = operands(1, 4096, 4096, dtype=dtype, values=False)
+    plan = plan_only(A, B, target=target, allow_tf32=allow_tf32)
+    assert plan["tactic"]["config"] == config
+    assert plan["tactic"]["decomposition"] == "data_parallel"
+
+
+@pytest.mark.parametrize("M,K,decomposition", [(1, 4096, "stream_k"), (16, 256, "data_parallel")])
+def test_linear_uses_stream_k_kernels_at_small_m(M, K, decomposition):
+    x = strided(M, K, torch.bfloat16, "row")
+    weight = strided(4096, K, torch.bfloat16, "row")
+    bias = torch.randn(4096, dtype=torch.bfloat16)
+    out, plan = emulate(x, weight.t(), epilogue="silu", bias=bias)
+    assert plan["kernel"] == "sm90_bf16_rc_silu_streamk"
+    assert plan["tactic"]["decomposition"] == decomposition
+    expected = torch.nn.functional.silu(x.float() @ weight.float().t() + bias.float())
+    torch.testing.assert_close(out.float(), expected, atol=2e-2 * K ** 0.5, rtol=2e-2)
+
+
+# ---- candidates and forcing ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (4096, 4096, 4096), (128, 1536, 384), (77, 300, 1000)])
+def test_candidates(M, N, K):
+    plan = plan_only(*operands(M, N, K, values=False))
+    names = plan["candidates"]
+    assert len(names) == len(set(names))
+    assert plan["tactic"]["name"] in names
+    kernels = {k["name"]: k for k in ops.kernels()}
+    k_iterations = -(-K // 64)
+    for name in names:
+        kernel, *settings = name.split("/")
+        info = kernels[kernel]
+        assert (info["dtype"], info["layout_a"], info["layout_b"], info["epilogue"]) == \
+            ("bfloat16", "row", "col", "plain")
+        for s in settings:
+            if s.startswith("splitk"):
+                assert 4 * int(s[len("splitk"):]) <= k_iterations  # every slice >= 4 K iterations
+    # Every config of the family is a candidate.
+    configs = {kernels[n.split("/")[0]]["config"] for n in names}
+    assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1"}
+
+
+@pytest.mark.parametrize("M,N,K", [(77, 300, 1000), (1, 520, 4096), (260, 136, 64)])
+def test_every_forced_candidate_computes_the_product(M, N, K):
+    A, B = operands(M, N, K)
+    for name in plan_only(A, B)["candidates"]:
+        ops.gemm.set_tactic(name)
+        out, plan = emulate(A, B)
+        assert plan["tactic"]["name"] == name
+        reference_check(out, A, B)
+
+
+def test_forcing_a_tactic_that_cannot_run_names_the_candidates():
+    A, B = operands(64, 64, 64)
+    previous = ops.gemm.set_tactic("sm90_f16_rc_streamk/streamk")  # bf16 operands: not a candidate
+    assert previous is None
+    assert ops.gemm.get_tactic() == "sm90_f16_rc_streamk/streamk"
+    with pytest.raises(RuntimeError, match=r"forced tactic 'sm90_f16_rc_streamk/streamk' cannot run this "
+                       r"GEMM .*candidates are: .*sm90_bf16_rc"):
+        emulate(A, B)
+    assert ops.gemm.set_tactic(None) == "sm90_f16_rc_streamk/streamk"
+    assert ops.gemm.get_tactic() is None
+    emulate(A, B)  # the normal choice again
+
+
+def test_forced_tactic_does_not_affect_cpu_tensors():
+    ops.gemm.set_tactic("sm90_bf16_rc_streamk/streamk")
+    A, B = torch.randn(8, 16), torch.randn(16, 4)
+    torch.testing.assert_close(ops.cutlass_gemm(A, B), A @ B)
+
+
+def test_set_tactic_rejects_non_strings():
+    with pytest.raises(TypeError, match="set_tactic: expected a tactic name"):
+        ops.gemm.set_tactic(3)
+
+
+# ---- autotuning API (behaviour on a GPU: tests/test_gemm_cuda.py) --------------------------------
+
+def test_autotune_switch():
+    assert ops.gemm.autotune_enabled() is False  # off by default
+    try:
+        assert ops.gemm.set_autotune(True) is False
+        assert ops.gemm.autotune_enabled() is True
+        # CPU tensors are never tuned (no CUTLASS kernel runs there).
+        ops.cutlass_gemm(torch.randn(8, 8), torch.randn(8, 8))
+        assert ops.gemm.tuning_cache() == []
+    finally:
+        assert ops.gemm.set_autotune(False) is True
+    ops.gemm.clear_tuning_cache()
+    assert ops.gemm.tuning_cache() == []
+
+
+def test_autotune_environment_variable():
+    code = "import ops; print(ops.gemm.autotune_enabled())"
+    env = dict(os.environ, OPS_GEMM_AUTOTUNE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_plan_needs_cuda_tensors():
+    with pytest.raises(RuntimeError, match="ops.gemm.plan: expected CUDA tensors"):
+        ops.gemm.plan(torch.randn(4, 4), torch.randn(4, 4))
