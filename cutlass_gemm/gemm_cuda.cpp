@@ -72,18 +72,39 @@ LaunchStatus run_tactic(const Tactic& tactic, GemmLaunchArgs args, const at::Ten
   return entry.run(args, workspace_bytes ? workspace.data_ptr() : nullptr, workspace_bytes, stream);
 }
 
+// CUDA events for the autotuner, destroyed on every path out (C10_CUDA_CHECK throws).
+class EventPool {
+ public:
+  explicit EventPool(int n) : events_(n, nullptr) {
+    for (cudaEvent_t& event : events_) C10_CUDA_CHECK(cudaEventCreate(&event));
+  }
+  ~EventPool() {
+    for (cudaEvent_t event : events_) {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+    }
+  }
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  cudaEvent_t operator[](int i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
 // Times every candidate tactic of `plan` (one warm-up run, then the median of kRepeats runs, each
 // between CUDA events; this synchronizes the stream) and caches the fastest under `key`. Every
 // candidate writes the complete result into args.d, so the output is right whichever runs last.
+// A candidate CUTLASS refuses (can_implement) is recorded as failed and skipped.
 Tactic autotune(const GemmPlan& plan, const GemmLaunchArgs& args, const std::string& key,
                 const at::Tensor& like, cudaStream_t stream) {
   constexpr int kRepeats = 5;
+  const std::vector<Tactic> candidates = tactic_candidates(plan, args.sm_count);
+  if (candidates.size() <= 1) return plan.tactic;  // nothing to choose (and nothing worth caching)
   TuningRecord record;
   record.best = plan.tactic;
   double best_ms = -1;
-  cudaEvent_t events[kRepeats + 1];
-  for (cudaEvent_t& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
-  for (const Tactic& candidate : tactic_candidates(plan, args.sm_count)) {
+  const EventPool events(kRepeats + 1);
+  for (const Tactic& candidate : candidates) {
     double ms = -1;
     if (run_tactic(candidate, args, like, stream).ok) {
       C10_CUDA_CHECK(cudaEventRecord(events[0], stream));
@@ -110,7 +131,6 @@ Tactic autotune(const GemmPlan& plan, const GemmLaunchArgs& args, const std::str
       record.best = candidate;
     }
   }
-  for (cudaEvent_t& event : events) C10_CUDA_CHECK(cudaEventDestroy(event));
   const Tactic best = record.best;
   store_tuned(key, std::move(record));
   return best;
