@@ -127,22 +127,27 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count) {
       tile_count(plan.m, plan.n, tile_of(TileConfig::Coop128x256)) >= sms) {
     return Tactic{wide};
   }
-  // At least one wave of 128x128 tiles: the general kernel.
-  if (tiles_128 >= sms) return Tactic{general};
+  const KernelId streamk = find_config(plan, TileConfig::StreamK128x128);
+  // M within one tile row: the general kernel's 2x1 cluster pairs each tile with an empty one (CUTLASS
+  // rounds the M tile count up to the cluster), idling half its CTAs; the stream-K kernel has a 1x1
+  // cluster.
+  const bool one_tile_row = plan.m <= 128 && streamk != KernelId::kCount;
+  // At least one wave of 128x128 tiles: the general kernel, data-parallel.
+  if (tiles_128 >= sms) {
+    return one_tile_row ? Tactic{streamk, Decomposition::DataParallel} : Tactic{general};
+  }
 
   // Under one wave: SMs would idle. With a long K, split the K loop across CTAs (stream-K: every CTA
   // gets the same number of K iterations, partial tiles reduced in the workspace) - decode-sized M
   // against a large weight is this case.
-  const KernelId streamk = find_config(plan, TileConfig::StreamK128x128);
   if (streamk != KernelId::kCount && k_iterations >= 8) {
     return Tactic{streamk, Decomposition::StreamK};
   }
   // A short K: smaller tiles instead (twice the CTAs), ping-pong overlapping each tile's epilogue.
   const KernelId ping = find_config(plan, TileConfig::Ping64x128);
   if (ping != KernelId::kCount) return Tactic{ping};
-  // No ping-pong kernel (ops.linear): at least avoid the 2x1 cluster when M fits one tile row, where
-  // the second CTA of each cluster would get no tile.
-  if (streamk != KernelId::kCount && plan.m <= 128) return Tactic{streamk, Decomposition::DataParallel};
+  // No ping-pong kernel (ops.linear).
+  if (one_tile_row) return Tactic{streamk, Decomposition::DataParallel};
   return Tactic{general};
 }
 

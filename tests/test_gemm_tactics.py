@@ -76,6 +76,8 @@ def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
     # Under one wave of 128x256 tiles (16 x 8 = 128 < 132) but a full wave of 128x128 ones: general.
     (2048, 2048, 512, "row", "coop_128x128_c2x1", "data_parallel"),
     (1024, 14336, 4096, "col", "coop_128x128_c2x1", "data_parallel"),
+    # One row of tiles but a full wave of them: data-parallel, without the general kernel's 2x1 cluster.
+    (64, 32768, 1024, "col", "streamk_128x128_c1x1", "data_parallel"),
     # Decode: one row of tiles against a large weight, long K: stream-K.
     (1, 4096, 4096, "col", "streamk_128x128_c1x1", "stream_k"),
     (16, 14336, 4096, "col", "streamk_128x128_c1x1", "stream_k"),
