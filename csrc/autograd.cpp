@@ -13,6 +13,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
 #include "checks.h"
@@ -27,41 +29,82 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return op;
 }
 
-// C = A B; dA = dC B^T, dB = A^T dC. The backward calls the op itself (through the dispatcher, on
-// transposed views, which the CUDA kernels read in place), so it is differentiable again: double
-// backward works. Only what the needed gradients use is saved.
-class CutlassGemmFunction : public torch::autograd::Function<CutlassGemmFunction> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& A,
-                            const at::Tensor& B) {
-    ctx->save_for_backward({B.requires_grad() ? A : at::Tensor(), A.requires_grad() ? B : at::Tensor()});
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return cutlass_gemm_op().call(A, B);
+// The backward node of C = A B: dA = dC B^T, dB = A^T dC. Written the way ATen's generated autograd
+// kernels are (a graph Node with SavedVariables, attached with set_history), not as a
+// torch::autograd::Function: that is what torch.func transforms (grad, vjp, jacrev) support, and
+// compiled autograd traces it like an ATen node (apply_with_saved). The backward calls the op itself
+// (through the dispatcher, on transposed views, which the CUDA kernels read in place), so it is
+// differentiable again: double backward works. Only what the needed gradients use is saved.
+struct CutlassGemmBackward : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::autograd::variable_list result(2);
+    const at::Tensor& grad = grads[0];
+    if (!grad.defined()) return result;
+    if (task_should_compute_output(0)) result[0] = cutlass_gemm_op().call(grad, B_.unpack().t());
+    if (task_should_compute_output(1)) result[1] = cutlass_gemm_op().call(A_.unpack().t(), grad);
+    return result;
   }
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& grad = grad_outputs[0];
-    at::Tensor grad_A, grad_B;
-    if (grad.defined()) {
-      if (ctx->needs_input_grad(0)) grad_A = cutlass_gemm_op().call(grad, saved[1].t());
-      if (ctx->needs_input_grad(1)) grad_B = cutlass_gemm_op().call(saved[0].t(), grad);
-    }
-    return {grad_A, grad_B};
+  std::string name() const override { return "CutlassGemmBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    A_.reset_data();
+    B_.reset_data();
   }
+
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(A_, false);
+    args.collect(B_, false);
+  }
+
+  torch::autograd::variable_list apply_with_saved(
+      const torch::autograd::variable_list& grads,
+      torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(A_);
+    saved.before(B_);
+    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
+    saved.after(A_);
+    saved.after(B_);
+    return result;
+  }
+
+  torch::autograd::SavedVariable A_;  // saved when B needs a gradient
+  torch::autograd::SavedVariable B_;  // saved when A needs a gradient
 };
 
 at::Tensor cutlass_gemm_autograd(const at::Tensor& A, const at::Tensor& B) {
   // Only what autograd itself needs: the shape and dtype checks are the backend's and the fake
   // kernel's (reading sizes here would specialize symbolic shapes under torch.export / compile).
   check_gemm_defined("cutlass_gemm", A, B);
-  if (at::GradMode::is_enabled() && (A.requires_grad() || B.requires_grad())) {
-    return CutlassGemmFunction::apply(A, B);
+  c10::intrusive_ptr<CutlassGemmBackward> grad_fn;
+  if (torch::autograd::compute_requires_grad(A, B)) {  // grad mode on and A or B requires grad
+    grad_fn = c10::make_intrusive<CutlassGemmBackward>();
+    grad_fn->set_next_edges(torch::autograd::collect_next_edges(A, B));
+    if (grad_fn->should_compute_output(1)) grad_fn->A_ = torch::autograd::SavedVariable(A, false);
+    if (grad_fn->should_compute_output(0)) grad_fn->B_ = torch::autograd::SavedVariable(B, false);
   }
-  // Nothing to record (as ATen's generated autograd kernels do): skip the autograd node entirely.
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return cutlass_gemm_op().call(A, B);
+  at::Tensor C;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    C = cutlass_gemm_op().call(A, B);
+  }
+  if (grad_fn) torch::autograd::set_history(C, grad_fn);
+  // Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp / jacfwd): dC = dA B + A dB, by the op
+  // on the primal values (through the dispatcher: differentiable again for forward-over-reverse).
+  const at::Tensor dA = A._fw_grad(/*level=*/0);
+  const at::Tensor dB = B._fw_grad(/*level=*/0);
+  if (dA.defined() || dB.defined()) {
+    at::Tensor dC;
+    if (dA.defined()) dC = cutlass_gemm_op().call(dA, B._fw_primal(0));
+    if (dB.defined()) {
+      const at::Tensor term = cutlass_gemm_op().call(A._fw_primal(0), dB);
+      dC = dC.defined() ? dC + term : term;
+    }
+    C._set_fw_grad(dC, /*level=*/0, /*is_inplace_op=*/false);
+  }
+  return C;
 }
 
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -76,55 +77,72 @@ LaunchStatus run_tactic(const Tactic& tactic, GemmLaunchArgs args, const at::Ten
 class EventPool {
  public:
   explicit EventPool(int n) : events_(n, nullptr) {
-    for (cudaEvent_t& event : events_) C10_CUDA_CHECK(cudaEventCreate(&event));
-  }
-  ~EventPool() {
-    for (cudaEvent_t event : events_) {
-      if (event != nullptr) (void)cudaEventDestroy(event);
+    for (cudaEvent_t& event : events_) {
+      const cudaError_t err = cudaEventCreate(&event);
+      if (err != cudaSuccess) {
+        destroy();  // the constructor is not finished: the destructor would not run
+        C10_CUDA_CHECK(err);
+      }
     }
   }
+  ~EventPool() { destroy(); }
   EventPool(const EventPool&) = delete;
   EventPool& operator=(const EventPool&) = delete;
   cudaEvent_t operator[](int i) const { return events_[i]; }
 
  private:
+  void destroy() {
+    for (cudaEvent_t& event : events_) {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+      event = nullptr;
+    }
+  }
   std::vector<cudaEvent_t> events_;
 };
 
-// Times every candidate tactic of `plan` (one warm-up run, then the median of kRepeats runs, each
-// between CUDA events; this synchronizes the stream) and caches the fastest under `key`. Every
-// candidate writes the complete result into args.d, so the output is right whichever runs last.
-// A candidate CUTLASS refuses (can_implement) is recorded as failed and skipped.
-Tactic autotune(const GemmPlan& plan, const GemmLaunchArgs& args, const std::string& key,
-                const at::Tensor& like, cudaStream_t stream) {
+// Median milliseconds of kRepeats runs of `tactic` after a warm-up run, each between CUDA events on
+// `stream` (synchronizes it), or -1 when CUTLASS refuses the tactic or its workspace cannot be
+// allocated (an out-of-memory error is caught and the candidate skipped, so tuning never fails a GEMM
+// that the heuristic's tactic can run). The timed interval includes each run's host-side launch work.
+double time_tactic(const Tactic& tactic, const GemmLaunchArgs& args, const at::Tensor& like,
+                   cudaStream_t stream, const EventPool& events, int repeats) {
+  try {
+    if (!run_tactic(tactic, args, like, stream).ok) return -1;
+    C10_CUDA_CHECK(cudaEventRecord(events[0], stream));
+    bool ok = true;
+    for (int i = 1; i <= repeats && ok; ++i) {
+      ok = run_tactic(tactic, args, like, stream).ok;
+      C10_CUDA_CHECK(cudaEventRecord(events[i], stream));
+    }
+    C10_CUDA_CHECK(cudaEventSynchronize(events[repeats]));
+    if (!ok) return -1;
+    std::vector<double> times;
+    for (int i = 1; i <= repeats; ++i) {
+      float t = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&t, events[i - 1], events[i]));
+      times.push_back(t);
+    }
+    std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
+    return times[repeats / 2];
+  } catch (const c10::OutOfMemoryError&) {
+    return -1;
+  }
+}
+
+// Times every candidate tactic of `plan` and caches the fastest under `key`. Every candidate writes
+// the complete result into args.d, so the output is right whichever runs last.
+Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, const GemmLaunchArgs& args,
+                const std::string& key, const at::Tensor& like, cudaStream_t stream) {
   constexpr int kRepeats = 5;
-  const std::vector<Tactic> candidates = tactic_candidates(plan, args.sm_count);
-  if (candidates.size() <= 1) return plan.tactic;  // nothing to choose (and nothing worth caching)
+  // Our own synchronizing calls must not invalidate a capture that another thread runs in the
+  // default (global) mode.
+  const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
   TuningRecord record;
   record.best = plan.tactic;
   double best_ms = -1;
   const EventPool events(kRepeats + 1);
   for (const Tactic& candidate : candidates) {
-    double ms = -1;
-    if (run_tactic(candidate, args, like, stream).ok) {
-      C10_CUDA_CHECK(cudaEventRecord(events[0], stream));
-      bool ok = true;
-      for (int i = 1; i <= kRepeats && ok; ++i) {
-        ok = run_tactic(candidate, args, like, stream).ok;
-        C10_CUDA_CHECK(cudaEventRecord(events[i], stream));
-      }
-      C10_CUDA_CHECK(cudaEventSynchronize(events[kRepeats]));
-      if (ok) {
-        std::vector<double> times;
-        for (int i = 1; i <= kRepeats; ++i) {
-          float t = 0;
-          C10_CUDA_CHECK(cudaEventElapsedTime(&t, events[i - 1], events[i]));
-          times.push_back(t);
-        }
-        std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());
-        ms = times[kRepeats / 2];
-      }
-    }
+    const double ms = time_tactic(candidate, args, like, stream, events, kRepeats);
     record.timings_ms.emplace_back(tactic_name(candidate), ms);
     if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
       best_ms = ms;
@@ -146,12 +164,17 @@ void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   Tactic tactic = plan.tactic;
   if (autotune_enabled() && forced_tactic().empty()) {
-    const std::string key = tuning_key(plan, args);
-    if (!find_tuned(key, &tactic)) {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-      // Timing synchronizes, which a capturing stream forbids: keep the heuristic's choice there.
-      if (capture == cudaStreamCaptureStatusNone) tactic = autotune(plan, args, key, like, stream);
+    const std::vector<Tactic> candidates = tactic_candidates(plan, args.sm_count);
+    if (candidates.size() > 1) {  // nothing to choose otherwise
+      const std::string key = tuning_key(plan, args);
+      if (!find_tuned(key, &tactic)) {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+        // Timing synchronizes, which a capturing stream forbids: keep the heuristic's choice there.
+        if (capture == cudaStreamCaptureStatusNone) {
+          tactic = autotune(plan, candidates, args, key, like, stream);
+        }
+      }
     }
   }
   const LaunchStatus status = run_tactic(tactic, args, like, stream);

@@ -310,7 +310,13 @@ std::string tuning_cache_json() {
   bool first = true;
   for (const auto& [key, record] : controls().cache) {
     JsonObject timings;
-    for (const auto& [name, ms] : record.timings_ms) timings.add(name.c_str(), ms);
+    for (const auto& [name, ms] : record.timings_ms) {
+      if (ms < 0) {
+        timings.null(name);  // could not run (refused by CUTLASS, or out of memory)
+      } else {
+        timings.add(name, ms);
+      }
+    }
     JsonObject entry;
     entry.add("key", key).add("best", tactic_name(record.best)).add("timings_ms", timings);
     out += (first ? "" : ",") + entry.str();

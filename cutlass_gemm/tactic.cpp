@@ -26,6 +26,11 @@ KernelId find_config(const GemmPlan& plan, TileConfig config) {
   return KernelId::kCount;
 }
 
+// CUTLASS's stream-K scheduler gives a tile stream-K work only when its K loop has more than this
+// many iterations (min_iters_per_sk_unit_ in cutlass/gemm/kernel/tile_scheduler_params.h); below
+// that, "stream-K" runs data-parallel.
+constexpr int64_t kMinStreamKIterations = 8;
+
 // Split-K slice counts worth trying: each slice keeps at least 4 mainloop iterations.
 std::vector<int> split_counts(int64_t k_iterations) {
   std::vector<int> splits;
@@ -98,8 +103,16 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
     }
     if (info.config == TileConfig::StreamK128x128) {
       out.push_back(Tactic{id, Decomposition::DataParallel});
-      out.push_back(Tactic{id, Decomposition::StreamK});
-      for (int s : split_counts(k_iterations)) out.push_back(Tactic{id, Decomposition::SplitK, s});
+      const int64_t tiles = tile_count(plan.m, plan.n, tile_of(info.config));
+      // Stream-K differs from data-parallel only with a partial last wave and a long enough K loop.
+      if (k_iterations > kMinStreamKIterations && tiles % std::max(sm_count, 1) != 0) {
+        out.push_back(Tactic{id, Decomposition::StreamK});
+      }
+      // Split-K only for problems of few tiles: its workspace holds a partial fp32 tile per split
+      // (64 KiB per 128x128 tile and slice), far too much for problems many waves deep.
+      if (tiles < 2 * static_cast<int64_t>(sm_count)) {
+        for (int s : split_counts(k_iterations)) out.push_back(Tactic{id, Decomposition::SplitK, s});
+      }
       continue;
     }
     out.push_back(Tactic{id});
@@ -140,7 +153,7 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count) {
   // Under one wave: SMs would idle. With a long K, split the K loop across CTAs (stream-K: every CTA
   // gets the same number of K iterations, partial tiles reduced in the workspace) - decode-sized M
   // against a large weight is this case.
-  if (streamk != KernelId::kCount && k_iterations >= 8) {
+  if (streamk != KernelId::kCount && k_iterations > kMinStreamKIterations) {
     return Tactic{streamk, Decomposition::StreamK};
   }
   // A short K: smaller tiles instead (twice the CTAs), ping-pong overlapping each tile's epilogue.

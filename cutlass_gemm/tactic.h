@@ -11,6 +11,14 @@
 //     candidate per shape on a GPU, and those tables are what the thresholds should be fitted to.
 //   * autotuning (opt-in, gemm_cuda.cpp): time every tactic_candidates() entry once per shape on the
 //     device and cache the fastest.
+//
+// Small M (decode) is memory-bound: what matters is that every SM streams its share of B. The usual
+// recipe swaps A and B (C^T = B^T A^T) so that N fills 64-row ping-pong tiles; here the stream-K
+// kernel is used instead, unswapped: its K split keeps all SMs streaming even when N / 128 is below the
+// SM count (swapped ping-pong tiles give N / 64 CTAs: 64 for N = 4096), and the wasted MMA rows of a
+// 128-row tile at M = 1 still cost less than the B tile's load (per k-block and SM: 0.28 us of MMA vs
+// 0.45 us to load 16 KB at 1/132 of 4.8 TB/s). A swapped variant would need column-major-D kernels;
+// add them if `benchmarks.gemm --candidates` shows stream-K short of the memory floor at small M.
 #pragma once
 
 #include <string>
@@ -34,9 +42,10 @@ int64_t tile_count(int64_t m, int64_t n, TileMN tile);
 Tactic choose_tactic(const GemmPlan& plan, int sm_count);
 
 // Every tactic worth timing for this plan: each kernel of plan.family with the scheduler settings its
-// config supports (stream-K kernels: data-parallel, stream-K and split-K into 2, 4, 8 slices where K
-// is long enough; persistent kernels: swizzle 1, and 8 for problems of several waves). The heuristic's
-// choice is always among them.
+// config supports (stream-K kernels: data-parallel; stream-K where the last wave is partial and the K
+// loop has more than 8 iterations; split-K into 2, 4, 8 slices of at least 4 iterations, for problems
+// under two waves; persistent kernels: swizzle 1, and 8 for problems of four waves or more). The
+// heuristic's choice is always among them.
 std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count);
 
 // A stable, readable name: the kernel's name, then "/dp", "/streamk" or "/splitk<n>" for stream-K

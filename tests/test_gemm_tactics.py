@@ -160,6 +160,18 @@ def test_candidates(M, N, K):
     assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1"}
 
 
+def test_candidates_leave_out_what_cannot_pay_off():
+    names = lambda M, N, K: plan_only(*operands(M, N, K, values=False))["candidates"]  # noqa: E731
+    # Many waves: no split-K (its workspace would be a partial fp32 tile per slice and output tile).
+    assert not [n for n in names(8192, 8192, 8192) if "/splitk" in n]
+    # Exactly full waves (132 x 2 tiles of 128x128): stream-K would run data-parallel.
+    assert not [n for n in names(128 * 132, 256, 4096) if n.endswith("/streamk")]
+    # K loop of 8 iterations (K = 512): CUTLASS gives no tile stream-K work.
+    assert not [n for n in names(128, 1024, 512) if n.endswith("/streamk")]
+    assert "sm90_bf16_rc_streamk/streamk" in names(128, 1024, 576)
+    assert plan_only(*operands(128, 1024, 512, values=False))["tactic"]["decomposition"] != "stream_k"
+
+
 @pytest.mark.parametrize("M,N,K", [(77, 300, 1000), (1, 520, 4096), (260, 136, 64)])
 def test_every_forced_candidate_computes_the_product(M, N, K):
     A, B = operands(M, N, K)
