@@ -82,8 +82,9 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
     zeros).
 
     Autograd: differentiable in A and B (dA = dC B^T, dB = A^T dC, computed by this op on transposed
-    views); double backward works, since the backward is made of this op. The formula is registered in
-    C++ (csrc/autograd.cpp), so C++ programs that load the library can differentiate too. The out variant is not
+    views); double backward works, since the backward is made of this op; forward mode computes
+    dC = dA B + A dB. The formulas are registered in C++ (csrc/autograd.cpp), so C++ programs that load
+    the library can differentiate too, and torch.func transforms work. The out variant is not
     differentiable: like ``torch.mm(..., out=)`` it raises if grad mode is on and an argument requires
     grad.
 
