@@ -1,10 +1,10 @@
 // Autograd kernels registered in C++.
 //
-// cutlass_gemm: its formula lives here rather than in Python (torch.library.register_autograd) for
+// cutlass_gemm and linear: their formulas live here rather than in Python (torch.library.register_autograd) for
 // two reasons: a Python autograd kernel costs a round trip through the interpreter on every call,
 // with or without grad (~4-5 us, more than a 64x64x64 GEMM on a CPU), and C++ programs that load the
-// library (tests/cpp) get a differentiable op too. The other differentiable ops (linear, rms_norm,
-// silu_and_mul) keep their formulas in Python (ops/linear.py, ops/fused.py).
+// library (tests/cpp) get a differentiable op too. linear is here for the same reasons (it is called
+// once per layer). rms_norm and silu_and_mul keep their formulas in Python (ops/fused.py).
 //
 // cutlass_gemm.out and fused_add_rms_norm write their arguments in place and are not differentiable.
 // Like torch.mm(..., out=), with grad mode on and an argument that requires grad they raise, instead
@@ -107,6 +107,135 @@ at::Tensor cutlass_gemm_autograd(const at::Tensor& A, const at::Tensor& B) {
   return C;
 }
 
+using LinearOp = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
+                             c10::string_view);
+
+const c10::TypedOperatorHandle<LinearOp>& linear_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("ops::linear", "").typed<LinearOp>();
+  return op;
+}
+
+// g * act'(z), elementwise, by ATen's own backward ops (themselves differentiable, so double backward
+// works): threshold_backward (ReLU), gelu_backward (erf or tanh form), silu_backward (or its composite
+// form when that must be differentiable).
+at::Tensor activation_backward(const at::Tensor& g, const at::Tensor& z, const std::string& activation) {
+  if (activation == "relu") return at::threshold_backward(g, z, 0);
+  if (activation == "gelu") return at::gelu_backward(g, z, "none");
+  if (activation == "gelu_tanh") return at::gelu_backward(g, z, "tanh");
+  if (activation == "silu") {
+    // aten::silu_backward has no derivative of its own; while a double-backward graph is being built,
+    // use the composite form (as ATen's formula for silu does).
+    if (!at::GradMode::is_enabled()) return at::silu_backward(g, z);
+    const at::Tensor s = at::sigmoid(z);
+    return g * s * (1 + z * (1 - s));
+  }
+  return g;  // "none" (other names never get this far: the forward rejected them)
+}
+
+// g * act'(z) with z = x W^T + b recomputed by the op (nothing extra kept between forward and
+// backward), in float32 for half types (float64 for float64), returned in x's dtype.
+at::Tensor through_activation(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
+                              const at::Tensor& b, const std::string& activation) {
+  if (activation == "none") return g;
+  const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor z = linear_op().call(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, "none");
+  return activation_backward(g.to(compute), z.to(compute), activation).to(x.scalar_type());
+}
+
+// The backward node of y = act(x W^T + b), x (..., K), W (N, K), b (N,):
+//   dz = dy * act'(z);  dx = dz W;  dW = dz^T x (over all leading dimensions);  db = sum of dz.
+// The GEMMs run through cutlass_gemm on transposed views. Same structure as CutlassGemmBackward.
+struct LinearBackward : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::autograd::variable_list result(3);
+    if (!grads[0].defined()) return result;
+    const at::Tensor x = input_.unpack(), w = weight_.unpack(), b = bias_.unpack();
+    const at::Tensor dz = through_activation(grads[0], x, w, b, activation_);
+    // Symbolic sizes: AOTAutograd traces this with dynamic shapes.
+    const at::Tensor dz2d = dz.reshape_symint({-1, w.sym_size(0)});
+    if (task_should_compute_output(0)) {
+      result[0] = cutlass_gemm_op().call(dz2d, w).reshape_symint(x.sym_sizes());
+    }
+    if (task_should_compute_output(1)) {
+      result[1] = cutlass_gemm_op().call(dz2d.t(), x.reshape_symint({-1, x.sym_size(-1)}));
+    }
+    if (has_bias_ && task_should_compute_output(2)) result[2] = dz2d.sum(0);
+    return result;
+  }
+
+  std::string name() const override { return "LinearBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    input_.reset_data();
+    weight_.reset_data();
+    bias_.reset_data();
+  }
+
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(input_, false);
+    args.collect(weight_, false);
+    args.collect(bias_, false);
+    args.collect(activation_);
+    args.collect(has_bias_);
+  }
+
+  torch::autograd::variable_list apply_with_saved(
+      const torch::autograd::variable_list& grads,
+      torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(input_);
+    saved.before(weight_);
+    saved.before(bias_);
+    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
+    saved.after(input_);
+    saved.after(weight_);
+    saved.after(bias_);
+    return result;
+  }
+
+  torch::autograd::SavedVariable input_, weight_, bias_;  // bias_: only to recompute z
+  std::string activation_;
+  bool has_bias_ = false;
+};
+
+at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
+                           const c10::optional<at::Tensor>& bias, c10::string_view activation) {
+  TORCH_CHECK(input.defined() && weight.defined(), "linear: input and weight must be defined tensors");
+  const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  c10::intrusive_ptr<LinearBackward> grad_fn;
+  if (torch::autograd::compute_requires_grad(input, weight, b)) {
+    grad_fn = c10::make_intrusive<LinearBackward>();
+    grad_fn->set_next_edges(torch::autograd::collect_next_edges(input, weight, b));
+    grad_fn->activation_ = std::string(activation);
+    grad_fn->has_bias_ = b.defined();
+    grad_fn->input_ = torch::autograd::SavedVariable(input, false);
+    grad_fn->weight_ = torch::autograd::SavedVariable(weight, false);
+    if (b.defined() && activation != "none") grad_fn->bias_ = torch::autograd::SavedVariable(b, false);
+  }
+  at::Tensor y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = linear_op().call(input, weight, bias, activation);  // validates activation, shapes, dtypes
+  }
+  if (grad_fn) torch::autograd::set_history(y, grad_fn);
+  // Forward-mode AD: dy = act'(z) * (dx W^T + x dW^T + db).
+  const at::Tensor dx = input._fw_grad(0), dw = weight._fw_grad(0);
+  const at::Tensor db = b.defined() ? b._fw_grad(0) : at::Tensor();
+  if (dx.defined() || dw.defined() || db.defined()) {
+    const at::Tensor xp = input._fw_primal(0), wp = weight._fw_primal(0);
+    const at::Tensor bp = b.defined() ? b._fw_primal(0) : at::Tensor();
+    at::Tensor dz;
+    auto add = [&](const at::Tensor& term) { dz = dz.defined() ? dz + term : term; };
+    if (dx.defined()) add(linear_op().call(dx, wp, c10::nullopt, "none"));
+    if (dw.defined()) add(linear_op().call(xp, dw, c10::nullopt, "none"));
+    if (db.defined()) add(dz.defined() ? db : db.expand_symint(y.sym_sizes()).clone());
+    y._set_fw_grad(through_activation(dz, xp, wp, bp, std::string(activation)), 0, false);
+  }
+  return y;
+}
+
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
                                  double eps) {
   TORCH_CHECK(!(at::GradMode::is_enabled() &&
@@ -146,6 +275,7 @@ void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Ten
 
 TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("cutlass_gemm", &ops::cutlass_gemm_autograd);
+  m.impl("linear", &ops::linear_autograd);
   m.impl("cutlass_gemm.out", &ops::cutlass_gemm_out_autograd);
   m.impl("fused_add_rms_norm", &ops::fused_add_rms_norm_autograd);
 }

@@ -2,7 +2,6 @@
 Schema in csrc/registration.cpp; CPU kernel csrc/linear_cpu.cpp; CUDA kernel cutlass_gemm/linear_cuda.cpp
 (a CUTLASS GEMM with bias + activation fused into its epilogue for float16/bfloat16)."""
 
-import math
 from typing import Optional
 
 import torch
@@ -34,52 +33,8 @@ def _linear_fake(input, weight, bias=None, activation="none"):
     return torch.empty((*input.shape[:-1], weight.shape[0]), dtype=input.dtype, device=input.device)
 
 
-def activation_grad(z: torch.Tensor, activation: str) -> torch.Tensor:
-    """d act(z) / dz, elementwise, in z's dtype (formulas: ReLU; GELU = z Phi(z) and its tanh
-    approximation (Hendrycks & Gimpel, 2016); SiLU = z sigmoid(z))."""
-    if activation == "none":
-        return torch.ones_like(z)
-    if activation == "relu":
-        return (z > 0).to(z.dtype)
-    if activation == "gelu":
-        return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    if activation == "gelu_tanh":
-        c = math.sqrt(2 / math.pi)
-        t = torch.tanh(c * (z + 0.044715 * z * z * z))
-        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * c * (1 + 3 * 0.044715 * z * z)
-    if activation == "silu":
-        s = torch.sigmoid(z)
-        return s * (1 + z * (1 - s))
-    raise ValueError(f"linear: unknown activation {activation!r}")
-
-
-def _linear_setup_context(ctx, inputs, output):
-    input, weight, bias, activation = inputs
-    ctx.save_for_backward(input, weight, bias)
-    ctx.activation = activation
-
-
-def _linear_backward(ctx, grad):
-    input, weight, bias = ctx.saved_tensors
-    if ctx.activation != "none":
-        # Recompute the pre-activation z = x W^T + b with the registered op (nothing extra kept in
-        # memory between forward and backward), then dz = grad * act'(z) in float32 (float64 inputs: float64).
-        compute = torch.float64 if input.dtype == torch.float64 else torch.float32
-        z = torch.ops.ops.linear.default(input, weight, bias, "none").to(compute)
-        grad = (grad.to(compute) * activation_grad(z, ctx.activation)).to(input.dtype)
-    n = weight.shape[0]
-    grad_2d = grad.reshape(-1, n)
-    grad_input = grad_weight = grad_bias = None
-    if ctx.needs_input_grad[0]:
-        grad_input = torch.ops.ops.cutlass_gemm.default(grad_2d, weight).reshape(input.shape)
-    if ctx.needs_input_grad[1]:
-        grad_weight = torch.ops.ops.cutlass_gemm.default(grad_2d.t(), input.reshape(-1, input.shape[-1]))
-    if bias is not None and ctx.needs_input_grad[2]:
-        grad_bias = grad_2d.sum(0)
-    return grad_input, grad_weight, grad_bias, None
-
-
-torch.library.register_autograd("ops::linear", _linear_backward, setup_context=_linear_setup_context)
+# Autograd: registered in C++ (csrc/autograd.cpp, LinearBackward): no Python on the call path, forward
+# and reverse mode, torch.func transforms, C++ programs.
 
 
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
@@ -102,8 +57,9 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     output dtype; float32/float64 run the CUTLASS GEMM of ``cutlass_gemm``, then bias and activation as
     separate ATen ops. On CPU: ATen's addmm plus the activation.
 
-    Autograd: differentiable in input, weight and bias (backward recomputes the pre-activation with this
-    op and uses ``cutlass_gemm`` on transposed views).
+    Autograd (registered in C++): differentiable in input, weight and bias, in reverse mode (backward
+    recomputes the pre-activation with this op, applies ATen's activation derivative in float32, and
+    uses ``cutlass_gemm`` on transposed views; double backward works) and forward mode.
 
     Raises:
         RuntimeError: shapes that do not chain ((..., K) with (N, K) and (N,)), dtypes that differ or are
