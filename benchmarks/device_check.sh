@@ -13,11 +13,12 @@
 # build.log, gemm.json, gemm.md, gemm.png, gemm_candidates.json, gemm_candidates.md (stage gemm),
 # gemm_overhead.json (stage overhead), ops.json, model.json, allocator.json (their stages).
 #
-# STAGES picks what runs (default: all): build tests gemm overhead ops model allocator sanitizer. All
-# stages together exceed one 10-minute device call; with a 15-minute lease run two calls on one warm
-# machine (the build is kept and the second build is a no-op):
-#   STAGES="build tests gemm" bash benchmarks/device_check.sh
-#   STAGES="build overhead ops model allocator sanitizer" bash benchmarks/device_check.sh
+# STAGES picks what runs (default: all): build tests gemm overhead ops model allocator sanitizer (the
+# build always runs). All stages together exceed one 10-minute device call; run them as calls on one
+# warm machine (the build is kept: later builds are no-ops), most important first:
+#   STAGES="build tests" bash benchmarks/device_check.sh                  (~4 min build + ~3 min tests)
+#   STAGES="gemm overhead" bash benchmarks/device_check.sh                (~3 min)
+#   STAGES="ops model allocator sanitizer" bash benchmarks/device_check.sh (~4 min)
 # The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
 # data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
 # GEMM_ARGS passes options to benchmarks.gemm (e.g. "--quick"). CPU tests run in CI, not here.
