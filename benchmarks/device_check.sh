@@ -60,7 +60,7 @@ MORE="$(mktemp -d)"  # markdown twins of the JSON files (the device tool returns
 
 if want tests; then
   stage "tests: CUDA (CPU tests run in CI)"
-  timeout 200 "$PY" -m pytest tests -q -rfE --maxfail=30 -m cuda -k "not test_export" || status=1
+  timeout 240 "$PY" -m pytest tests -q -rfE --maxfail=30 -m cuda -k "not test_export" || status=1
   stage "tests: torch.export + AOTInductor on CUDA (cutlass_gemm)"
   timeout 120 "$PY" -m pytest tests/test_export.py -q -rfE -k "cuda and cutlass_gemm" || status=1
 fi
