@@ -1,10 +1,11 @@
 // Autograd kernels registered in C++.
 //
-// cutlass_gemm and linear: their formulas live here rather than in Python (torch.library.register_autograd) for
-// two reasons: a Python autograd kernel costs a round trip through the interpreter on every call,
-// with or without grad (~4-5 us, more than a 64x64x64 GEMM on a CPU), and C++ programs that load the
-// library (tests/cpp) get a differentiable op too. linear is here for the same reasons (it is called
-// once per layer). rms_norm and silu_and_mul keep their formulas in Python (ops/fused.py).
+// Every differentiable op (cutlass_gemm, linear, rms_norm, silu_and_mul) has its formulas here rather
+// than in Python (torch.library.register_autograd), for two reasons: a Python autograd kernel costs a
+// round trip through the interpreter on every call, with or without grad (~4-5 us, more than a
+// 64x64x64 GEMM on a CPU), and C++ programs that load the library (tests/cpp) get differentiable ops
+// too. Each is an ATen-style graph node (see
+// CutlassGemmBackward) with a forward-mode formula as well.
 //
 // cutlass_gemm.out and fused_add_rms_norm write their arguments in place and are not differentiable.
 // Like torch.mm(..., out=), with grad mode on and an argument that requires grad they raise, instead
@@ -236,6 +237,192 @@ at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
   return y;
 }
 
+// ---- rms_norm: y = x r w, r = (mean(x^2, -1) + eps)^-1/2 (Zhang & Sennrich, 2019) -------------------
+//   reverse: dx = r (g w - x_hat mean(g w x_hat, -1)), dw = sum over rows of g x_hat, x_hat = x r;
+//   forward: dy = r w (dx - x_hat mean(x_hat dx, -1)) + x_hat dw.
+// Computed in float32 for half types (float64 for float64), from ATen ops (differentiable again).
+
+using RmsNormOp = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+
+const c10::TypedOperatorHandle<RmsNormOp>& rms_norm_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("ops::rms_norm", "").typed<RmsNormOp>();
+  return op;
+}
+
+at::ScalarType compute_type(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// x_hat = x r, and r, in the compute type.
+std::pair<at::Tensor, at::Tensor> rms_normalize(const at::Tensor& x, double eps) {
+  const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps);
+  return {x * r, r};
+}
+
+struct RmsNormBackward : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::autograd::variable_list result(2);
+    if (!grads[0].defined()) return result;
+    const at::Tensor input = input_.unpack(), weight = weight_.unpack();
+    const auto compute = compute_type(input);
+    const at::Tensor x = input.to(compute), w = weight.to(compute), g = grads[0].to(compute);
+    const auto [x_hat, r] = rms_normalize(x, eps_);
+    if (task_should_compute_output(0)) {
+      const at::Tensor gw = g * w;
+      result[0] = (r * (gw - x_hat * (gw * x_hat).mean(-1, true))).to(input.scalar_type());
+    }
+    if (task_should_compute_output(1)) {
+      result[1] = (g * x_hat).reshape_symint({-1, x.sym_size(-1)}).sum(0).to(weight.scalar_type());
+    }
+    return result;
+  }
+
+  std::string name() const override { return "RmsNormBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    input_.reset_data();
+    weight_.reset_data();
+  }
+
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(input_, false);
+    args.collect(weight_, false);
+    args.collect(eps_);
+  }
+
+  torch::autograd::variable_list apply_with_saved(
+      const torch::autograd::variable_list& grads,
+      torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(input_);
+    saved.before(weight_);
+    saved.before(eps_);
+    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
+    saved.after(input_);
+    saved.after(weight_);
+    saved.after(eps_);
+    return result;
+  }
+
+  torch::autograd::SavedVariable input_, weight_;
+  double eps_ = 0;
+};
+
+at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(input.defined() && weight.defined(), "rms_norm: input and weight must be defined tensors");
+  c10::intrusive_ptr<RmsNormBackward> grad_fn;
+  if (torch::autograd::compute_requires_grad(input, weight)) {
+    grad_fn = c10::make_intrusive<RmsNormBackward>();
+    grad_fn->set_next_edges(torch::autograd::collect_next_edges(input, weight));
+    grad_fn->input_ = torch::autograd::SavedVariable(input, false);
+    grad_fn->weight_ = torch::autograd::SavedVariable(weight, false);
+    grad_fn->eps_ = eps;
+  }
+  at::Tensor y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = rms_norm_op().call(input, weight, eps);
+  }
+  if (grad_fn) torch::autograd::set_history(y, grad_fn);
+  const at::Tensor dx = input._fw_grad(0), dw = weight._fw_grad(0);
+  if (dx.defined() || dw.defined()) {
+    const auto compute = compute_type(input);
+    const at::Tensor x = input._fw_primal(0).to(compute), w = weight._fw_primal(0).to(compute);
+    const auto [x_hat, r] = rms_normalize(x, eps);
+    at::Tensor dy;
+    if (dx.defined()) {
+      const at::Tensor d = dx.to(compute);
+      dy = r * w * (d - x_hat * (x_hat * d).mean(-1, true));
+    }
+    if (dw.defined()) {
+      const at::Tensor term = x_hat * dw.to(compute);
+      dy = dy.defined() ? dy + term : term;
+    }
+    y._set_fw_grad(dy.to(input.scalar_type()), 0, false);
+  }
+  return y;
+}
+
+// ---- silu_and_mul: y = silu(a) * b with (a, b) the two halves of x's last dimension -------------
+//   reverse: da = g b s (1 + a (1 - s)) with s = sigmoid(a), db = g silu(a);
+//   forward: dy = da b s (1 + a (1 - s)) + db silu(a) for a tangent (da, db).
+// In float32 for half types (float64 for float64).
+
+at::Tensor silu_and_mul_backward_math(const at::Tensor& input, const at::Tensor& g_or_tangent,
+                                      bool forward_mode) {
+  const auto compute = compute_type(input);
+  const auto halves = input.to(compute).chunk(2, -1);
+  const at::Tensor& a = halves[0];
+  const at::Tensor& b = halves[1];
+  const at::Tensor s = at::sigmoid(a);
+  const at::Tensor dsilu = s * (1 + a * (1 - s));  // silu'(a)
+  if (!forward_mode) {  // reverse: g -> (da, db) concatenated like the input
+    const at::Tensor g = g_or_tangent.to(compute);
+    return at::cat({g * b * dsilu, g * a * s}, -1).to(input.scalar_type());
+  }
+  // forward: tangent (dx = (da, db)) -> dy = da b silu'(a) + db silu(a)
+  const auto t = g_or_tangent.to(compute).chunk(2, -1);
+  return (t[0] * b * dsilu + t[1] * a * s).to(input.scalar_type());
+}
+
+struct SiluAndMulBackward : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::autograd::variable_list result(1);
+    if (!grads[0].defined() || !task_should_compute_output(0)) return result;
+    result[0] = silu_and_mul_backward_math(input_.unpack(), grads[0], /*forward_mode=*/false);
+    return result;
+  }
+
+  std::string name() const override { return "SiluAndMulBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    input_.reset_data();
+  }
+
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(input_, false);
+  }
+
+  torch::autograd::variable_list apply_with_saved(
+      const torch::autograd::variable_list& grads,
+      torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(input_);
+    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
+    saved.after(input_);
+    return result;
+  }
+
+  torch::autograd::SavedVariable input_;
+};
+
+at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
+  TORCH_CHECK(input.defined(), "silu_and_mul: input must be a defined tensor");
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::silu_and_mul", "")
+                             .typed<at::Tensor(const at::Tensor&)>();
+  c10::intrusive_ptr<SiluAndMulBackward> grad_fn;
+  if (torch::autograd::compute_requires_grad(input)) {
+    grad_fn = c10::make_intrusive<SiluAndMulBackward>();
+    grad_fn->set_next_edges(torch::autograd::collect_next_edges(input));
+    grad_fn->input_ = torch::autograd::SavedVariable(input, false);
+  }
+  at::Tensor y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = op.call(input);
+  }
+  if (grad_fn) torch::autograd::set_history(y, grad_fn);
+  const at::Tensor dx = input._fw_grad(0);
+  if (dx.defined()) {
+    y._set_fw_grad(silu_and_mul_backward_math(input._fw_primal(0), dx, /*forward_mode=*/true), 0, false);
+  }
+  return y;
+}
+
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
                                  double eps) {
   TORCH_CHECK(!(at::GradMode::is_enabled() &&
@@ -276,6 +463,8 @@ void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Ten
 TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("cutlass_gemm", &ops::cutlass_gemm_autograd);
   m.impl("linear", &ops::linear_autograd);
+  m.impl("rms_norm", &ops::rms_norm_autograd);
+  m.impl("silu_and_mul", &ops::silu_and_mul_autograd);
   m.impl("cutlass_gemm.out", &ops::cutlass_gemm_out_autograd);
   m.impl("fused_add_rms_norm", &ops::fused_add_rms_norm_autograd);
 }

@@ -1,6 +1,6 @@
-"""Fused ops for real models: ``rms_norm``, ``fused_add_rms_norm``, ``silu_and_mul``. Python API, fake
-kernels and autograd formulas; schemas in csrc/registration.cpp, CPU kernels in csrc/fused_cpu.cpp, CUDA
-kernels in csrc/fused_kernels.cu."""
+"""Fused ops for real models: ``rms_norm``, ``fused_add_rms_norm``, ``silu_and_mul``. Python API and fake
+kernels; schemas in csrc/registration.cpp, autograd in csrc/autograd.cpp, CPU kernels in
+csrc/fused_cpu.cpp, CUDA kernels in csrc/fused_kernels.cu."""
 
 import torch
 
@@ -33,31 +33,8 @@ def _rms_norm_fake(input, weight, eps=1e-6):
     return torch.empty(input.shape, dtype=input.dtype, device=input.device)
 
 
-def _rms_norm_setup_context(ctx, inputs, output):
-    input, weight, eps = inputs
-    ctx.save_for_backward(input, weight)
-    ctx.eps = eps
-
-
-def _rms_norm_backward(ctx, grad):
-    # y = x * r * w with r = (mean(x^2) + eps)^-1/2:
-    #   dx = r * (g w - x_hat * mean(g w x_hat)),  dw = sum over rows of g * x_hat,  x_hat = x r.
-    input, weight = ctx.saved_tensors
-    x, w, g = input.float(), weight.float(), grad.float()
-    if input.dtype == torch.float64:
-        x, w, g = input, weight, grad
-    r = torch.rsqrt(x.square().mean(-1, keepdim=True) + ctx.eps)
-    x_hat = x * r
-    grad_input = grad_weight = None
-    if ctx.needs_input_grad[0]:
-        gw = g * w
-        grad_input = (r * (gw - x_hat * (gw * x_hat).mean(-1, keepdim=True))).to(input.dtype)
-    if ctx.needs_input_grad[1]:
-        grad_weight = (g * x_hat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
-    return grad_input, grad_weight, None
-
-
-torch.library.register_autograd("ops::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context)
+# Autograd of rms_norm and silu_and_mul: registered in C++ (csrc/autograd.cpp), reverse and forward
+# mode, no Python on the call path.
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -74,8 +51,8 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
         A new contiguous tensor of input's shape and dtype. Statistics are computed in float32 (float64
         for float64 inputs) and the result is rounded once.
 
-    Autograd: differentiable in input and weight (formula in this module; double backward is not
-    supported).
+    Autograd (registered in C++): differentiable in input and weight, in reverse mode (double backward
+    too) and forward mode; gradients computed in float32 for half types.
 
     Raises:
         RuntimeError: a 0-D input, weight not of shape (hidden,), dtypes that differ or are not floating,
@@ -126,26 +103,6 @@ def _silu_and_mul_fake(input):
     return torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
 
 
-def _silu_and_mul_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-
-
-def _silu_and_mul_backward(ctx, grad):
-    # y = silu(a) * b: da = g b s (1 + a (1 - s)) with s = sigmoid(a); db = g silu(a).
-    (input,) = ctx.saved_tensors
-    compute = torch.float64 if input.dtype == torch.float64 else torch.float32
-    a, b = input.to(compute).chunk(2, dim=-1)
-    g = grad.to(compute)
-    s = torch.sigmoid(a)
-    grad_a = g * b * s * (1 + a * (1 - s))
-    grad_b = g * a * s
-    return torch.cat([grad_a, grad_b], dim=-1).to(input.dtype)
-
-
-torch.library.register_autograd("ops::silu_and_mul", _silu_and_mul_backward,
-                                setup_context=_silu_and_mul_setup_context)
-
-
 def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
     """The SwiGLU gate of Llama-style MLPs (Shazeer, 2020): ``silu(x[..., :d]) * x[..., d:]`` for x of shape
     (..., 2 * d), where ``silu(a) = a * sigmoid(a)``.
@@ -157,7 +114,7 @@ def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
     Returns:
         A new contiguous (..., d) tensor; computed in float32 (float64 for float64 inputs).
 
-    Autograd: differentiable (formula in this module).
+    Autograd (registered in C++): differentiable in reverse mode (double backward too) and forward mode.
 
     Raises:
         RuntimeError: a 0-D input, an odd last dimension, a non-floating dtype.
