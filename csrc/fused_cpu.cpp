@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "checks.h"
+#include "fused_common.h"
 #include "fused_cpu_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -48,21 +49,16 @@ at::Tensor rms_norm_cpu(const at::Tensor& input, const at::Tensor& weight, doubl
 void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
   check_norm_inputs("fused_add_rms_norm", input, weight);
   check_same_as("fused_add_rms_norm", "residual", residual, input);
-  // Non-contiguous tensors are processed in contiguous copies, then written back in place.
-  at::Tensor x = input.is_contiguous() ? input : input.contiguous();
-  at::Tensor res = residual.is_contiguous() ? residual : residual.contiguous();
   const at::Tensor w = weight.contiguous();
-  OPS_CPU_DISPATCH(fused_add_rms_norm_kernel, x, res, w, eps);
-  if (!x.is_same(input)) input.copy_(x);
-  if (!res.is_same(residual)) residual.copy_(res);
+  run_in_place_on_contiguous(input, residual, [&](at::Tensor& x, at::Tensor& res) {
+    OPS_CPU_DISPATCH(fused_add_rms_norm_kernel, x, res, w, eps);
+  });
 }
 
 at::Tensor silu_and_mul_cpu(const at::Tensor& input) {
   check_silu_and_mul_input("silu_and_mul", input);
   const at::Tensor x = input.contiguous();
-  auto sizes = input.sizes().vec();
-  sizes.back() = input.size(-1) / 2;
-  at::Tensor out = at::empty(sizes, input.options());
+  at::Tensor out = silu_and_mul_output(input);
   OPS_CPU_DISPATCH(silu_and_mul_kernel, x, out);
   return out;
 }

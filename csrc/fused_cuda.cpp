@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "checks.h"
+#include "fused_common.h"
 #include "fused_kernels.h"
 
 namespace ops {
@@ -44,16 +45,14 @@ void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::
   check_norm_inputs("fused_add_rms_norm", input, weight);
   check_same_as("fused_add_rms_norm", "residual", residual, input);
   const c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor x = input.is_contiguous() ? input : input.contiguous();
-  at::Tensor res = residual.is_contiguous() ? residual : residual.contiguous();
   const at::Tensor w = weight.contiguous();
   const int64_t hidden = input.size(-1);
-  check_launch("fused_add_rms_norm",
-               fused::fused_add_rms_norm(dtype_code(input.scalar_type()), x.data_ptr(), res.data_ptr(),
-                                         w.const_data_ptr(), rows_of(x, hidden), hidden, eps,
-                                         at::cuda::getCurrentCUDAStream()));
-  if (!x.is_same(input)) input.copy_(x);
-  if (!res.is_same(residual)) residual.copy_(res);
+  run_in_place_on_contiguous(input, residual, [&](at::Tensor& x, at::Tensor& res) {
+    check_launch("fused_add_rms_norm",
+                 fused::fused_add_rms_norm(dtype_code(input.scalar_type()), x.data_ptr(), res.data_ptr(),
+                                           w.const_data_ptr(), rows_of(x, hidden), hidden, eps,
+                                           at::cuda::getCurrentCUDAStream()));
+  });
 }
 
 at::Tensor silu_and_mul_cuda(const at::Tensor& input) {
@@ -61,9 +60,7 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& input) {
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor x = input.contiguous();
   const int64_t d = input.size(-1) / 2;
-  auto sizes = input.sizes().vec();
-  sizes.back() = d;
-  at::Tensor out = at::empty(sizes, input.options());
+  at::Tensor out = silu_and_mul_output(input);
   check_launch("silu_and_mul", fused::silu_and_mul(dtype_code(input.scalar_type()), x.const_data_ptr(),
                                                    out.data_ptr(), rows_of(out, d), d,
                                                    at::cuda::getCurrentCUDAStream()));
