@@ -18,6 +18,9 @@
 #include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
+#include <memory>
+#include <type_traits>
+
 #include "checks.h"
 
 namespace ops {
@@ -30,70 +33,183 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return op;
 }
 
-// The backward node of C = A B: dA = dC B^T, dB = A^T dC. Written the way ATen's generated autograd
-// kernels are (a graph Node with SavedVariables, attached with set_history), not as a
-// torch::autograd::Function: that is what torch.func transforms (grad, vjp, jacrev) support, and
-// compiled autograd traces it like an ATen node (apply_with_saved). The backward calls the op itself
-// (through the dispatcher, on transposed views, which the CUDA kernels read in place), so it is
-// differentiable again: double backward works. Only what the needed gradients use is saved.
-struct CutlassGemmBackward : public torch::autograd::TraceableFunction {
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+// ---- The graph-node machinery shared by every op ---------------------------------------------------
+//
+// Each backward node is written the way ATen's generated ones are (a Node holding SavedVariables,
+// attached to the output with set_history), not as a torch::autograd::Function: that is what
+// torch.func transforms support. A node's math is one static function of (incoming gradients, saved
+// tensors, scalar attributes, which inputs need a gradient) so that it serves both the eager engine
+// (apply) and compiled autograd (apply_with_saved: the function is handed to Python, which traces it
+// into its graph; the protocol of torch/csrc/dynamo/compiled_autograd.h, as CppNode uses it).
+
+// torch 2.12 made autograd nodes intrusive_ptr-owned (std::shared_ptr before): support both, since
+// the GPU machine runs an older torch than CI.
+constexpr bool kIntrusiveNodes = std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>;
+template <typename T>
+using NodePtr = std::conditional_t<kIntrusiveNodes, c10::intrusive_ptr<T>, std::shared_ptr<T>>;
+
+template <typename T>
+NodePtr<T> make_node() {
+  if constexpr (kIntrusiveNodes) {
+    return c10::make_intrusive<T>();
+  } else {
+    // torch::autograd::deleteNode (found by argument-dependent lookup: it exists only in the torch
+    // versions that take this branch) frees long chains of nodes without deep recursion.
+    return NodePtr<T>(new T(), [](T* node) { deleteNode(node); });
+  }
+}
+
+using torch::autograd::variable_list;
+
+// Derived provides: static constexpr const char* kName; static constexpr size_t kNumSaved;
+// static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
+//                           const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs).
+template <typename Derived>
+struct BackwardNode : public torch::autograd::TraceableFunction {
+  BackwardNode() : saved_(Derived::kNumSaved) {}
+
+  variable_list apply(variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    torch::autograd::variable_list result(2);
-    const at::Tensor& grad = grads[0];
-    if (!grad.defined()) return result;
-    if (task_should_compute_output(0)) result[0] = cutlass_gemm_op().call(grad, B_.unpack().t());
-    if (task_should_compute_output(1)) result[1] = cutlass_gemm_op().call(A_.unpack().t(), grad);
-    return result;
+    std::vector<at::Tensor> saved;
+    for (const torch::autograd::SavedVariable& sv : saved_) saved.push_back(sv.unpack());
+    return Derived::math(grads, saved, attributes_, needs());
   }
 
-  std::string name() const override { return "CutlassGemmBackward"; }
+  std::string name() const override { return Derived::kName; }
 
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    A_.reset_data();
-    B_.reset_data();
+    for (torch::autograd::SavedVariable& sv : saved_) sv.reset_data();
   }
 
   void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
-    args.collect(A_, false);
-    args.collect(B_, false);
+    args.collect(std::string(Derived::kName));
+    args.collect(saved_, /*is_output=*/false);
+    for (const c10::IValue& attribute : attributes_) args.collect(attribute);
+    args.collect(needs());
   }
 
-  torch::autograd::variable_list apply_with_saved(
-      const torch::autograd::variable_list& grads,
-      torch::dynamo::autograd::SwapSavedVariables& saved) override {
-    saved.before(A_);
-    saved.before(B_);
-    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
-    saved.after(A_);
-    saved.after(B_);
+  variable_list apply_with_saved(const variable_list& grads,
+                                 torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(saved_);
+    // Pack: the defined saved tensors, which slots they fill, the attributes, the needed outputs.
+    std::vector<at::Tensor> tensors;
+    std::vector<bool> defined;
+    for (const torch::autograd::SavedVariable& sv : saved_) {
+      const at::Tensor t = sv.unpack();
+      defined.push_back(t.defined());
+      if (t.defined()) tensors.push_back(t);
+    }
+    torch::dynamo::autograd::PackedArgs packed;
+    packed.pack(tensors);
+    packed.pack(defined);
+    for (const c10::IValue& attribute : attributes_) packed.pack(attribute);
+    packed.pack(needs());
+    const std::vector<c10::IValue> args = packed.vec();
+    std::vector<at::TypePtr> schema;
+    for (const c10::IValue& arg : args) {
+      schema.emplace_back(arg.isTensor() ? at::TensorType::get() : arg.type());
+    }
+    const auto output_metadata = torch::dynamo::autograd::IValuePacker<
+        std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
+        torch::dynamo::autograd::get_input_metadata(next_edges()));
+    const auto& py = torch::dynamo::autograd::getPyCompilerInterface();
+    // As a "custom function" (like CppNode): compiled autograd then binds it under a fresh name on
+    // every call (a built-in name may be bound only once per process).
+    const std::string fn_name = py->bind_function(saved.get_py_compiler(), Derived::kName,
+                                                  &BackwardNode::apply_functional, schema,
+                                                  /*is_custom_function=*/true, /*is_traceable=*/true);
+    variable_list result = py->call_function(saved.get_py_compiler(), "apply_functional", fn_name,
+                                             grads, args, output_metadata);
+    saved.after(saved_);
     return result;
   }
 
-  torch::autograd::SavedVariable A_;  // saved when B needs a gradient
-  torch::autograd::SavedVariable B_;  // saved when A needs a gradient
+  // The functional form compiled autograd traces: unpacks what apply_with_saved packed.
+  static variable_list apply_functional(const variable_list& grads, const std::vector<c10::IValue>& args) {
+    torch::dynamo::autograd::PackedArgs packed(args);
+    const auto tensors = packed.unpack<std::vector<at::Tensor>>();
+    const auto defined = packed.unpack<std::vector<bool>>();
+    std::vector<at::Tensor> saved;
+    size_t next = 0;
+    for (bool d : defined) saved.push_back(d ? tensors.at(next++) : at::Tensor());
+    std::vector<c10::IValue> attributes;
+    for (size_t i = 0; i < Derived::kNumAttributes; ++i) attributes.push_back(packed.unpack<c10::IValue>());
+    const auto needs = packed.unpack<std::vector<bool>>();
+    return Derived::math(grads, saved, attributes, needs);
+  }
+
+  std::vector<bool> needs() const {
+    std::vector<bool> out;
+    for (size_t i = 0; i < num_outputs(); ++i) out.push_back(task_should_compute_output(i));
+    return out;
+  }
+
+  std::vector<torch::autograd::SavedVariable> saved_;  // Derived::kNumSaved slots, some undefined
+  std::vector<c10::IValue> attributes_;                 // Derived::kNumAttributes scalars
+};
+
+// Creates the node for an op's inputs (or returns null when no gradient is needed) and attaches it
+// to the output: the two halves of every autograd kernel below.
+template <typename Node, typename... Inputs>
+NodePtr<Node> make_backward(const Inputs&... inputs) {
+  if (!torch::autograd::compute_requires_grad(inputs...)) return nullptr;
+  NodePtr<Node> node = make_node<Node>();
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs...));
+  return node;
+}
+
+template <typename Ptr>
+void save(const Ptr& node, size_t slot, const at::Tensor& t) {
+  if (t.defined()) node->saved_[slot] = torch::autograd::SavedVariable(t, /*is_output=*/false);
+}
+
+// Runs `op` below autograd and attaches `node` (if any) to its result.
+template <typename Ptr, typename Op>
+at::Tensor call_and_record(const Ptr& node, Op&& op) {
+  at::Tensor out;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    out = op();
+  }
+  if (node) torch::autograd::set_history(out, node);
+  return out;
+}
+
+at::ScalarType compute_type(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// ---- cutlass_gemm: C = A B;  dA = dC B^T, dB = A^T dC;  forward: dC = dA B + A dB ---------------------
+// The GEMMs of the backward are the op itself, on transposed views (the CUDA kernels read them in
+// place), through the dispatcher: differentiable again, so double backward works.
+
+struct CutlassGemmBackward : BackwardNode<CutlassGemmBackward> {
+  static constexpr const char* kName = "CutlassGemmBackward";
+  static constexpr size_t kNumSaved = 2;       // A (saved when B needs a gradient), B (when A does)
+  static constexpr size_t kNumAttributes = 0;
+
+  static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
+                            const std::vector<c10::IValue>&, const std::vector<bool>& needs) {
+    variable_list result(2);
+    const at::Tensor& grad = grads[0];
+    if (!grad.defined()) return result;
+    if (needs[0]) result[0] = cutlass_gemm_op().call(grad, saved[1].t());
+    if (needs[1]) result[1] = cutlass_gemm_op().call(saved[0].t(), grad);
+    return result;
+  }
 };
 
 at::Tensor cutlass_gemm_autograd(const at::Tensor& A, const at::Tensor& B) {
   // Only what autograd itself needs: the shape and dtype checks are the backend's and the fake
   // kernel's (reading sizes here would specialize symbolic shapes under torch.export / compile).
   check_gemm_defined("cutlass_gemm", A, B);
-  c10::intrusive_ptr<CutlassGemmBackward> grad_fn;
-  if (torch::autograd::compute_requires_grad(A, B)) {  // grad mode on and A or B requires grad
-    grad_fn = c10::make_intrusive<CutlassGemmBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(A, B));
-    if (grad_fn->should_compute_output(1)) grad_fn->A_ = torch::autograd::SavedVariable(A, false);
-    if (grad_fn->should_compute_output(0)) grad_fn->B_ = torch::autograd::SavedVariable(B, false);
+  const auto grad_fn = make_backward<CutlassGemmBackward>(A, B);
+  if (grad_fn) {
+    if (grad_fn->should_compute_output(1)) save(grad_fn, 0, A);
+    if (grad_fn->should_compute_output(0)) save(grad_fn, 1, B);
   }
-  at::Tensor C;
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    C = cutlass_gemm_op().call(A, B);
-  }
-  if (grad_fn) torch::autograd::set_history(C, grad_fn);
-  // Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp / jacfwd): dC = dA B + A dB, by the op
-  // on the primal values (through the dispatcher: differentiable again for forward-over-reverse).
+  at::Tensor C = call_and_record(grad_fn, [&] { return cutlass_gemm_op().call(A, B); });
   const at::Tensor dA = A._fw_grad(/*level=*/0);
   const at::Tensor dB = B._fw_grad(/*level=*/0);
   if (dA.defined() || dB.defined()) {
@@ -107,6 +223,10 @@ at::Tensor cutlass_gemm_autograd(const at::Tensor& A, const at::Tensor& B) {
   }
   return C;
 }
+
+// ---- linear: y = act(z), z = x W^T + b, x (..., K), W (N, K), b (N,) -----------------------------------
+//   dz = dy act'(z);  dx = dz W;  dW = dz^T x (over all leading dimensions);  db = sum of dz;
+//   forward: dy = act'(z) (dx W^T + x dW^T + db).
 
 using LinearOp = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
                              c10::string_view);
@@ -139,89 +259,49 @@ at::Tensor activation_backward(const at::Tensor& g, const at::Tensor& z, const s
 at::Tensor through_activation(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
                               const at::Tensor& b, const std::string& activation) {
   if (activation == "none") return g;
-  const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto compute = compute_type(x);
   const at::Tensor z = linear_op().call(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, "none");
   return activation_backward(g.to(compute), z.to(compute), activation).to(x.scalar_type());
 }
 
-// The backward node of y = act(x W^T + b), x (..., K), W (N, K), b (N,):
-//   dz = dy * act'(z);  dx = dz W;  dW = dz^T x (over all leading dimensions);  db = sum of dz.
-// The GEMMs run through cutlass_gemm on transposed views. Same structure as CutlassGemmBackward.
-struct LinearBackward : public torch::autograd::TraceableFunction {
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    torch::autograd::variable_list result(3);
+struct LinearBackward : BackwardNode<LinearBackward> {
+  static constexpr const char* kName = "LinearBackward";
+  static constexpr size_t kNumSaved = 3;        // x, W, b (b only to recompute z)
+  static constexpr size_t kNumAttributes = 2;   // activation (str), has_bias (bool)
+
+  static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
+                            const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs) {
+    variable_list result(3);
     if (!grads[0].defined()) return result;
-    const at::Tensor x = input_.unpack(), w = weight_.unpack(), b = bias_.unpack();
-    const at::Tensor dz = through_activation(grads[0], x, w, b, activation_);
-    // Symbolic sizes: AOTAutograd traces this with dynamic shapes.
-    const at::Tensor dz2d = dz.reshape_symint({-1, w.sym_size(0)});
-    if (task_should_compute_output(0)) {
-      result[0] = cutlass_gemm_op().call(dz2d, w).reshape_symint(x.sym_sizes());
-    }
-    if (task_should_compute_output(1)) {
-      result[1] = cutlass_gemm_op().call(dz2d.t(), x.reshape_symint({-1, x.sym_size(-1)}));
-    }
-    if (has_bias_ && task_should_compute_output(2)) result[2] = dz2d.sum(0);
+    const at::Tensor &x = saved[0], &w = saved[1], &b = saved[2];
+    const at::Tensor dz = through_activation(grads[0], x, w, b, attributes[0].toStringRef());
+    // Symbolic sizes (AOTAutograd and compiled autograd trace this with dynamic shapes), and explicit
+    // row counts rather than -1, which cannot be inferred when K or N is 0.
+    c10::SymInt rows = 1;
+    for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.sym_size(i);
+    const at::Tensor dz2d = dz.reshape_symint({rows, w.sym_size(0)});
+    if (needs[0]) result[0] = cutlass_gemm_op().call(dz2d, w).reshape_symint(x.sym_sizes());
+    if (needs[1]) result[1] = cutlass_gemm_op().call(dz2d.t(), x.reshape_symint({rows, x.sym_size(-1)}));
+    if (attributes[1].toBool() && needs[2]) result[2] = dz2d.sum(0);
     return result;
   }
-
-  std::string name() const override { return "LinearBackward"; }
-
-  void release_variables() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    input_.reset_data();
-    weight_.reset_data();
-    bias_.reset_data();
-  }
-
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
-    args.collect(input_, false);
-    args.collect(weight_, false);
-    args.collect(bias_, false);
-    args.collect(activation_);
-    args.collect(has_bias_);
-  }
-
-  torch::autograd::variable_list apply_with_saved(
-      const torch::autograd::variable_list& grads,
-      torch::dynamo::autograd::SwapSavedVariables& saved) override {
-    saved.before(input_);
-    saved.before(weight_);
-    saved.before(bias_);
-    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
-    saved.after(input_);
-    saved.after(weight_);
-    saved.after(bias_);
-    return result;
-  }
-
-  torch::autograd::SavedVariable input_, weight_, bias_;  // bias_: only to recompute z
-  std::string activation_;
-  bool has_bias_ = false;
 };
 
 at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
                            const c10::optional<at::Tensor>& bias, c10::string_view activation) {
-  TORCH_CHECK(input.defined() && weight.defined(), "linear: input and weight must be defined tensors");
+  TORCH_CHECK(input.defined(), "linear: input must be a defined tensor (..., in_features), got None");
+  TORCH_CHECK(weight.defined(), "linear: weight must be a defined tensor (out_features, in_features), got None");
   const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
-  c10::intrusive_ptr<LinearBackward> grad_fn;
-  if (torch::autograd::compute_requires_grad(input, weight, b)) {
-    grad_fn = c10::make_intrusive<LinearBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(input, weight, b));
-    grad_fn->activation_ = std::string(activation);
-    grad_fn->has_bias_ = b.defined();
-    grad_fn->input_ = torch::autograd::SavedVariable(input, false);
-    grad_fn->weight_ = torch::autograd::SavedVariable(weight, false);
-    if (b.defined() && activation != "none") grad_fn->bias_ = torch::autograd::SavedVariable(b, false);
+  const std::string act(activation);
+  const auto grad_fn = make_backward<LinearBackward>(input, weight, b);
+  if (grad_fn) {
+    save(grad_fn, 0, input);
+    save(grad_fn, 1, weight);
+    if (act != "none") save(grad_fn, 2, b);
+    grad_fn->attributes_ = {c10::IValue(act), c10::IValue(b.defined())};
   }
-  at::Tensor y;
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    y = linear_op().call(input, weight, bias, activation);  // validates activation, shapes, dtypes
-  }
-  if (grad_fn) torch::autograd::set_history(y, grad_fn);
-  // Forward-mode AD: dy = act'(z) * (dx W^T + x dW^T + db).
+  // The op validates the activation, shapes and dtypes.
+  at::Tensor y = call_and_record(grad_fn, [&] { return linear_op().call(input, weight, bias, activation); });
   const at::Tensor dx = input._fw_grad(0), dw = weight._fw_grad(0);
   const at::Tensor db = b.defined() ? b._fw_grad(0) : at::Tensor();
   if (dx.defined() || dw.defined() || db.defined()) {
@@ -232,7 +312,7 @@ at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
     if (dx.defined()) add(linear_op().call(dx, wp, c10::nullopt, "none"));
     if (dw.defined()) add(linear_op().call(xp, dw, c10::nullopt, "none"));
     if (db.defined()) add(dz.defined() ? db : db.expand_symint(y.sym_sizes()).clone());
-    y._set_fw_grad(through_activation(dz, xp, wp, bp, std::string(activation)), 0, false);
+    y._set_fw_grad(through_activation(dz, xp, wp, bp, act), 0, false);
   }
   return y;
 }
@@ -250,82 +330,51 @@ const c10::TypedOperatorHandle<RmsNormOp>& rms_norm_op() {
   return op;
 }
 
-at::ScalarType compute_type(const at::Tensor& t) {
-  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 // x_hat = x r, and r, in the compute type.
 std::pair<at::Tensor, at::Tensor> rms_normalize(const at::Tensor& x, double eps) {
   const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps);
   return {x * r, r};
 }
 
-struct RmsNormBackward : public torch::autograd::TraceableFunction {
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    torch::autograd::variable_list result(2);
+struct RmsNormBackward : BackwardNode<RmsNormBackward> {
+  static constexpr const char* kName = "RmsNormBackward";
+  static constexpr size_t kNumSaved = 2;        // input, weight
+  static constexpr size_t kNumAttributes = 1;   // eps (float)
+
+  static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
+                            const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs) {
+    variable_list result(2);
     if (!grads[0].defined()) return result;
-    const at::Tensor input = input_.unpack(), weight = weight_.unpack();
+    const at::Tensor &input = saved[0], &weight = saved[1];
     const auto compute = compute_type(input);
     const at::Tensor x = input.to(compute), w = weight.to(compute), g = grads[0].to(compute);
-    const auto [x_hat, r] = rms_normalize(x, eps_);
-    if (task_should_compute_output(0)) {
+    const auto [x_hat, r] = rms_normalize(x, attributes[0].toDouble());
+    if (needs[0]) {
       const at::Tensor gw = g * w;
       result[0] = (r * (gw - x_hat * (gw * x_hat).mean(-1, true))).to(input.scalar_type());
     }
-    if (task_should_compute_output(1)) {
-      result[1] = (g * x_hat).reshape_symint({-1, x.sym_size(-1)}).sum(0).to(weight.scalar_type());
+    if (needs[1]) {
+      // Sum over every leading dimension (none for a 1-D input: sum() over an empty list would reduce
+      // everything). No reshape(-1, hidden): it cannot infer -1 when hidden is 0.
+      const at::Tensor gx = g * x_hat;
+      std::vector<int64_t> leading(static_cast<size_t>(x.dim() - 1));
+      for (size_t i = 0; i < leading.size(); ++i) leading[i] = static_cast<int64_t>(i);
+      result[1] = (leading.empty() ? gx : gx.sum(leading)).to(weight.scalar_type());
     }
     return result;
   }
-
-  std::string name() const override { return "RmsNormBackward"; }
-
-  void release_variables() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    input_.reset_data();
-    weight_.reset_data();
-  }
-
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
-    args.collect(input_, false);
-    args.collect(weight_, false);
-    args.collect(eps_);
-  }
-
-  torch::autograd::variable_list apply_with_saved(
-      const torch::autograd::variable_list& grads,
-      torch::dynamo::autograd::SwapSavedVariables& saved) override {
-    saved.before(input_);
-    saved.before(weight_);
-    saved.before(eps_);
-    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
-    saved.after(input_);
-    saved.after(weight_);
-    saved.after(eps_);
-    return result;
-  }
-
-  torch::autograd::SavedVariable input_, weight_;
-  double eps_ = 0;
 };
 
 at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  TORCH_CHECK(input.defined() && weight.defined(), "rms_norm: input and weight must be defined tensors");
-  c10::intrusive_ptr<RmsNormBackward> grad_fn;
-  if (torch::autograd::compute_requires_grad(input, weight)) {
-    grad_fn = c10::make_intrusive<RmsNormBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(input, weight));
-    grad_fn->input_ = torch::autograd::SavedVariable(input, false);
-    grad_fn->weight_ = torch::autograd::SavedVariable(weight, false);
-    grad_fn->eps_ = eps;
+  TORCH_CHECK(input.defined(), "rms_norm: input must be a defined tensor (..., hidden), got None");
+  TORCH_CHECK(weight.defined(), "rms_norm: weight must be a defined tensor (hidden,), got None");
+  const auto grad_fn = make_backward<RmsNormBackward>(input, weight);
+  if (grad_fn) {
+    save(grad_fn, 0, input);
+    save(grad_fn, 1, weight);
+    grad_fn->attributes_ = {c10::IValue(eps)};
   }
-  at::Tensor y;
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    y = rms_norm_op().call(input, weight, eps);
-  }
-  if (grad_fn) torch::autograd::set_history(y, grad_fn);
+  at::Tensor y = call_and_record(grad_fn, [&] { return rms_norm_op().call(input, weight, eps); });
   const at::Tensor dx = input._fw_grad(0), dw = weight._fw_grad(0);
   if (dx.defined() || dw.defined()) {
     const auto compute = compute_type(input);
@@ -350,75 +399,48 @@ at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, 
 //   forward: dy = da b s (1 + a (1 - s)) + db silu(a) for a tangent (da, db).
 // In float32 for half types (float64 for float64).
 
-at::Tensor silu_and_mul_backward_math(const at::Tensor& input, const at::Tensor& g_or_tangent,
-                                      bool forward_mode) {
+at::Tensor silu_and_mul_derivative(const at::Tensor& input, const at::Tensor& g_or_tangent,
+                                   bool forward_mode) {
   const auto compute = compute_type(input);
   const auto halves = input.to(compute).chunk(2, -1);
   const at::Tensor& a = halves[0];
   const at::Tensor& b = halves[1];
   const at::Tensor s = at::sigmoid(a);
   const at::Tensor dsilu = s * (1 + a * (1 - s));  // silu'(a)
-  if (!forward_mode) {  // reverse: g -> (da, db) concatenated like the input
+  if (!forward_mode) {  // reverse: g -> (da, db), concatenated like the input
     const at::Tensor g = g_or_tangent.to(compute);
     return at::cat({g * b * dsilu, g * a * s}, -1).to(input.scalar_type());
   }
-  // forward: tangent (dx = (da, db)) -> dy = da b silu'(a) + db silu(a)
   const auto t = g_or_tangent.to(compute).chunk(2, -1);
   return (t[0] * b * dsilu + t[1] * a * s).to(input.scalar_type());
 }
 
-struct SiluAndMulBackward : public torch::autograd::TraceableFunction {
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    torch::autograd::variable_list result(1);
-    if (!grads[0].defined() || !task_should_compute_output(0)) return result;
-    result[0] = silu_and_mul_backward_math(input_.unpack(), grads[0], /*forward_mode=*/false);
+struct SiluAndMulBackward : BackwardNode<SiluAndMulBackward> {
+  static constexpr const char* kName = "SiluAndMulBackward";
+  static constexpr size_t kNumSaved = 1;
+  static constexpr size_t kNumAttributes = 0;
+
+  static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
+                            const std::vector<c10::IValue>&, const std::vector<bool>& needs) {
+    variable_list result(1);
+    if (grads[0].defined() && needs[0]) {
+      result[0] = silu_and_mul_derivative(saved[0], grads[0], /*forward_mode=*/false);
+    }
     return result;
   }
-
-  std::string name() const override { return "SiluAndMulBackward"; }
-
-  void release_variables() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    input_.reset_data();
-  }
-
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
-    args.collect(input_, false);
-  }
-
-  torch::autograd::variable_list apply_with_saved(
-      const torch::autograd::variable_list& grads,
-      torch::dynamo::autograd::SwapSavedVariables& saved) override {
-    saved.before(input_);
-    torch::autograd::variable_list result = apply(torch::autograd::variable_list(grads));
-    saved.after(input_);
-    return result;
-  }
-
-  torch::autograd::SavedVariable input_;
 };
 
 at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
-  TORCH_CHECK(input.defined(), "silu_and_mul: input must be a defined tensor");
+  TORCH_CHECK(input.defined(), "silu_and_mul: input must be a defined tensor (..., 2 * d), got None");
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::silu_and_mul", "")
                              .typed<at::Tensor(const at::Tensor&)>();
-  c10::intrusive_ptr<SiluAndMulBackward> grad_fn;
-  if (torch::autograd::compute_requires_grad(input)) {
-    grad_fn = c10::make_intrusive<SiluAndMulBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(input));
-    grad_fn->input_ = torch::autograd::SavedVariable(input, false);
-  }
-  at::Tensor y;
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    y = op.call(input);
-  }
-  if (grad_fn) torch::autograd::set_history(y, grad_fn);
+  const auto grad_fn = make_backward<SiluAndMulBackward>(input);
+  if (grad_fn) save(grad_fn, 0, input);
+  at::Tensor y = call_and_record(grad_fn, [&] { return op.call(input); });
   const at::Tensor dx = input._fw_grad(0);
   if (dx.defined()) {
-    y._set_fw_grad(silu_and_mul_backward_math(input._fw_primal(0), dx, /*forward_mode=*/true), 0, false);
+    y._set_fw_grad(silu_and_mul_derivative(input._fw_primal(0), dx, /*forward_mode=*/true), 0, false);
   }
   return y;
 }

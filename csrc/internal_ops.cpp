@@ -39,8 +39,9 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
     TORCH_CHECK_VALUE(false, "cutlass_gemm: ", e.what());
   }
   target.allow_tf32 = allow_tf32;
+  TORCH_CHECK_VALUE(sm_count > 0 && sm_count <= 1'000'000,
+                    "cutlass_gemm emulation: sm_count must be in [1, 1e6], got ", sm_count);
   target.sm_count = static_cast<int>(sm_count);
-  TORCH_CHECK_VALUE(sm_count > 0, "cutlass_gemm emulation: sm_count must be positive, got ", sm_count);
   const auto dtype = A.scalar_type();
   const cg::GemmPlan plan = cg::gemm_into(
       A, B, out, target,
@@ -54,10 +55,15 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
 // The plan (heuristic tactic and candidates) for an emulated target, without running anything.
 std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64_t cc_major,
                                  int64_t cc_minor, c10::string_view arch_list, bool allow_tf32,
-                                 int64_t sm_count, c10::string_view epilogue) {
+                                 int64_t sm_count, c10::string_view epilogue,
+                                 const c10::optional<at::Tensor>& out) {
   check_gemm_inputs("cutlass_gemm", A, B);
+  if (out.has_value()) check_gemm_out("cutlass_gemm", A, B, *out);
   TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem");
-  TORCH_CHECK_VALUE(sm_count > 0, "cutlass_gemm: sm_count must be positive, got ", sm_count);
+  TORCH_CHECK_VALUE(sm_count > 0 && sm_count <= 1'000'000, "cutlass_gemm: sm_count must be in [1, 1e6], got ",
+                    sm_count);
+  TORCH_CHECK_VALUE(cc_major >= 0 && cc_major < 100 && cc_minor >= 0 && cc_minor < 100,
+                    "cutlass_gemm: compute capability out of range: ", cc_major, ".", cc_minor);
   cg::DeviceTarget target;
   target.cc_major = static_cast<int>(cc_major);
   target.cc_minor = static_cast<int>(cc_minor);
@@ -68,10 +74,10 @@ std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64
   }
   target.allow_tf32 = allow_tf32;
   target.sm_count = static_cast<int>(sm_count);
-  const at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options());
   const cg::Epilogue ep =
       epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue);
-  return cg::plan_json(cg::plan_for(A, B, out, target, ep), target.sm_count);
+  return cg::plan_json(cg::plan_for(A, B, out.has_value() ? *out : at::Tensor(), target, ep),
+                       target.sm_count);
 }
 
 std::string kernels_json() {
@@ -132,7 +138,7 @@ TORCH_LIBRARY_FRAGMENT(ops, m) {
         "int sm_count=132) -> str",
         &ops::gemm_emulate);
   m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
-        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\") -> str",
+        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None) -> str",
         &ops::gemm_plan_for_target);
   // Tactic controls (ops.gemm.set_tactic / set_autotune / tuning_cache): process-wide settings.
   m.def("_cutlass_gemm_set_tactic(str? name) -> ()", &ops::set_tactic);
@@ -143,5 +149,5 @@ TORCH_LIBRARY_FRAGMENT(ops, m) {
   m.def("_cutlass_gemm_clear_tuning_cache() -> ()", &ops::clear_tuning_cache);
   // The plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device; a CUDA
   // kernel only (cutlass_gemm/gemm_cuda.cpp).
-  m.def("_cutlass_gemm_plan(Tensor A, Tensor B) -> str");
+  m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
 }

@@ -16,11 +16,13 @@ at::Tensor linear_cpu(const at::Tensor& input, const at::Tensor& weight, const c
   const auto epilogue = cutlass_gemm::epilogue_for_activation("linear", activation);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   const int64_t K = input.size(-1), N = weight.size(0);
+  // Rows = product of the leading dimensions (not -1 in reshape: K or N may be 0).
+  const int64_t M = c10::multiply_integers(input.sizes().slice(0, input.dim() - 1));
   auto out_sizes = input.sizes().vec();
   out_sizes.back() = N;
   at::Tensor out = at::empty(out_sizes, input.options());
-  at::Tensor out2d = out.view({-1, N});
-  const at::Tensor x2d = input.reshape({-1, K});
+  at::Tensor out2d = out.view({M, N});
+  const at::Tensor x2d = input.reshape({M, K});
   if (bias.has_value() && bias->defined()) {
     at::addmm_out(out2d, *bias, x2d, weight.t());
   } else {

@@ -205,14 +205,15 @@ at::Tensor cutlass_gemm_cuda(const at::Tensor& A, const at::Tensor& B) {
   return out;
 }
 
-std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B) {
+std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B,
+                                   const c10::optional<at::Tensor>& out) {
   check_gemm_inputs("cutlass_gemm", A, B);
+  if (out.has_value()) check_gemm_out("cutlass_gemm", A, B, *out);
   TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem (M=",
               A.size(0), ", N=", B.size(1), ", K=", A.size(1), ")");
   const c10::cuda::CUDAGuard guard(A.device());
-  const at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options());
   const DeviceTarget target = current_device_target();
-  return plan_json(plan_for(A, B, out, target), target.sm_count);
+  return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target), target.sm_count);
 }
 
 }  // namespace

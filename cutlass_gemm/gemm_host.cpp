@@ -129,7 +129,8 @@ GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& ou
   request.k = A.size(1);
   request.a = view_of(A);
   request.b = view_of(B);
-  request.c = view_of(out);
+  // No out: a row-major (M, N) output at an aligned address (what the functional op allocates).
+  request.c = out.defined() ? view_of(out) : MatrixView{request.m, request.n, request.n, 1, 0};
   request.epilogue = epilogue;
   request.allow_swap = epilogue == Epilogue::Plain;
   request.sm_count = target.sm_count;

@@ -35,7 +35,8 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
                    Epilogue epilogue = Epilogue::Plain, const at::Tensor& bias = at::Tensor());
 
 // The plan (with the heuristic's tactic; no forced tactic, no autotuning) gemm_into would make for
-// out = A @ B with M, N, K > 0. Raises the planner's error when no kernel can run.
+// out = A @ B with M, N, K > 0 (out undefined: a new row-major output; nothing is allocated). Raises
+// the planner's error when no kernel can run.
 GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                   const DeviceTarget& target, Epilogue epilogue = Epilogue::Plain);
 

@@ -19,11 +19,13 @@ at::Tensor linear_cuda(const at::Tensor& input, const at::Tensor& weight, const 
   const Epilogue epilogue = epilogue_for_activation("linear", activation);
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t K = input.size(-1), N = weight.size(0);
+  // Rows = product of the leading dimensions (not -1 in reshape: K or N may be 0).
+  const int64_t M = c10::multiply_integers(input.sizes().slice(0, input.dim() - 1));
   auto out_sizes = input.sizes().vec();
   out_sizes.back() = N;
   at::Tensor out = at::empty(out_sizes, input.options());
-  const at::Tensor out2d = out.view({-1, N});
-  const at::Tensor x2d = input.reshape({-1, K});
+  const at::Tensor out2d = out.view({M, N});
+  const at::Tensor x2d = input.reshape({M, K});
   const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
   const bool fused = input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
   const DeviceTarget target = current_device_target();

@@ -98,10 +98,11 @@ def gemm_emulate(A, B, out, cc_major, cc_minor, arch_list, allow_tf32, poison=Tr
 
 
 def gemm_plan_for_target(A, B, cc_major, cc_minor, arch_list, allow_tf32=False, sm_count=132,
-                         epilogue="plain"):
+                         epilogue="plain", out=None):
     """Test hook: the plan (dict, as ops.gemm.plan: kernel, heuristic tactic, candidates) the CUDA
     wrapper would make for A @ B on a device of compute capability (cc_major, cc_minor) with
     ``sm_count`` multiprocessors and a binary built for ``arch_list``. Nothing runs; A and B may be CPU
-    tensors (only their sizes, strides and addresses matter)."""
+    tensors (only their sizes, strides and addresses matter). ``out``: the out tensor, if any (its
+    layout can change the plan); without it, a new row-major output (nothing is allocated)."""
     return json.loads(torch.ops.ops._cutlass_gemm_plan_for_target(A, B, cc_major, cc_minor, arch_list,
-                                                                    allow_tf32, sm_count, epilogue))
+                                                                    allow_tf32, sm_count, epilogue, out))

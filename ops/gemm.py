@@ -110,11 +110,13 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
 # measurements. The settings are process-wide and have no effect on CPU tensors.
 
 
-def plan(A: torch.Tensor, B: torch.Tensor) -> dict:
-    """The plan ``cutlass_gemm(A, B)`` would run on A's CUDA device, without running it.
+def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -> dict:
+    """The plan ``cutlass_gemm(A, B, out=out)`` would run on A's CUDA device, without running it.
 
     Args:
         A: (M, K) CUDA tensor; B: (K, N) CUDA tensor (as for ``cutlass_gemm``; M, N, K > 0).
+        out: the out tensor the call would get, if any: its layout can change the plan (a
+            column-major out is computed as C^T = B^T A^T, by another kernel family).
 
     Returns:
         dict with ``kernel`` (instantiation name), ``tactic`` (name, config, decomposition, splits,
@@ -131,7 +133,7 @@ def plan(A: torch.Tensor, B: torch.Tensor) -> dict:
     if A.device.type != "cuda":
         raise RuntimeError(f"ops.gemm.plan: expected CUDA tensors (the CUTLASS kernels run on NVIDIA GPUs), "
                            f"got A on {A.device}")
-    return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B))
+    return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B, out))
 
 
 def set_tactic(name: Optional[str]) -> Optional[str]:
@@ -184,5 +186,15 @@ def clear_tuning_cache() -> None:
     torch.ops.ops._cutlass_gemm_clear_tuning_cache()
 
 
-if os.environ.get("OPS_GEMM_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on"):
-    set_autotune(True)
+def _autotune_from_environment() -> None:
+    value = os.environ.get("OPS_GEMM_AUTOTUNE", "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        set_autotune(True)
+    elif value not in ("", "0", "false", "no", "off"):
+        import warnings
+
+        warnings.warn(f"OPS_GEMM_AUTOTUNE={value!r} not understood (use 1 or 0): autotuning stays off",
+                      stacklevel=2)
+
+
+_autotune_from_environment()

@@ -90,21 +90,37 @@ def test_vmap_and_vmap_of_grad(device):
     torch.testing.assert_close(per_sample, expected)
 
 
+def compiled_autograd_grads(loss_fn, leaves):
+    """Gradients of loss_fn(*leaves) with the backward run by compiled autograd: the forward runs
+    eagerly (so the graph holds the ops' own C++ nodes) and `.backward()` is called inside a compiled
+    function, which is where compiled autograd takes over. Asserts that it really captured a graph."""
+    from torch._dynamo.utils import counters
+
+    leaves = [t.detach().clone().requires_grad_(True) for t in leaves]
+    loss = loss_fn(*leaves)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(compiled_autograd=True):
+        torch.compile(lambda: loss.backward(), backend="aot_eager")()
+    assert counters["compiled_autograd"]["captures"] >= 1, dict(counters["compiled_autograd"])
+    torch._dynamo.reset()
+    return [t.grad for t in leaves]
+
+
+def eager_grads(loss_fn, leaves):
+    leaves = [t.detach().clone().requires_grad_(True) for t in leaves]
+    loss_fn(*leaves).backward()
+    return [t.grad for t in leaves]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_autograd(device):
     A, B = inputs(device)
-    grads = []
-    for fn, compiled in [(OURS, True), (THEIRS, False)]:
-        a, b = A.clone().requires_grad_(True), B.clone().requires_grad_(True)
-        if compiled:
-            torch._dynamo.reset()
-            with torch._dynamo.config.patch(compiled_autograd=True):
-                torch.compile(fn, backend="aot_eager", fullgraph=True)(a, b).backward()
-            torch._dynamo.reset()
-        else:
-            fn(a, b).backward()
-        grads.append((a.grad, b.grad))
-    torch.testing.assert_close(grads[0], grads[1])
+    torch.testing.assert_close(compiled_autograd_grads(OURS, [A, B]), eager_grads(THEIRS, [A, B]))
+    # Twice through the op (the second node's inputs come from the first), and double use of A.
+    chain = lambda A, B: ops.cutlass_gemm(ops.cutlass_gemm(A, B).t(), A).sum()  # noqa: E731
+    chain_ref = lambda A, B: torch.mm(torch.mm(A, B).t(), A).sum()  # noqa: E731
+    torch.testing.assert_close(compiled_autograd_grads(chain, [A, B]), eager_grads(chain_ref, [A, B]))
 
 
 def test_grad_mode_off_records_nothing():
@@ -151,18 +167,7 @@ def test_linear_func_transforms_and_compiled_autograd(device, activation):
     for transform in (torch.func.grad, torch.func.jacrev, torch.func.jacfwd):
         torch.testing.assert_close(transform(ours, argnums=(0, 1, 2))(x, w, b),
                                    transform(theirs, argnums=(0, 1, 2))(x, w, b))
-    grads = []
-    for fn, compiled in [(ours, True), (theirs, False)]:
-        leaves = [t.clone().requires_grad_(True) for t in (x, w, b)]
-        if compiled:
-            torch._dynamo.reset()
-            with torch._dynamo.config.patch(compiled_autograd=True):
-                torch.compile(fn, backend="aot_eager", fullgraph=True)(*leaves).backward()
-            torch._dynamo.reset()
-        else:
-            fn(*leaves).backward()
-        grads.append([t.grad for t in leaves])
-    torch.testing.assert_close(grads[0], grads[1])
+    torch.testing.assert_close(compiled_autograd_grads(ours, [x, w, b]), eager_grads(theirs, [x, w, b]))
 
 
 # ---- rms_norm, silu_and_mul ----------------------------------------------------------------------
@@ -192,6 +197,7 @@ def test_rms_norm_and_silu_and_mul_all_modes(device):
         for transform in (torch.func.grad, torch.func.jacfwd):
             torch.testing.assert_close(transform(loss_ours, argnums=argnums)(*plain),
                                        transform(loss_ref, argnums=argnums)(*plain))
+        torch.testing.assert_close(compiled_autograd_grads(loss_ours, plain), eager_grads(loss_ref, plain))
 
 
 def test_every_differentiable_op_has_its_autograd_kernel_in_cpp():
@@ -200,3 +206,29 @@ def test_every_differentiable_op_has_its_autograd_kernel_in_cpp():
         table = torch._C._dispatch_dump_table(f"ops::{name}")
         rows = [r for r in table.splitlines() if r.startswith(("AutogradCPU:", "AutogradCUDA:"))]
         assert len(rows) == 2 and all("csrc/autograd.cpp" in r for r in rows), table
+
+
+def test_zero_sized_feature_dimensions():
+    # K = 0 gives act(bias); N = 0 an empty output; a 0-wide rms_norm differentiates to empty grads.
+    for x, w, b in [(torch.randn(3, 0), torch.randn(5, 0), torch.randn(5)),
+                    (torch.randn(2, 3, 4), torch.randn(0, 4), torch.randn(0))]:
+        x, w, b = (t.double().requires_grad_(True) for t in (x, w, b))
+        for activation in ("none", "gelu"):
+            y = ops.linear(x, w, b, activation)
+            ref = ACTS[activation](torch.nn.functional.linear(x, w, b))
+            torch.testing.assert_close(y, ref)
+            grads = torch.autograd.grad(y.sum(), (x, w, b), allow_unused=True)
+            expected = torch.autograd.grad(ref.sum(), (x, w, b), allow_unused=True)
+            for g, e in zip(grads, expected):
+                torch.testing.assert_close(g if g is not None else torch.zeros_like(e), e)
+    x = torch.randn(3, 0, requires_grad=True)
+    w = torch.randn(0, requires_grad=True)
+    ops.rms_norm(x, w).sum().backward()
+    assert x.grad.shape == (3, 0) and w.grad.shape == (0,)
+
+
+def test_rms_norm_one_dimensional_weight_gradient():
+    # A 1-D input has no leading dimension to sum the weight gradient over.
+    x = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: ops.rms_norm(x, w), (x, w))

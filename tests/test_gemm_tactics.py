@@ -232,3 +232,37 @@ def test_autotune_environment_variable():
 def test_plan_needs_cuda_tensors():
     with pytest.raises(RuntimeError, match="ops.gemm.plan: expected CUDA tensors"):
         ops.gemm.plan(torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_plan_with_a_column_major_out_lists_forcible_candidates():
+    # A column-major out swaps the operands (another kernel family): the plan must be asked with it.
+    A, B = operands(64, 256, 512, b_layout="row")
+    out = torch.full((256, 64), float("nan"), dtype=torch.bfloat16).t()
+    plan = ops._library.gemm_plan_for_target(A, B, 9, 0, "8.0;9.0a", out=out)
+    assert plan["swap_ab"]
+    for name in plan["candidates"]:
+        ops.gemm.set_tactic(name)
+        result = ops._library.gemm_emulate(A, B, out, 9, 0, "8.0;9.0a", False)
+        assert result["tactic"]["name"] == name
+        reference_check(out, A, B)
+
+
+def test_plan_for_target_allocates_nothing():
+    # An expanded (2^30, 64) A: planning must not allocate the (2^30, 64) output (128 GiB).
+    A = torch.empty(1, 64, dtype=torch.bfloat16).expand(2 ** 30, 64)
+    plan = ops._library.gemm_plan_for_target(A, torch.empty(64, 64, dtype=torch.bfloat16), 9, 0, "9.0a")
+    assert plan["a"]["source"] == "copy"  # stride 0 rows are copied first
+
+
+@pytest.mark.parametrize("sm_count", [0, -1, 2 ** 32 + 5])
+def test_bad_sm_count(sm_count):
+    A, B = operands(8, 8, 8, values=False)
+    with pytest.raises(ValueError, match="sm_count must be in"):
+        ops._library.gemm_plan_for_target(A, B, 9, 0, "9.0a", sm_count=sm_count)
+
+
+def test_unknown_autotune_environment_value_warns():
+    code = "import warnings; warnings.simplefilter('error'); import ops"
+    env = dict(os.environ, OPS_GEMM_AUTOTUNE="enable")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "OPS_GEMM_AUTOTUNE='enable' not understood" in out.stderr
