@@ -192,9 +192,11 @@ def test_linear_every_tactic(restore_tactic_settings, M, activation):
 
 
 def test_autotune_caches_one_choice_per_shape(restore_tactic_settings):
+    A, B = make(64, 4096, torch.bfloat16, "row"), make(4096, 2048, torch.bfloat16, "col")
+    if len(ops.gemm.plan(A, B)["candidates"]) < 2:
+        pytest.skip("one candidate on this GPU (Hopper has several): nothing to tune")
     ops.gemm.clear_tuning_cache()
     ops.gemm.set_autotune(True)
-    A, B = make(64, 4096, torch.bfloat16, "row"), make(4096, 2048, torch.bfloat16, "col")
     check(torch.bfloat16, A, B, ops.cutlass_gemm(A, B))  # tunes (every candidate writes the result)
     cache = ops.gemm.tuning_cache()
     assert len(cache) == 1
@@ -211,9 +213,11 @@ def test_autotune_caches_one_choice_per_shape(restore_tactic_settings):
 
 
 def test_autotune_never_inside_graph_capture(restore_tactic_settings):
+    A, B = make(32, 1024, torch.bfloat16, "row"), make(1024, 1536, torch.bfloat16, "col")
+    if len(ops.gemm.plan(A, B)["candidates"]) < 2:
+        pytest.skip("one candidate on this GPU (Hopper has several): nothing to tune")
     ops.gemm.clear_tuning_cache()
     ops.gemm.set_autotune(True)
-    A, B = make(32, 1024, torch.bfloat16, "row"), make(1024, 1536, torch.bfloat16, "col")
     static_a = A.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
