@@ -4,8 +4,8 @@
 // than in Python (torch.library.register_autograd), for two reasons: a Python autograd kernel costs a
 // round trip through the interpreter on every call, with or without grad (~4-5 us, more than a
 // 64x64x64 GEMM on a CPU), and C++ programs that load the library (tests/cpp) get differentiable ops
-// too. Each is an ATen-style graph node (see
-// CutlassGemmBackward) with a forward-mode formula as well.
+// too. Each is an ATen-style graph node (BackwardNode below) with a forward-mode formula as well;
+// tests/test_func_transforms.py checks every autograd mode against torch's own ops.
 //
 // cutlass_gemm.out and fused_add_rms_norm write their arguments in place and are not differentiable.
 // Like torch.mm(..., out=), with grad mode on and an argument that requires grad they raise, instead
@@ -42,8 +42,8 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
 // (apply) and compiled autograd (apply_with_saved: the function is handed to Python, which traces it
 // into its graph; the protocol of torch/csrc/dynamo/compiled_autograd.h, as CppNode uses it).
 
-// torch 2.12 made autograd nodes intrusive_ptr-owned (std::shared_ptr before): support both, since
-// the GPU machine runs an older torch than CI.
+// Newer torch owns autograd nodes by c10::intrusive_ptr (torch 2.11 and older: std::shared_ptr):
+// support both, since the GPU machine runs torch 2.11 and CI a newer one.
 constexpr bool kIntrusiveNodes = std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>;
 template <typename T>
 using NodePtr = std::conditional_t<kIntrusiveNodes, c10::intrusive_ptr<T>, std::shared_ptr<T>>;
