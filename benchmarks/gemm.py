@@ -83,17 +83,11 @@ def call_time(fn, rounds=7):
     return min(timer.blocked_autorange(min_run_time=0.2).median for _ in range(rounds))
 
 
-def tactic_of(A, B):
-    """The heuristic's tactic for A @ B on the GPU (with --autotune the JSON also holds the tuning cache:
-    what each shape ran instead)."""
-    return ops.gemm.plan(A, B)["tactic"]["name"]
-
-
-def sweep_candidates(A, B, timer):
-    """{tactic name: seconds} for every candidate of A @ B (forced one at a time)."""
+def sweep_candidates(A, B, candidates, timer):
+    """{tactic name: seconds} for every candidate tactic of A @ B (forced one at a time)."""
     times = {}
     try:
-        for name in ops.gemm.plan(A, B)["candidates"]:
+        for name in candidates:
             ops.gemm.set_tactic(name)
             try:
                 times[name] = timer(lambda: ops.cutlass_gemm(A, B))
@@ -150,14 +144,16 @@ def run(args):
         else:
             t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
             t_torch = cpu_time(lambda: torch.mm(A, B))
-        tactic = tactic_of(A, B) if device == "cuda" else "cpu (ATen)"
-        if args.candidates and device == "cuda" and not overhead and dname in ("bf16", "fp16"):
-            times = sweep_candidates(A, B, timer)
+        # The heuristic's tactic (with --autotune the JSON also holds the tuning cache: what ran instead).
+        plan = ops.gemm.plan(A, B) if device == "cuda" else None
+        tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
+        if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
+            times = sweep_candidates(A, B, plan["candidates"], timer)
             valid = {k: v for k, v in times.items() if v}
             best = min(valid, key=valid.get) if valid else None
             candidates.append({
                 "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
-                "heuristic": ops.gemm.plan(A, B)["tactic"]["name"], "best": best,
+                "heuristic": tactic, "best": best,
                 "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()},
             })
         flops = 2.0 * M * N * K

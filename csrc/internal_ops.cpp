@@ -19,6 +19,28 @@ namespace {
 
 namespace cg = cutlass_gemm;
 
+// The device an emulation or a plan query stands for: compute capability, the archs of a binary
+// (TORCH_CUDA_ARCH_LIST syntax), torch's TF32 setting and the multiprocessor count. Raises
+// ValueError naming what is out of range.
+cg::DeviceTarget emulated_target(int64_t cc_major, int64_t cc_minor, c10::string_view arch_list,
+                                 bool allow_tf32, int64_t sm_count) {
+  TORCH_CHECK_VALUE(sm_count > 0 && sm_count <= 1'000'000, "cutlass_gemm: sm_count must be in [1, 1e6], got ",
+                    sm_count);
+  TORCH_CHECK_VALUE(cc_major >= 0 && cc_major < 100 && cc_minor >= 0 && cc_minor < 100,
+                    "cutlass_gemm: compute capability out of range: ", cc_major, ".", cc_minor);
+  cg::DeviceTarget target;
+  target.cc_major = static_cast<int>(cc_major);
+  target.cc_minor = static_cast<int>(cc_minor);
+  try {
+    target.built = cg::parse_arch_list(std::string(arch_list));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "cutlass_gemm: ", e.what());
+  }
+  target.allow_tf32 = allow_tf32;
+  target.sm_count = static_cast<int>(sm_count);
+  return target;
+}
+
 // The real host path of the CUDA wrapper (checks, plan, copies, zero padding, output temporary,
 // copy-back) on CPU tensors, with the CUTLASS launch replaced by an exact replay of its descriptor.
 // epilogue: "plain" (cutlass_gemm) or an ops.linear activation (Bias<Act> kernels, with `bias`).
@@ -30,18 +52,7 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
   TORCH_CHECK(!check_gemm_out("cutlass_gemm", A, B, out),
               "cutlass_gemm emulation: out shares A's or B's buffer (the real op computes into a temporary)");
   TORCH_CHECK(A.device().is_cpu(), "cutlass_gemm emulation runs on CPU tensors, got ", A.device());
-  cg::DeviceTarget target;
-  target.cc_major = static_cast<int>(cc_major);
-  target.cc_minor = static_cast<int>(cc_minor);
-  try {
-    target.built = cg::parse_arch_list(std::string(arch_list));
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK_VALUE(false, "cutlass_gemm: ", e.what());
-  }
-  target.allow_tf32 = allow_tf32;
-  TORCH_CHECK_VALUE(sm_count > 0 && sm_count <= 1'000'000,
-                    "cutlass_gemm emulation: sm_count must be in [1, 1e6], got ", sm_count);
-  target.sm_count = static_cast<int>(sm_count);
+  const cg::DeviceTarget target = emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count);
   const auto dtype = A.scalar_type();
   const cg::GemmPlan plan = cg::gemm_into(
       A, B, out, target,
@@ -60,20 +71,7 @@ std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64
   check_gemm_inputs("cutlass_gemm", A, B);
   if (out.has_value()) check_gemm_out("cutlass_gemm", A, B, *out);
   TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem");
-  TORCH_CHECK_VALUE(sm_count > 0 && sm_count <= 1'000'000, "cutlass_gemm: sm_count must be in [1, 1e6], got ",
-                    sm_count);
-  TORCH_CHECK_VALUE(cc_major >= 0 && cc_major < 100 && cc_minor >= 0 && cc_minor < 100,
-                    "cutlass_gemm: compute capability out of range: ", cc_major, ".", cc_minor);
-  cg::DeviceTarget target;
-  target.cc_major = static_cast<int>(cc_major);
-  target.cc_minor = static_cast<int>(cc_minor);
-  try {
-    target.built = cg::parse_arch_list(std::string(arch_list));
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK_VALUE(false, "cutlass_gemm: ", e.what());
-  }
-  target.allow_tf32 = allow_tf32;
-  target.sm_count = static_cast<int>(sm_count);
+  const cg::DeviceTarget target = emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count);
   const cg::Epilogue ep =
       epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue);
   return cg::plan_json(cg::plan_for(A, B, out.has_value() ? *out : at::Tensor(), target, ep),

@@ -187,9 +187,6 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
   args.lda = plan.a.ld;
   args.ldb = plan.b.ld;
   args.ldd = plan.d.ld;
-  args.decomposition = plan.tactic.decomposition;
-  args.splits = plan.tactic.splits;
-  args.swizzle = plan.tactic.swizzle;
   if (plan.a.source == Source::Copy) {
     a_buffer = copy_operand(a, plan.a, poison);
     args.a = a_buffer.const_data_ptr();

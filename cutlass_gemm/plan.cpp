@@ -14,18 +14,6 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
-constexpr int element_size(DType dtype) {
-  switch (dtype) {
-    case DType::Half:
-    case DType::BFloat16:
-      return 2;
-    case DType::Float:
-      return 4;
-    case DType::Double:
-      return 8;
-  }
-  return 1;
-}
 
 struct Option {
   OperandPlan plan;

@@ -39,6 +39,17 @@ struct BuiltArch {
   bool arch_specific = false;  // the "a" suffix
 };
 
+// Bytes per element.
+constexpr int element_size(DType dtype) {
+  switch (dtype) {
+    case DType::Half:
+    case DType::BFloat16: return 2;
+    case DType::Float: return 4;
+    case DType::Double: return 8;
+  }
+  return 1;
+}
+
 // Parses a TORCH_CUDA_ARCH_LIST-style string ("8.0;9.0a", "8.0 8.6+PTX"). PTX entries count as the
 // arch they name. Throws std::invalid_argument on a malformed entry.
 std::vector<BuiltArch> parse_arch_list(const std::string& arch_list);
@@ -115,7 +126,8 @@ struct GemmLaunchArgs {
   const void* bias = nullptr;  // Bias<Act> epilogues: n elements (per column of D), or null
   int device = 0;    // CUDA device ordinal (for CUTLASS's hardware info)
   int sm_count = 0;  // multiprocessors of that device
-  // The tactic's scheduler settings (SM90 kernels; the SM80 kernels ignore them).
+  // The tactic's scheduler settings (SM90 kernels; the SM80 kernels ignore them), set by the launcher
+  // from the tactic it runs (plan.tactic, or an autotuned one).
   Decomposition decomposition = Decomposition::DataParallel;
   int splits = 1;
   int swizzle = 1;

@@ -78,4 +78,20 @@ template <KernelId kId>
 using Sm80F64Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<64, 64, 16>,
                                      cutlass::gemm::GemmShape<32, 32, 16>, cutlass::gemm::GemmShape<8, 8, 4>, 4>;
 
+// The configuration of an sm80 entry of kernel_list.h, from its dtype and math.
+template <KernelId kId, DType kDType = kernel_info(kId).dtype, Math kMath = kernel_info(kId).math>
+struct Sm80Config : Sm80HalfConfig<kId> {
+  static_assert(kDType == DType::Half || kDType == DType::BFloat16, "no SM80 configuration for this entry");
+};
+template <KernelId kId>
+struct Sm80Config<kId, DType::Float, Math::TF32> : Sm80Tf32Config<kId> {};
+template <KernelId kId>
+struct Sm80Config<kId, DType::Float, Math::Fast3xTF32> : Sm80Fast3xTf32Config<kId> {};
+template <KernelId kId, Math kMath>
+struct Sm80Config<kId, DType::Double, kMath> : Sm80F64Config<kId> {};
+
 }  // namespace ops::cutlass_gemm
+
+// Defines the launcher of one sm80 entry of kernel_list.h, built from its dtype and math.
+#define OPS_DEFINE_SM80_GEMM(name) \
+  OPS_DEFINE_CUTLASS_GEMM(name, ops::cutlass_gemm::Sm80Config<ops::cutlass_gemm::KernelId::name>)

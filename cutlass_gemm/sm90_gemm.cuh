@@ -119,7 +119,7 @@ struct Sm90GemmConfig {
 // The configurations of kernel_list.h's `config` column. The K extent of a tile is 128 bytes of each
 // operand (64 elements for 16-bit types, 32 for tf32): the same shared memory per pipeline stage.
 template <KernelId kId>
-using Sm90TileK = cute::Int<128 / sizeof(typename KernelTraits<kId>::Element)>;
+using Sm90TileK = cute::Int<128 / element_size(kernel_info(kId).dtype)>;  // tactic.cpp's tile_k
 
 template <KernelId kId, TileConfig kConfig = kernel_info(kId).config>
 struct Sm90Config;

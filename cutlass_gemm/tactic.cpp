@@ -8,15 +8,7 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // K elements per mainloop iteration: 128 bytes of each operand row (64 for 16-bit types, 32 for tf32).
-int64_t tile_k(DType dtype) {
-  switch (dtype) {
-    case DType::Half:
-    case DType::BFloat16: return 64;
-    case DType::Float: return 32;
-    case DType::Double: return 16;
-  }
-  return 64;
-}
+int64_t tile_k(DType dtype) { return 128 / element_size(dtype); }
 
 // The family member with `config`, or kCount.
 KernelId find_config(const GemmPlan& plan, TileConfig config) {

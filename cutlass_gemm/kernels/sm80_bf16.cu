@@ -1,10 +1,7 @@
 // SM80 bfloat16 GEMMs, one per operand layout (see kernel_list.h).
 #include "../sm80_gemm.cuh"
 
-using ops::cutlass_gemm::KernelId;
-using ops::cutlass_gemm::Sm80HalfConfig;
-
-OPS_DEFINE_CUTLASS_GEMM(sm80_bf16_rr, Sm80HalfConfig<KernelId::sm80_bf16_rr>)
-OPS_DEFINE_CUTLASS_GEMM(sm80_bf16_rc, Sm80HalfConfig<KernelId::sm80_bf16_rc>)
-OPS_DEFINE_CUTLASS_GEMM(sm80_bf16_cr, Sm80HalfConfig<KernelId::sm80_bf16_cr>)
-OPS_DEFINE_CUTLASS_GEMM(sm80_bf16_cc, Sm80HalfConfig<KernelId::sm80_bf16_cc>)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rr)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_cr)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_cc)
