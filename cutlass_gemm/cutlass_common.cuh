@@ -1,11 +1,14 @@
 // Shared by the CUTLASS kernel translation units (never by TUs that include torch headers).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
-#include <type_traits>
-
 #include <cutlass/cutlass.h>
+#include <cutlass/device_kernel.h>
+#include <cutlass/gemm/gemm.h>
 #include <cutlass/layout/matrix.h>
 #include <cutlass/numeric_types.h>
 
@@ -94,23 +97,63 @@ inline LaunchStatus status_from(cutlass::Status status, const char* stage) {
   return {false, cutlassGetStatusString(status)};
 }
 
-// Runs a GemmUniversalAdapter: can_implement, initialize (with the caller's workspace), run.
+// Raises a CUTLASS 3.x kernel's dynamic shared memory limit on `device`, once per process and device.
+// GemmUniversalAdapter::initialize calls cudaFuncSetAttribute on every call; the attribute belongs to
+// the kernel function in the device's context and stays set, so one call per device is enough (the
+// 2.x adapter caches it the same way, per thread, in GemmUniversalBase::init_device_props).
+template <typename Kernel>
+bool ensure_max_dynamic_smem(int device) {
+  constexpr int kSmemBytes = Kernel::SharedStorageSize;
+  if constexpr (kSmemBytes < (48 << 10)) {
+    return true;
+  } else {
+    static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices >= 64: every call)
+    const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+    if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) {
+      return true;
+    }
+    if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the (non-sticky) error; the op reports its own
+      return false;
+    }
+    done.fetch_or(bit, std::memory_order_release);
+    return true;
+  }
+}
+
+// Runs a GemmUniversalAdapter: can_implement, workspace initialization, params, launch.
+// CUTLASS 3.x (SM90): the adapter's steps (initialize_workspace, to_underlying_arguments, static run)
+// without its per-call cudaFuncSetAttribute (ensure_max_dynamic_smem). CUTLASS 2.x: initialize + run.
 template <typename Gemm>
 LaunchStatus run_adapter(const typename Gemm::Arguments& arguments, void* workspace,
                          size_t workspace_bytes, cudaStream_t stream) {
   if (Gemm::get_workspace_size(arguments) > workspace_bytes) {
     return {false, "workspace too small"};
   }
-  Gemm gemm;
-  cutlass::Status status = gemm.can_implement(arguments);
+  cutlass::Status status = Gemm::can_implement(arguments);
   if (status != cutlass::Status::kSuccess) {
     return {false, "CUTLASS can_implement rejected the problem (alignment or shape)"};
   }
-  status = gemm.initialize(arguments, workspace, stream);
-  if (status != cutlass::Status::kSuccess) {
-    return status_from(status, "initialize");
+  using Kernel = typename Gemm::GemmKernel;
+  if constexpr (cutlass::gemm::detail::IsCutlass3GemmKernel<Kernel>::value) {
+    status = Kernel::initialize_workspace(arguments, workspace, stream, nullptr);
+    if (status != cutlass::Status::kSuccess) {
+      return status_from(status, "initialize_workspace");
+    }
+    typename Kernel::Params params = Kernel::to_underlying_arguments(arguments, workspace);
+    if (!ensure_max_dynamic_smem<Kernel>(arguments.hw_info.device_id)) {
+      return {false, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed"};
+    }
+    status = Gemm::run(params, stream);
+  } else {
+    Gemm gemm;
+    status = gemm.initialize(arguments, workspace, stream);
+    if (status != cutlass::Status::kSuccess) {
+      return status_from(status, "initialize");
+    }
+    status = gemm.run(stream);
   }
-  status = gemm.run(stream);
   if (status != cutlass::Status::kSuccess) {
     return status_from(status, "run");
   }
