@@ -7,7 +7,7 @@ the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ 
 
 import torch  # noqa: F401  (must be imported before the extension library is loaded)
 
-from . import allocator, nn
+from . import _vmap, allocator, nn  # noqa: F401  (_vmap: the ops' batching rules)
 from ._library import build_info, kernels, library_path
 from .fused import fused_add_rms_norm, rms_norm, silu_and_mul
 from .gemm import cutlass_gemm

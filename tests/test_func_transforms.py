@@ -14,8 +14,6 @@ import torch.autograd.forward_ad as fwAD
 import ops
 from conftest import DEVICES
 
-pytestmark = pytest.mark.filterwarnings("ignore:There is a performance drop")
-
 
 def inputs(device, M=5, K=7, N=3, seed=0):
     g = torch.Generator().manual_seed(seed)

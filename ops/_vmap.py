@@ -1,0 +1,115 @@
+"""Batching rules: how ``torch.vmap`` / ``torch.func.vmap`` runs each op on a batch (``FuncTorchBatched``
+kernels, registered with ``torch.library.register_vmap``).
+
+Without a rule, functorch runs an op once per sample through its slow fallback (with a "performance
+drop" warning), and cannot run in-place ops at all: ``fused_add_rms_norm`` raised "Batching rule not
+implemented". With these rules:
+
+- an op whose batched arguments are only the ones it already treats as "any leading dimensions" runs
+  once on the whole batch, with the batch dimension moved to the front: ``rms_norm``,
+  ``fused_add_rms_norm`` (in place, on views of the batched tensors) and ``silu_and_mul`` over input,
+  ``linear`` over input, ``cutlass_gemm`` over A (one (batch*M, K) x (K, N) GEMM) or over B (one
+  (M, K) x (K, batch*N) GEMM);
+- per-sample parameters (a batched weight or bias, or both GEMM operands batched) run one call per
+  sample, stacked: the same work as the fallback, without its warning.
+
+Each rule computes what the op computes per sample, through the registered ops, so ``grad(vmap(op))`` and
+``vmap(grad(op))`` differentiate through the ops' own autograd (csrc/autograd.cpp).
+
+``cutlass_gemm.out`` has no rule (functorch cannot batch out= overloads); vmapping it raises functorch's
+error.
+"""
+
+import torch
+
+from . import _library  # noqa: F401  (loads the op library)
+
+_ops = torch.ops.ops
+
+
+def _front(t, bdim):
+    """The physical tensor with its batch dimension first (a view)."""
+    return t.movedim(bdim, 0)
+
+
+def _pad(in_dims, n):
+    """in_dims for all n positional arguments: the dispatcher leaves trailing defaulted arguments out of
+    the call (and so out of in_dims); those are never batched."""
+    return tuple(in_dims) + (None,) * (n - len(in_dims))
+
+
+def _per_sample(info, in_dims, fn, *args):
+    """``torch.stack([fn(*args_i) for i in range(batch)])``, where args_i is sample i of each batched
+    argument and the unbatched ones as they are. For an empty batch the sample's output shape comes
+    from the op's fake kernel on the meta device."""
+    if info.batch_size == 0:
+        def sample(a, d):
+            if d is None or not isinstance(a, torch.Tensor):
+                return a.to("meta") if isinstance(a, torch.Tensor) else a
+            shape = list(a.shape)
+            del shape[d]
+            return torch.empty(shape, dtype=a.dtype, device="meta")
+        like = next(a for a, d in zip(args, in_dims) if d is not None)
+        shape = fn(*(sample(a, d) for a, d in zip(args, in_dims))).shape
+        return torch.empty((0, *shape), dtype=like.dtype, device=like.device), 0
+    outs = [fn(*(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)))
+            for i in range(info.batch_size)]
+    return torch.stack(outs), 0
+
+
+@torch.library.register_vmap("ops::cutlass_gemm")
+def _cutlass_gemm_vmap(info, in_dims, A, B):
+    a_dim, b_dim = in_dims
+    if b_dim is None:  # (batch, M, K) @ (K, N): one GEMM with batch * M rows
+        A = _front(A, a_dim)
+        batch, M, K = A.shape
+        return _ops.cutlass_gemm(A.reshape(batch * M, K), B).view(batch, M, B.shape[1]), 0
+    if a_dim is None:  # (M, K) @ (batch, K, N): one GEMM with batch * N columns, batch in dim 1
+        B = _front(B, b_dim)
+        batch, K, N = B.shape
+        C = _ops.cutlass_gemm(A, B.transpose(0, 1).reshape(K, batch * N))
+        return C.view(A.shape[0], batch, N), 1
+    return _per_sample(info, in_dims, _ops.cutlass_gemm, A, B)
+
+
+@torch.library.register_vmap("ops::linear")
+def _linear_vmap(info, in_dims, input, weight, bias=None, activation="none"):
+    in_dims = _pad(in_dims, 4)
+    x_dim, w_dim, b_dim, _ = in_dims
+    if w_dim is None and b_dim is None:  # input is (*, K): the batch is one more leading dimension
+        return _ops.linear(_front(input, x_dim), weight, bias, activation), 0
+    return _per_sample(info, in_dims, lambda x, w, b, act: _ops.linear(x, w, b, act),
+                       input, weight, bias, activation)
+
+
+@torch.library.register_vmap("ops::rms_norm")
+def _rms_norm_vmap(info, in_dims, input, weight, eps=1e-6):
+    in_dims = _pad(in_dims, 3)
+    x_dim, w_dim, _ = in_dims
+    if w_dim is None:
+        return _ops.rms_norm(_front(input, x_dim), weight, eps), 0
+    return _per_sample(info, in_dims, _ops.rms_norm, input, weight, eps)
+
+
+@torch.library.register_vmap("ops::silu_and_mul")
+def _silu_and_mul_vmap(info, in_dims, input):
+    return _ops.silu_and_mul(_front(input, in_dims[0])), 0
+
+
+@torch.library.register_vmap("ops::fused_add_rms_norm")
+def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
+    x_dim, r_dim, w_dim, _ = _pad(in_dims, 4)
+    # Both tensors are written in place: a batched result cannot be stored into an unbatched tensor
+    # (functorch's rule for every in-place op).
+    torch._check(x_dim is not None and r_dim is not None, lambda: (
+        "fused_add_rms_norm: under vmap, input and residual must both be batched (both are written in "
+        f"place); got input {'batched' if x_dim is not None else 'unbatched'} and residual "
+        f"{'batched' if r_dim is not None else 'unbatched'}"))
+    input, residual = _front(input, x_dim), _front(residual, r_dim)  # views: the op writes through them
+    if w_dim is None:
+        _ops.fused_add_rms_norm(input, residual, weight, eps)
+    else:
+        weight = _front(weight, w_dim)
+        for i in range(info.batch_size):
+            _ops.fused_add_rms_norm(input[i], residual[i], weight[i], eps)
+    return None, None

@@ -1,0 +1,148 @@
+"""torch.vmap over every op (batching rules in ops/_vmap.py).
+
+Each registered op's samples (tests/op_registry.py: transposed, sliced, expanded, offset and empty
+tensors) are batched three ways: one tensor argument at a time, and all of them at once, with the batch
+dimension at the front or at the back. The vmapped op must equal the op run per sample, and the float64
+reference. Then: nesting, batch size 0, gradients through and of vmap, the in-place fused_add_rms_norm,
+and that every op has a real batching rule (not functorch's per-sample fallback).
+"""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ops
+from conftest import DEVICES
+from op_registry import OP_IDS, OPS
+
+BATCH = 3
+
+
+def _batched(t, bdim):
+    """BATCH distinct copies of t (scaled by 1, -0.5, 2), stacked at dimension bdim."""
+    return torch.stack([t * s for s in (1.0, -0.5, 2.0)], dim=bdim % (t.dim() + 1))
+
+
+def _batchings(sample):
+    """(name, which argument positions are batched, bdim) for a sample."""
+    tensors = [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor)]
+    choices = [(f"arg{i}", (i,)) for i in tensors] + [("all", tuple(tensors))]
+    return [(f"{name}@{bdim}", positions, bdim) for (name, positions), bdim
+            in itertools.product(choices, (0, -1))]
+
+
+@pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_vmap_equals_per_sample_and_reference(spec, device):
+    checked = 0
+    for sample in spec.samples(device, torch.float64, False):
+        for name, positions, bdim in _batchings(sample):
+            args = [_batched(a, bdim) if i in positions else a for i, a in enumerate(sample.args)]
+            in_dims = tuple(bdim if i in positions else None for i in range(len(args)))
+            out = torch.vmap(spec.call, in_dims=in_dims)(*args)
+            for b in range(BATCH):
+                sample_args = [a.select(bdim, b) if i in positions else a for i, a in enumerate(args)]
+                torch.testing.assert_close(out[b], spec.call(*sample_args), msg=f"{sample.name} {name}")
+                torch.testing.assert_close(out[b], spec.reference(*sample_args), msg=f"{sample.name} {name}")
+            checked += 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
+def test_every_op_has_a_batching_rule(spec):
+    # functorch's fallback (one call per sample, a "performance drop" warning) is not a rule.
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"ops::{spec.name}", "FuncTorchBatched")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("ops::fused_add_rms_norm", "FuncTorchBatched")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cutlass_gemm_nested_vmap_and_empty_batch(device):
+    A = torch.randn(4, 5, 6, dtype=torch.float64, device=device)
+    B = torch.randn(3, 6, 7, dtype=torch.float64, device=device)
+    # Outer vmap over B, inner over A: every pair (i, j) -> A[j] @ B[i].
+    out = torch.vmap(torch.vmap(ops.cutlass_gemm, in_dims=(0, None)), in_dims=(None, 0))(A, B)
+    torch.testing.assert_close(out, torch.einsum("jmk,ikn->ijmn", A, B))
+    for in_dims in [(0, 0), (0, None), (None, 0)]:
+        a = A[:0] if in_dims[0] == 0 else A[0]
+        b = B[:0] if in_dims[1] == 0 else B[0]
+        out = torch.vmap(ops.cutlass_gemm, in_dims=in_dims)(a, b)
+        assert out.shape == (0, 5, 7) and out.device.type == device
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_per_sample_weights_with_empty_batch_use_the_fake_kernel_shape(device):
+    x = torch.randn(2, 8, dtype=torch.float64, device=device)
+    W = torch.randn(0, 5, 8, dtype=torch.float64, device=device)
+    assert torch.vmap(ops.linear, in_dims=(None, 0))(x, W).shape == (0, 2, 5)
+    w = torch.randn(0, 8, dtype=torch.float64, device=device)
+    assert torch.vmap(ops.rms_norm, in_dims=(None, 0))(x, w).shape == (0, 2, 8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
+def test_grad_of_vmap_and_vmap_of_grad(spec, device):
+    sample = spec.samples(device, torch.float64, False)[0]
+    positions = [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor)]
+    args = [_batched(a, 0) if i == 0 else a for i, a in enumerate(sample.args)]
+    in_dims = (0,) + (None,) * (len(args) - 1)
+
+    def loss(call, *xs):
+        return call(*xs).sin().sum()
+
+    def grads(call, vmapped):
+        leaves = [a.detach().clone().requires_grad_() if i in positions else a for i, a in enumerate(args)]
+        if vmapped:
+            out = torch.vmap(call, in_dims=in_dims)(*leaves)
+        else:
+            out = torch.stack([call(leaves[0][b], *leaves[1:]) for b in range(BATCH)])
+        return torch.autograd.grad(out.sin().sum(), [leaves[i] for i in positions])
+
+    # grad(vmap(op)) == grad(map(op)), through the op's own autograd.
+    torch.testing.assert_close(grads(spec.call, True), grads(spec.call, False))
+    # vmap(grad(op)): per-sample gradients, against the float64 reference's.
+    per_sample = torch.vmap(torch.func.grad(lambda *xs: loss(spec.call, *xs)), in_dims=in_dims)(*args)
+    expected = torch.vmap(torch.func.grad(lambda *xs: loss(spec.reference, *xs)), in_dims=in_dims)(*args)
+    torch.testing.assert_close(per_sample, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_rms_norm_under_vmap_writes_in_place(device):
+    x = torch.randn(3, 4, 8, device=device)
+    r = torch.randn(3, 4, 8, device=device)
+    w = torch.randn(8, device=device)
+    W = torch.randn(3, 8, device=device)
+
+    def expect(x, r, w):
+        return F.rms_norm(x + r, (8,), None, 1e-6) * w, x + r
+
+    # Batch dimension 0 of input, 1 of residual (a non-contiguous view written through).
+    xi, rb = x.clone(), r.transpose(0, 1).contiguous()
+    torch.vmap(ops.fused_add_rms_norm, in_dims=(0, 1, None), out_dims=None)(xi, rb, w)
+    ex, er = expect(x, r, w)
+    torch.testing.assert_close(xi, ex)
+    torch.testing.assert_close(rb.transpose(0, 1), er)
+    # Per-sample weights.
+    xi, ri = x.clone(), r.clone()
+    torch.vmap(ops.fused_add_rms_norm, in_dims=(0, 0, 0), out_dims=None)(xi, ri, W)
+    ex, er = expect(x, r, W[:, None, :])
+    torch.testing.assert_close(xi, ex)
+    torch.testing.assert_close(ri, er)
+
+
+def test_fused_add_rms_norm_under_vmap_rejects_an_unbatched_destination():
+    x, r, w = torch.randn(3, 4, 8), torch.randn(4, 8), torch.randn(8)
+    before = r.clone()
+    with pytest.raises(RuntimeError, match="fused_add_rms_norm: under vmap, input and residual must both be "
+                       "batched .* got input batched and residual unbatched"):
+        torch.vmap(lambda a: ops.fused_add_rms_norm(a, r, w), out_dims=None)(x)
+    assert torch.equal(r, before)  # nothing written
+
+
+def test_errors_inside_vmap_name_the_op():
+    x = torch.randn(3, 4, 7)
+    with pytest.raises(RuntimeError, match="silu_and_mul: expected input's last dimension to be even"):
+        torch.vmap(ops.silu_and_mul)(x)
+    with pytest.raises(RuntimeError, match="rms_norm: expected weight of shape"):
+        torch.vmap(ops.rms_norm, in_dims=(0, None))(x, torch.randn(5))
