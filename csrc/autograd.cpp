@@ -18,6 +18,8 @@
 #include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <type_traits>
 
@@ -445,38 +447,51 @@ at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
   return y;
 }
 
+// The Autograd kernel of an in-place op that is not differentiable: with grad mode on, an argument that
+// requires grad is an error (a result with no history would be silently wrong); otherwise `call` runs
+// the op below autograd and each tensor it wrote gets a new version (as ATen's in-place and out= ops
+// do), so autograd notices a saved tensor that was overwritten.
+template <typename Call>
+void run_inference_inplace(std::initializer_list<std::reference_wrapper<const at::Tensor>> arguments,
+                           std::initializer_list<std::reference_wrapper<const at::Tensor>> written,
+                           const char* refusal, Call&& call) {
+  if (at::GradMode::is_enabled()) {
+    for (const at::Tensor& t : arguments) {
+      TORCH_CHECK(!t.requires_grad(), refusal);
+    }
+  }
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    call();
+  }
+  for (const at::Tensor& t : written) {
+    torch::autograd::impl::bump_version(t);
+  }
+}
+
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
                                  double eps) {
-  TORCH_CHECK(!(at::GradMode::is_enabled() &&
-                (input.requires_grad() || residual.requires_grad() || weight.requires_grad())),
-              "fused_add_rms_norm: an in-place inference op, it does not support automatic "
-              "differentiation, but one of the arguments requires grad. Use ops.rms_norm(input + "
-              "residual, weight) to differentiate, or run under torch.no_grad().");
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::fused_add_rms_norm", "")
                              .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, double)>();
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    op.call(input, residual, weight, eps);
-  }
-  torch::autograd::impl::bump_version(input);
-  torch::autograd::impl::bump_version(residual);
+  run_inference_inplace(
+      {input, residual, weight}, {input, residual},
+      "fused_add_rms_norm: an in-place inference op, it does not support automatic differentiation, but "
+      "one of the arguments requires grad. Use ops.rms_norm(input + residual, weight) to differentiate, "
+      "or run under torch.no_grad().",
+      [&] { op.call(input, residual, weight, eps); });
 }
 
 void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
-  TORCH_CHECK(!(at::GradMode::is_enabled() &&
-                (A.requires_grad() || B.requires_grad() || out.requires_grad())),
-              "cutlass_gemm: the out= variant does not support automatic differentiation, but one of "
-              "the arguments requires grad. Call ops.cutlass_gemm(A, B) without out= to differentiate, "
-              "or run under torch.no_grad().");
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::cutlass_gemm", "out")
                              .typed<void(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    op.call(A, B, out);
-  }
-  torch::autograd::impl::bump_version(out);  // out was written in place (as ATen out= ops do)
+  run_inference_inplace(
+      {A, B, out}, {out},
+      "cutlass_gemm: the out= variant does not support automatic differentiation, but one of the "
+      "arguments requires grad. Call ops.cutlass_gemm(A, B) without out= to differentiate, or run "
+      "under torch.no_grad().",
+      [&] { op.call(A, B, out); });
 }
 
 }  // namespace
