@@ -1,7 +1,10 @@
 #include "checks.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+
+#include <string>
 
 namespace ops {
 namespace {
@@ -11,6 +14,10 @@ bool is_gemm_dtype(at::ScalarType t) {
 }
 
 }  // namespace
+
+std::string torch_dtype_name(at::ScalarType t) {
+  return "torch." + std::string(c10::getDtypeNames(t).first);
+}
 
 void check_gemm_defined(const char* op, const at::Tensor& A, const at::Tensor& B) {
   TORCH_CHECK(A.defined(), op, ": A must be a defined tensor (M, K), got an undefined tensor (None)");
@@ -27,10 +34,10 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
               A.sizes(), " and B of shape ", B.sizes());
   TORCH_CHECK(is_gemm_dtype(A.scalar_type()), op,
               ": expected A's dtype to be float16, bfloat16, float32 or float64, got ",
-              A.scalar_type());
+              torch_dtype_name(A.scalar_type()));
   TORCH_CHECK(A.scalar_type() == B.scalar_type(), op,
-              ": A and B must have the same dtype, got A ", A.scalar_type(), " and B ",
-              B.scalar_type());
+              ": A and B must have the same dtype, got A ", torch_dtype_name(A.scalar_type()), " and B ",
+              torch_dtype_name(B.scalar_type()));
   TORCH_CHECK(A.device() == B.device(), op, ": A and B must be on the same device, got A on ",
               A.device(), " and B on ", B.device());
   TORCH_CHECK(A.layout() == at::kStrided && B.layout() == at::kStrided, op,
@@ -44,7 +51,7 @@ bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
               ": expected out of shape (M, N) = (", A.size(0), ", ", B.size(1), "), got ",
               out.sizes());
   TORCH_CHECK(out.scalar_type() == A.scalar_type(), op, ": expected out's dtype to be ",
-              A.scalar_type(), " (the dtype of A and B), got ", out.scalar_type());
+              torch_dtype_name(A.scalar_type()), " (the dtype of A and B), got ", torch_dtype_name(out.scalar_type()));
   TORCH_CHECK(out.device() == A.device(), op, ": expected out on ", A.device(),
               " (the device of A and B), got ", out.device());
   TORCH_CHECK(out.layout() == at::kStrided, op, ": out must be a dense (strided) tensor");
@@ -68,19 +75,19 @@ void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tens
   TORCH_CHECK(input.defined() && weight.defined(), op, ": input and weight must be defined tensors");
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., in_features), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
-              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ", input.scalar_type());
+              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(weight.dim() == 2 && weight.size(1) == input.size(-1), op,
               ": expected weight of shape (out_features, in_features) with in_features = ", input.size(-1),
               " (input's last dimension), got ", weight.sizes());
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), op, ": expected weight's dtype to be ",
-              input.scalar_type(), " (input's dtype), got ", weight.scalar_type());
+              torch_dtype_name(input.scalar_type()), " (input's dtype), got ", torch_dtype_name(weight.scalar_type()));
   TORCH_CHECK(weight.device() == input.device(), op, ": input and weight must be on the same device, got input on ",
               input.device(), " and weight on ", weight.device());
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), op,
                 ": expected bias of shape (out_features,) = (", weight.size(0), ",), got ", bias->sizes());
     TORCH_CHECK(bias->scalar_type() == input.scalar_type(), op, ": expected bias's dtype to be ",
-                input.scalar_type(), " (input's dtype), got ", bias->scalar_type());
+                torch_dtype_name(input.scalar_type()), " (input's dtype), got ", torch_dtype_name(bias->scalar_type()));
     TORCH_CHECK(bias->device() == input.device(), op, ": expected bias on ", input.device(),
                 " (input's device), got ", bias->device());
   }
@@ -91,12 +98,12 @@ void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., hidden), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
               ": expected input's dtype to be float16, bfloat16, float32 or float64, got ",
-              input.scalar_type());
+              torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == input.size(-1), op,
               ": expected weight of shape (hidden,) = (", input.size(-1),
               ",) matching input's last dimension, got ", weight.sizes());
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), op, ": expected weight's dtype to be ",
-              input.scalar_type(), " (input's dtype), got ", weight.scalar_type());
+              torch_dtype_name(input.scalar_type()), " (input's dtype), got ", torch_dtype_name(weight.scalar_type()));
   TORCH_CHECK(weight.device() == input.device(), op, ": input and weight must be on the same device, got input on ",
               input.device(), " and weight on ", weight.device());
   TORCH_CHECK(input.layout() == at::kStrided && weight.layout() == at::kStrided, op,
@@ -108,7 +115,7 @@ void check_silu_and_mul_input(const char* op, const at::Tensor& input) {
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., 2 * d), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
               ": expected input's dtype to be float16, bfloat16, float32 or float64, got ",
-              input.scalar_type());
+              torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(input.size(-1) % 2 == 0, op,
               ": expected input's last dimension to be even (2 * d: the gate half, then the up half), got ",
               input.size(-1));
@@ -120,7 +127,7 @@ void check_same_as(const char* op, const char* name, const at::Tensor& other, co
   TORCH_CHECK(other.sizes() == input.sizes(), op, ": expected ", name, " of input's shape ", input.sizes(),
               ", got ", other.sizes());
   TORCH_CHECK(other.scalar_type() == input.scalar_type(), op, ": expected ", name, "'s dtype to be ",
-              input.scalar_type(), " (input's dtype), got ", other.scalar_type());
+              torch_dtype_name(input.scalar_type()), " (input's dtype), got ", torch_dtype_name(other.scalar_type()));
   TORCH_CHECK(other.device() == input.device(), op, ": expected ", name, " on ", input.device(),
               " (input's device), got ", other.device());
 }

@@ -4,7 +4,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 namespace ops {
+
+// The dtype as Python spells it ("torch.float32", not "Float"), so C++ errors read like the fake
+// kernels' (torch._check) and like PyTorch's own.
+std::string torch_dtype_name(at::ScalarType t);
 
 // A and B are defined tensors (the part of check_gemm_inputs that reads no sizes: autograd kernels
 // call it, and reading sizes there would specialize symbolic shapes under torch.export / compile).

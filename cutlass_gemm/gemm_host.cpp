@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "../csrc/checks.h"
 #include "../csrc/json.h"
 #include "tactic.h"
 
@@ -170,7 +171,7 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
       names += (names.empty() ? "" : ", ") + name;
     }
     TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", M,
-                ", N=", N, ", K=", K, ", ", A.scalar_type(), "); its candidates are: ", names,
+                ", N=", N, ", K=", K, ", ", torch_dtype_name(A.scalar_type()), "); its candidates are: ", names,
                 ". Clear it with ops.gemm.set_tactic(None).");
   }
 

@@ -66,9 +66,13 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
 @torch.library.register_fake("ops::fused_add_rms_norm")
 def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
     _check_norm("fused_add_rms_norm", input, weight)
-    torch._check(residual.shape == input.shape and residual.dtype == input.dtype
-                 and residual.device == input.device,
-                 lambda: "fused_add_rms_norm: expected residual of input's shape, dtype and device")
+    # The C++ kernels' check_same_as, message for message.
+    torch._check(residual.shape == input.shape, lambda: "fused_add_rms_norm: expected residual of input's "
+                 f"shape {list(input.shape)}, got {list(residual.shape)}")
+    torch._check(residual.dtype == input.dtype, lambda: "fused_add_rms_norm: expected residual's dtype to be "
+                 f"{input.dtype} (input's dtype), got {residual.dtype}")
+    torch._check(residual.device == input.device, lambda: "fused_add_rms_norm: expected residual on "
+                 f"{input.device} (input's device), got {residual.device}")
 
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

@@ -38,6 +38,10 @@ def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor
                  f"A and B), got {out.dtype}")
     torch._check(out.device == A.device, lambda: f"{op}: expected out on {A.device} (the device of A and "
                  f"B), got {out.device}")
+    # ATen's has_internal_overlap from the strides alone (1 = MemOverlap::Yes: e.g. an expanded tensor).
+    torch._check(torch._debug_has_internal_overlap(out) != 1, lambda: f"{op}: out has internally "
+                 "overlapping memory (e.g. an expanded tensor); pass a tensor whose elements each have their "
+                 "own memory")
 
 
 @torch.library.register_fake("ops::cutlass_gemm")
