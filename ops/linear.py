@@ -22,14 +22,18 @@ def _linear_fake(input, weight, bias=None, activation="none"):
                  f"{input.shape[-1]} (input's last dimension), got {list(weight.shape)}")
     torch._check(weight.dtype == input.dtype, lambda: f"linear: expected weight's dtype to be {input.dtype} "
                  f"(input's dtype), got {weight.dtype}")
+    torch._check(weight.device == input.device, lambda: "linear: input and weight must be on the same device, "
+                 f"got input on {input.device} and weight on {weight.device}")
     if bias is not None:
         torch._check(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
                      lambda: f"linear: expected bias of shape (out_features,) = ({weight.shape[0]},), got "
                      f"{list(bias.shape)}")
         torch._check(bias.dtype == input.dtype, lambda: f"linear: expected bias's dtype to be {input.dtype} "
                      f"(input's dtype), got {bias.dtype}")
-    torch._check(activation in ACTIVATIONS, lambda: f"linear: expected activation to be one of "
-                 f"{', '.join(repr(a) for a in ACTIVATIONS)}, got {activation!r}")
+        torch._check(bias.device == input.device, lambda: f"linear: expected bias on {input.device} "
+                     f"(input's device), got {bias.device}")
+    torch._check_value(activation in ACTIVATIONS, lambda: "linear: expected activation to be one of "
+                       + ", ".join(f'"{a}"' for a in ACTIVATIONS) + f', got "{activation}"')
     return torch.empty((*input.shape[:-1], weight.shape[0]), dtype=input.dtype, device=input.device)
 
 

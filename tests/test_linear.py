@@ -1,0 +1,121 @@
+"""ops.linear: values against a float64 reference for every dtype, activation and bias choice, input ranks
+and layouts, empty problems; bad inputs give the op's own error, the same from the fake kernel. The mode
+tests (autograd, opcheck, compile, export, vmap, ...) run through tests/op_registry.py; the CUDA kernels'
+every tactic is in test_gemm_cuda.py."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ops
+from conftest import DEVICES
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+ACTIVATIONS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
+# Relative tolerance: the output's rounding (half types: one rounding after an fp32 epilogue), and
+# the accumulation of K products for float32 (TF32 is off by default, as for torch.mm).
+RTOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def reference(x, w, b, activation):
+    z = F.linear(x.double(), w.double(), None if b is None else b.double())
+    return {"none": lambda v: v, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[activation](z)
+
+
+def rand(*shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) / 4).to(dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("x_shape", [(16,), (5, 16), (2, 3, 16), (0, 16)], ids=str)
+def test_values(device, dtype, activation, with_bias, x_shape):
+    x = rand(*x_shape, dtype=dtype, device=device, seed=0)
+    w = rand(24, 16, dtype=dtype, device=device, seed=1)
+    b = rand(24, dtype=dtype, device=device, seed=2) if with_bias else None
+    y = ops.linear(x, w, b, activation)
+    assert y.shape == (*x_shape[:-1], 24) and y.dtype == dtype and y.device.type == device
+    assert y.is_contiguous()
+    torch.testing.assert_close(y.double().cpu(), reference(x, w, b, activation).cpu(),
+                               rtol=RTOL[dtype], atol=RTOL[dtype])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_operands_and_empty_feature_dimensions(device):
+    dt = torch.float64
+    x = rand(16, 10, dtype=dt, device=device, seed=0).t()             # (10, 16), column-major
+    w = rand(48, 16, dtype=dt, device=device, seed=1)[::2]           # (24, 16), row stride 32
+    b = rand(48, dtype=dt, device=device, seed=2)[::2]               # (24,), stride 2
+    torch.testing.assert_close(ops.linear(x, w, b, "gelu"), reference(x, w, b, "gelu"))
+    # K = 0: act(bias) for every row; N = 0: an empty (rows, 0) result.
+    x0, w0, b0 = torch.empty(3, 0, dtype=dt, device=device), torch.empty(4, 0, dtype=dt, device=device), \
+        rand(4, dtype=dt, device=device, seed=3)
+    torch.testing.assert_close(ops.linear(x0, w0, b0, "silu"), F.silu(b0).expand(3, 4))
+    assert ops.linear(x, torch.empty(0, 16, dtype=dt, device=device)).shape == (10, 0)
+
+
+def test_result_does_not_alias_inputs():
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    y = ops.linear(x, w)
+    assert y.data_ptr() not in (x.data_ptr(), w.data_ptr())
+
+
+BAD = [
+    ("0-d input", lambda d: (torch.tensor(1.0, device=d), torch.randn(3, 1, device=d), None, "none"),
+     RuntimeError, r"linear: expected input of shape \(\.\.\., in_features\), got a 0-D tensor"),
+    ("in_features mismatch", lambda d: (torch.randn(4, 8, device=d), torch.randn(3, 7, device=d), None, "none"),
+     RuntimeError, r"linear: expected weight of shape \(out_features, in_features\) with in_features = 8 "
+     r"\(input's last dimension\), got \[3, 7\]"),
+    ("1-d weight", lambda d: (torch.randn(4, 8, device=d), torch.randn(8, device=d), None, "none"),
+     RuntimeError, r"linear: expected weight of shape \(out_features, in_features\)"),
+    ("bias shape", lambda d: (torch.randn(4, 8, device=d), torch.randn(3, 8, device=d), torch.randn(4, device=d),
+                              "none"),
+     RuntimeError, r"linear: expected bias of shape \(out_features,\) = \(3,\), got \[4\]"),
+    ("weight dtype", lambda d: (torch.randn(4, 8, device=d), torch.randn(3, 8, device=d, dtype=torch.float16),
+                                None, "none"),
+     RuntimeError, r"linear: expected weight's dtype to be torch.float32 \(input's dtype\), got torch.float16"),
+    ("bias dtype", lambda d: (torch.randn(4, 8, device=d), torch.randn(3, 8, device=d),
+                              torch.randn(3, device=d, dtype=torch.float64), "relu"),
+     RuntimeError, r"linear: expected bias's dtype to be torch.float32 \(input's dtype\), got torch.float64"),
+    ("integer input", lambda d: (torch.ones(4, 8, device=d, dtype=torch.int32),
+                                 torch.ones(3, 8, device=d, dtype=torch.int32), None, "none"),
+     RuntimeError, r"linear: expected input's dtype to be float16, bfloat16, float32 or float64, got torch.int32"),
+    ("unknown activation", lambda d: (torch.randn(4, 8, device=d), torch.randn(3, 8, device=d), None, "tanh"),
+     ValueError, r'linear: expected activation to be one of "none", "relu", "gelu", "gelu_tanh", "silu", '
+     r'got "tanh"'),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_inputs(device, case):
+    _, make, error, pattern = case
+    with pytest.raises(error, match=pattern):
+        ops.linear(*make(device))
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_fake_kernel_error_messages_equal_the_real_kernels(case):
+    def message(device):
+        with pytest.raises(case[2]) as info:
+            ops.linear(*case[1](device))
+        return str(info.value).splitlines()[0]
+
+    assert message("meta") == message("cpu")
+
+
+@pytest.mark.parametrize("which", ["weight", "bias"])
+def test_operands_on_another_device(which):
+    x, w, b = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
+    if which == "weight":
+        w = w.to("meta")
+        pattern = "linear: input and weight must be on the same device, got input on cpu and weight on meta"
+    else:
+        b = b.to("meta")
+        pattern = r"linear: expected bias on cpu \(input's device\), got meta"
+    with pytest.raises(RuntimeError, match=pattern):
+        ops.linear(x, w, b)
