@@ -132,4 +132,34 @@ void check_same_as(const char* op, const char* name, const at::Tensor& other, co
               " (input's device), got ", other.device());
 }
 
+void check_no_shared_memory(const char* op, const char* written, const at::Tensor& w, const char* other_name,
+                            const at::Tensor& other) {
+  if (w.numel() == 0 || other.numel() == 0) return;
+  const auto status = at::get_overlap_status(w, other);
+  TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial &&
+                  !(status == at::MemOverlapStatus::TooHard && w.is_alias_of(other)),
+              op, ": ", written, " and ", other_name, " share memory",
+              status == at::MemOverlapStatus::TooHard ? " (or may: strided views of one buffer)" : "", "; ",
+              written, " is written in place, so the result would depend on the order of the writes. "
+              "Pass tensors with memory of their own (e.g. .clone()).");
+}
+
+void check_written_in_place(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, op, ": ", name,
+              " has internally overlapping memory (e.g. an expanded tensor) but is written in place; pass "
+              "a tensor whose elements each have their own memory");
+}
+
+void check_fused_add_rms_norm_inputs(const at::Tensor& input, const at::Tensor& residual,
+                                     const at::Tensor& weight) {
+  constexpr const char* op = "fused_add_rms_norm";
+  check_norm_inputs(op, input, weight);
+  check_same_as(op, "residual", residual, input);
+  check_written_in_place(op, "input", input);
+  check_written_in_place(op, "residual", residual);
+  check_no_shared_memory(op, "input", input, "residual", residual);
+  check_no_shared_memory(op, "input", input, "weight", weight);
+  check_no_shared_memory(op, "residual", residual, "weight", weight);
+}
+
 }  // namespace ops

@@ -39,4 +39,17 @@ void check_silu_and_mul_input(const char* op, const at::Tensor& input);
 // `other` has `input`'s shape, dtype and device (e.g. fused_add_rms_norm's residual).
 void check_same_as(const char* op, const char* name, const at::Tensor& other, const at::Tensor& input);
 
+// `t` is written in place: no element may share memory with another (e.g. an expanded tensor).
+void check_written_in_place(const char* op, const char* name, const at::Tensor& t);
+
+// `w` (named `written`) is written in place while `other` is read or written: they must not share
+// memory. Strided views of one buffer that ATen's overlap analysis cannot decide count as sharing.
+void check_no_shared_memory(const char* op, const char* written, const at::Tensor& w, const char* other_name,
+                            const at::Tensor& other);
+
+// fused_add_rms_norm: check_norm_inputs, residual like input, and both written tensors free of
+// internal overlap and sharing memory with nothing else.
+void check_fused_add_rms_norm_inputs(const at::Tensor& input, const at::Tensor& residual,
+                                     const at::Tensor& weight);
+
 }  // namespace ops

@@ -47,8 +47,7 @@ at::Tensor rms_norm_cpu(const at::Tensor& input, const at::Tensor& weight, doubl
 }
 
 void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_norm_inputs("fused_add_rms_norm", input, weight);
-  check_same_as("fused_add_rms_norm", "residual", residual, input);
+  check_fused_add_rms_norm_inputs(input, residual, weight);
   const at::Tensor w = weight.contiguous();
   run_in_place_on_contiguous(input, residual, [&](at::Tensor& x, at::Tensor& res) {
     OPS_CPU_DISPATCH(fused_add_rms_norm_kernel, x, res, w, eps);

@@ -42,8 +42,7 @@ at::Tensor rms_norm_cuda(const at::Tensor& input, const at::Tensor& weight, doub
 }
 
 void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_norm_inputs("fused_add_rms_norm", input, weight);
-  check_same_as("fused_add_rms_norm", "residual", residual, input);
+  check_fused_add_rms_norm_inputs(input, residual, weight);
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = weight.contiguous();
   const int64_t hidden = input.size(-1);

@@ -40,8 +40,10 @@ def _pad(in_dims, n):
 
 def _per_sample(info, in_dims, fn, *args):
     """``torch.stack([fn(*args_i) for i in range(batch)])``, where args_i is sample i of each batched
-    argument and the unbatched ones as they are. For an empty batch the sample's output shape comes
-    from the op's fake kernel on the meta device."""
+    argument and the unbatched ones as they are. Also the path for samples the merged call would
+    misread (e.g. 0-D samples, or shapes that do not chain): the op then raises its own error about one
+    sample's shapes. For an empty batch the sample's output shape comes from the op's fake kernel on
+    the meta device (which raises the same errors)."""
     if info.batch_size == 0:
         def sample(a, d):
             if d is None or not isinstance(a, torch.Tensor):
@@ -51,20 +53,32 @@ def _per_sample(info, in_dims, fn, *args):
             return torch.empty(shape, dtype=a.dtype, device="meta")
         like = next(a for a, d in zip(args, in_dims) if d is not None)
         shape = fn(*(sample(a, d) for a, d in zip(args, in_dims))).shape
-        return torch.empty((0, *shape), dtype=like.dtype, device=like.device), 0
+        out = torch.empty((0, *shape), dtype=like.dtype, device=like.device)
+        tracked = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        if tracked:
+            # Keep the empty result in its inputs' autograd graph, as the op's own result would be:
+            # a backward through it gives them zero gradients.
+            out = out + sum(a.sum() for a in tracked) * 0
+        return out, 0
     outs = [fn(*(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)))
             for i in range(info.batch_size)]
     return torch.stack(outs), 0
 
 
+# The merged call (one call over the whole batch) runs only where it means the same as the per-sample
+# calls: each rule checks the sample shapes the merge relies on, and leaves anything else to
+# _per_sample, whose per-sample call raises the op's own error.
+
 @torch.library.register_vmap("ops::cutlass_gemm")
 def _cutlass_gemm_vmap(info, in_dims, A, B):
     a_dim, b_dim = in_dims
-    if b_dim is None:  # (batch, M, K) @ (K, N): one GEMM with batch * M rows
+    if b_dim is None and A.dim() == 3 and B.dim() == 2 and _front(A, a_dim).shape[2] == B.shape[0]:
+        # (batch, M, K) @ (K, N): one GEMM with batch * M rows.
         A = _front(A, a_dim)
         batch, M, K = A.shape
         return _ops.cutlass_gemm(A.reshape(batch * M, K), B).view(batch, M, B.shape[1]), 0
-    if a_dim is None:  # (M, K) @ (batch, K, N): one GEMM with batch * N columns, batch in dim 1
+    if a_dim is None and A.dim() == 2 and B.dim() == 3 and A.shape[1] == _front(B, b_dim).shape[1]:
+        # (M, K) @ (batch, K, N): one GEMM with batch * N columns, the batch in dimension 1.
         B = _front(B, b_dim)
         batch, K, N = B.shape
         C = _ops.cutlass_gemm(A, B.transpose(0, 1).reshape(K, batch * N))
@@ -76,7 +90,8 @@ def _cutlass_gemm_vmap(info, in_dims, A, B):
 def _linear_vmap(info, in_dims, input, weight, bias=None, activation="none"):
     in_dims = _pad(in_dims, 4)
     x_dim, w_dim, b_dim, _ = in_dims
-    if w_dim is None and b_dim is None:  # input is (*, K): the batch is one more leading dimension
+    if w_dim is None and b_dim is None and input.dim() >= 2:
+        # input is (*, K) per sample: the batch is one more leading dimension.
         return _ops.linear(_front(input, x_dim), weight, bias, activation), 0
     return _per_sample(info, in_dims, lambda x, w, b, act: _ops.linear(x, w, b, act),
                        input, weight, bias, activation)
@@ -86,14 +101,16 @@ def _linear_vmap(info, in_dims, input, weight, bias=None, activation="none"):
 def _rms_norm_vmap(info, in_dims, input, weight, eps=1e-6):
     in_dims = _pad(in_dims, 3)
     x_dim, w_dim, _ = in_dims
-    if w_dim is None:
+    if w_dim is None and input.dim() >= 2:
         return _ops.rms_norm(_front(input, x_dim), weight, eps), 0
     return _per_sample(info, in_dims, _ops.rms_norm, input, weight, eps)
 
 
 @torch.library.register_vmap("ops::silu_and_mul")
 def _silu_and_mul_vmap(info, in_dims, input):
-    return _ops.silu_and_mul(_front(input, in_dims[0])), 0
+    if input.dim() >= 2:
+        return _ops.silu_and_mul(_front(input, in_dims[0])), 0
+    return _per_sample(info, in_dims, _ops.silu_and_mul, input)
 
 
 @torch.library.register_vmap("ops::fused_add_rms_norm")
@@ -106,10 +123,15 @@ def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
         f"place); got input {'batched' if x_dim is not None else 'unbatched'} and residual "
         f"{'batched' if r_dim is not None else 'unbatched'}"))
     input, residual = _front(input, x_dim), _front(residual, r_dim)  # views: the op writes through them
-    if w_dim is None:
+    if w_dim is None and input.dim() >= 2 and input.shape == residual.shape:
         _ops.fused_add_rms_norm(input, residual, weight, eps)
-    else:
-        weight = _front(weight, w_dim)
+    else:  # one call per sample (the first bad sample raises before anything is written)
+        weights = _front(weight, w_dim) if w_dim is not None else None
+        if info.batch_size == 0:  # no sample to call: the fake kernel checks one sample's metadata
+            _ops.fused_add_rms_norm(*(torch.empty(t.shape[1:], dtype=t.dtype, device="meta")
+                                      for t in (input, residual)),
+                                    torch.empty(weight.shape if weights is None else weights.shape[1:],
+                                                dtype=weight.dtype, device="meta"), eps)
         for i in range(info.batch_size):
-            _ops.fused_add_rms_norm(input[i], residual[i], weight[i], eps)
+            _ops.fused_add_rms_norm(input[i], residual[i], weight if weights is None else weights[i], eps)
     return None, None

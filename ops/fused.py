@@ -73,6 +73,12 @@ def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
                  f"{input.dtype} (input's dtype), got {residual.dtype}")
     torch._check(residual.device == input.device, lambda: "fused_add_rms_norm: expected residual on "
                  f"{input.device} (input's device), got {residual.device}")
+    for name, t in (("input", input), ("residual", residual)):  # 1 = ATen's MemOverlap::Yes
+        torch._check(torch._debug_has_internal_overlap(t) != 1, lambda: f"fused_add_rms_norm: {name} has "
+                     "internally overlapping memory (e.g. an expanded tensor) but is written in place; pass a "
+                     "tensor whose elements each have their own memory")
+    # Sharing memory between input, residual and weight is checked by the real kernels (csrc/checks.cpp):
+    # a fake tensor's storage does not tell apart disjoint and overlapping views.
 
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -91,7 +97,9 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
     Autograd: an inference op. With grad mode on and an argument that requires grad it raises.
 
     Raises:
-        RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs.
+        RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs;
+            input or residual with internally overlapping memory (expanded), or input, residual and
+            weight sharing memory (the in-place writes would depend on their order).
     """
     torch.ops.ops.fused_add_rms_norm(input, residual, weight, eps)
 

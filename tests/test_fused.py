@@ -132,6 +132,14 @@ BAD = [
     ("add residual shape", lambda d: ops.fused_add_rms_norm(torch.randn(4, 8, device=d), torch.randn(4, 9, device=d),
                                                             torch.randn(8, device=d)),
      r"fused_add_rms_norm: expected residual of input's shape"),
+    ("add input expanded", lambda d: ops.fused_add_rms_norm(torch.randn(1, 8, device=d).expand(4, 8),
+                                                            torch.randn(4, 8, device=d), torch.randn(8, device=d)),
+     r"fused_add_rms_norm: input has internally overlapping memory \(e.g. an expanded tensor\) but is "
+     r"written in place"),
+    ("add residual expanded", lambda d: ops.fused_add_rms_norm(torch.randn(4, 8, device=d),
+                                                               torch.randn(4, 1, device=d).expand(4, 8),
+                                                               torch.randn(8, device=d)),
+     r"fused_add_rms_norm: residual has internally overlapping memory"),
     ("add residual dtype", lambda d: ops.fused_add_rms_norm(torch.randn(4, 8, device=d),
                                                             torch.randn(4, 8, device=d, dtype=torch.float64),
                                                             torch.randn(8, device=d)),
@@ -161,3 +169,33 @@ def test_fake_kernel_error_messages_equal_the_real_kernels(case):
 def test_wrong_device_weight():
     with pytest.raises(RuntimeError, match="rms_norm: input and weight must be on the same device"):
         ops.rms_norm(torch.randn(4, 8), torch.randn(8, device="meta"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", ["partial", "same", "strided-views", "weight-in-input", "weight-in-residual"])
+def test_fused_add_rms_norm_refuses_shared_memory(device, case):
+    # Found by a review: overlapping input and residual gave a result that depended on the write order.
+    T = torch.randn(4, 16, device=device)
+    w = torch.randn(8, device=device)
+    x, r = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
+    x, r, w, pair = {
+        "partial": (T[0:2, :8], T[1:3, :8], w, "input and residual"),
+        "same": (x, x, w, "input and residual"),
+        "strided-views": (T[:, :8], T[:, 8:], w, "input and residual"),
+        "weight-in-input": (x, r, x[0], "input and weight"),
+        "weight-in-residual": (x, r, r[1], "residual and weight"),
+    }[case]
+    before = [t.clone() for t in (T, x, r)]
+    with pytest.raises(RuntimeError, match=f"fused_add_rms_norm: {pair} share memory"):
+        ops.fused_add_rms_norm(x, r, w)
+    assert all(torch.equal(t, b) for t, b in zip((T, x, r), before))  # nothing written
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_rms_norm_disjoint_views_of_one_buffer(device):
+    T = torch.randn(4, 8, dtype=torch.float64, device=device)
+    w = torch.randn(8, dtype=torch.float64, device=device)
+    x0, r0 = T[0:2].clone(), T[2:4].clone()
+    ops.fused_add_rms_norm(T[0:2], T[2:4], w)
+    torch.testing.assert_close(T[2:4], x0 + r0)
+    torch.testing.assert_close(T[0:2], F.rms_norm(x0 + r0, (8,), w, 1e-6))

@@ -146,3 +146,49 @@ def test_errors_inside_vmap_name_the_op():
         torch.vmap(ops.silu_and_mul)(x)
     with pytest.raises(RuntimeError, match="rms_norm: expected weight of shape"):
         torch.vmap(ops.rms_norm, in_dims=(0, None))(x, torch.randn(5))
+
+
+# Found by a review: merged calls must not misread samples the op would reject.
+ZERO_D_SAMPLES = [
+    ("rms_norm", lambda x: torch.vmap(ops.rms_norm, in_dims=(0, None))(x, torch.randn(4)),
+     r"rms_norm: expected input of shape \(\.\.\., hidden\), got a 0-D tensor"),
+    ("silu_and_mul", lambda x: torch.vmap(ops.silu_and_mul)(x),
+     r"silu_and_mul: expected input of shape \(\.\.\., 2 \* d\), got a 0-D tensor"),
+    ("linear", lambda x: torch.vmap(ops.linear, in_dims=(0, None))(x, torch.randn(5, 4)),
+     r"linear: expected input of shape \(\.\.\., in_features\), got a 0-D tensor"),
+]
+
+
+@pytest.mark.parametrize("case", ZERO_D_SAMPLES, ids=[c[0] for c in ZERO_D_SAMPLES])
+def test_zero_d_samples_raise_the_ops_error(case):
+    with pytest.raises(RuntimeError, match=case[2]):
+        case[1](torch.randn(4))
+
+
+def test_fused_add_rms_norm_zero_d_or_mismatched_samples_raise_and_write_nothing():
+    for x, r in [(torch.randn(4), torch.randn(4)), (torch.randn(3, 2, 8), torch.randn(3, 8)),
+                 (torch.randn(0, 2, 8), torch.randn(0, 8))]:
+        x0, r0 = x.clone(), r.clone()
+        with pytest.raises(RuntimeError, match="fused_add_rms_norm: expected"):
+            torch.vmap(ops.fused_add_rms_norm, in_dims=(0, 0, None), out_dims=None)(x, r, torch.ones(x.shape[-1]))
+        assert torch.equal(x, x0) and torch.equal(r, r0)
+
+
+@pytest.mark.parametrize("in_dims,A,B,pattern", [
+    ((0, None), (4, 3), (3, 2), r"expected A to be a 2-D matrix \(M, K\), got a 1-D tensor of shape \[3\]"),
+    ((None, 0), (2, 3), (4, 3, 2, 2), r"expected B to be a 2-D matrix \(K, N\), got a 3-D tensor"),
+    ((0, None), (4, 2, 3), (5, 7), r"A \(M, K\) and B \(K, N\) must agree on K, got A of shape \[2, 3\] and B of shape \[5, 7\]"),
+    ((None, 0), (2, 3), (4, 5, 7), r"A \(M, K\) and B \(K, N\) must agree on K, got A of shape \[2, 3\] and B of shape \[5, 7\]"),
+], ids=["A-1d", "B-3d", "K-A-batched", "K-B-batched"])
+def test_cutlass_gemm_errors_name_one_samples_shapes(in_dims, A, B, pattern):
+    with pytest.raises(RuntimeError, match="cutlass_gemm: " + pattern):
+        torch.vmap(ops.cutlass_gemm, in_dims=in_dims)(torch.randn(*A), torch.randn(*B))
+
+
+def test_empty_batch_of_per_sample_weights_keeps_autograd():
+    x = torch.randn(2, 8, requires_grad=True)
+    W = torch.randn(0, 5, 8, requires_grad=True)
+    y = torch.vmap(ops.linear, in_dims=(None, 0))(x, W)
+    assert y.shape == (0, 2, 5) and y.requires_grad
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x)) and W.grad.shape == W.shape
