@@ -110,9 +110,9 @@ void apply_activation_(at::Tensor& x, Epilogue epilogue) {
     case Epilogue::Plain:
     case Epilogue::BiasIdentity: return;
     case Epilogue::BiasReLU: x.relu_(); return;
-    case Epilogue::BiasGELU: x.copy_(at::gelu(x, "none")); return;
-    case Epilogue::BiasGELUTanh: x.copy_(at::gelu(x, "tanh")); return;
-    case Epilogue::BiasSiLU: x.copy_(at::silu(x)); return;
+    case Epilogue::BiasGELU: at::gelu_(x, "none"); return;
+    case Epilogue::BiasGELUTanh: at::gelu_(x, "tanh"); return;
+    case Epilogue::BiasSiLU: at::silu_(x); return;
   }
 }
 

@@ -5,6 +5,7 @@ csrc/fused_cpu.cpp, CUDA kernels in csrc/fused_kernels.cu."""
 import torch
 
 from . import _library  # noqa: F401  (loads the op library)
+from . import _overlap
 from .gemm import _GEMM_DTYPES as _DTYPES  # the floating dtypes every op accepts
 
 
@@ -77,8 +78,17 @@ def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
         torch._check(torch._debug_has_internal_overlap(t) != 1, lambda: f"fused_add_rms_norm: {name} has "
                      "internally overlapping memory (e.g. an expanded tensor) but is written in place; pass a "
                      "tensor whose elements each have their own memory")
-    # Sharing memory between input, residual and weight is checked by the real kernels (csrc/checks.cpp):
-    # a fake tensor's storage does not tell apart disjoint and overlapping views.
+    # csrc/checks.cpp's check_no_shared_memory: the written tensors share no memory with the others.
+    for written, w, other_name, other in (("input", input, "residual", residual), ("input", input, "weight", weight),
+                                          ("residual", residual, "weight", weight)):
+        status = _overlap.overlap_status(w, other)
+        shared = status in (_overlap.FULL, _overlap.PARTIAL) or (
+            status == _overlap.TOO_HARD and w.numel() > 0 and other.numel() > 0 and _overlap.same_storage(w, other))
+        torch._check(not shared, lambda: (
+            f"fused_add_rms_norm: {written} and {other_name} share memory"
+            + (" (or may: strided views of one buffer)" if status == _overlap.TOO_HARD else "")
+            + f"; {written} is written in place, so the result would depend on the order of the writes. Pass "
+            "tensors with memory of their own (e.g. .clone())."))
 
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 
 from . import _library  # noqa: F401  (loads the op library: registers torch.ops.ops.*)
+from . import _overlap
 
 _GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -42,6 +43,10 @@ def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor
     torch._check(torch._debug_has_internal_overlap(out) != 1, lambda: f"{op}: out has internally "
                  "overlapping memory (e.g. an expanded tensor); pass a tensor whose elements each have their "
                  "own memory")
+    for name, t in (("A", A), ("B", B)):
+        torch._check(_overlap.overlap_status(out, t) not in (_overlap.FULL, _overlap.PARTIAL), lambda: f"{op}: "
+                     f"out overlaps {name} in memory; the result would overwrite its own input. Pass a separate "
+                     "out tensor.")
 
 
 @torch.library.register_fake("ops::cutlass_gemm")

@@ -140,6 +140,15 @@ BAD = [
                                                                torch.randn(4, 1, device=d).expand(4, 8),
                                                                torch.randn(8, device=d)),
      r"fused_add_rms_norm: residual has internally overlapping memory"),
+    ("add overlapping rows", lambda d: (lambda T: ops.fused_add_rms_norm(T[0:2], T[1:3], torch.randn(8, device=d)))(
+        torch.randn(4, 8, device=d)), r"fused_add_rms_norm: input and residual share memory; input is written"),
+    ("add same tensor", lambda d: (lambda T: ops.fused_add_rms_norm(T, T, torch.randn(8, device=d)))(
+        torch.randn(4, 8, device=d)), r"fused_add_rms_norm: input and residual share memory"),
+    ("add strided views", lambda d: (lambda T: ops.fused_add_rms_norm(T[:, :8], T[:, 8:], torch.randn(8, device=d)))(
+        torch.randn(4, 16, device=d)),
+     r"fused_add_rms_norm: input and residual share memory \(or may: strided views of one buffer\)"),
+    ("add weight in residual", lambda d: (lambda R: ops.fused_add_rms_norm(torch.randn(4, 8, device=d), R, R[1]))(
+        torch.randn(4, 8, device=d)), r"fused_add_rms_norm: residual and weight share memory"),
     ("add residual dtype", lambda d: ops.fused_add_rms_norm(torch.randn(4, 8, device=d),
                                                             torch.randn(4, 8, device=d, dtype=torch.float64),
                                                             torch.randn(8, device=d)),

@@ -218,6 +218,23 @@ def test_fake_kernel_error_messages_equal_the_real_kernels(case):
     assert message("meta") == message("cpu")
 
 
+@pytest.mark.parametrize("case", ["A", "B-transposed", "partial"])
+def test_fake_kernel_out_overlap_errors_equal_the_real_kernels(case):
+    # Found by a review: the fake kernel did not check out against A and B, so a compiled out= call
+    # (aot_eager) returned a result where eager raised.
+    def message(device):
+        X = torch.randn(4, 4, device=device)
+        A, B, out = {"A": (X, torch.randn(4, 4, device=device), X),
+                     "B-transposed": (torch.randn(4, 4, device=device), X, X.t()),
+                     "partial": (X[0:2], torch.randn(4, 4, device=device), X[1:3])}[case]
+        with pytest.raises(RuntimeError) as info:
+            ops.cutlass_gemm(A, B, out=out)
+        return str(info.value).splitlines()[0]
+
+    assert message("meta") == message("cpu")
+    assert "cutlass_gemm: out overlaps" in message("cpu")
+
+
 def test_fake_kernel_errors_match_real_ones():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
