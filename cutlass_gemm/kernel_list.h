@@ -35,6 +35,12 @@
 //                            data-parallel, split-K or stream-K chosen at run time, for problems
 //                            with too few output tiles to fill the GPU (small M, e.g. decode) and
 //                            a long K
+//             SwapStreamK128x32  the transposed problem D^T = B^T A^T (N x M, so D column-major, i.e.
+//                            the row-major D) on 128x32 tiles, cooperative, 1x1 cluster, stream-K
+//                            scheduler: swap-AB for small M, where M (<= 32 in one tile column)
+//                            is the kernel's N and the weight streams through the 128-row side. The
+//                            layout columns are those of the GEMM served: the kernel reads B^T
+//                            (flipped layout of B) as its A and A^T as its B. No bias epilogue.
 //
 // What each group is for:
 //   sm90_{f16,bf16}_*   Hopper half-precision GEMMs (wgmma, TMA, 128x128x64 tile, 2x1 cluster,
@@ -54,6 +60,8 @@
 //                       kernels instead of 24: each SM90 instantiation costs ~15 s of nvcc per core.
 //   sm90_{f16,bf16}_rc_<act>_streamk  ops.linear at small M (decode): the fused epilogue on the
 //                       stream-K config, so a GEMM with few output tiles still fills the GPU.
+//   sm90_{f16,bf16}_{rr,rc}_swap  swap-AB candidates for small M (decode), to be measured against the
+//                       stream-K kernels (tactic.h); the heuristic does not choose them by default.
 #pragma once
 
 #include <cstdint>
@@ -123,6 +131,10 @@
   X(sm90_bf16_rc_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Coop128x256) \
   X(sm90_bf16_rc_ping, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Ping64x128) \
   X(sm90_bf16_rc_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, StreamK128x128) \
+  X(sm90_f16_rr_swap, 90, Half, Standard, Row, Row, 8, 1, Plain, SwapStreamK128x32) \
+  X(sm90_f16_rc_swap, 90, Half, Standard, Row, Col, 8, 1, Plain, SwapStreamK128x32) \
+  X(sm90_bf16_rr_swap, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, SwapStreamK128x32) \
+  X(sm90_bf16_rc_swap, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, SwapStreamK128x32) \
   X(sm90_f16_rc_none_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, StreamK128x128) \
   X(sm90_f16_rc_relu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, StreamK128x128) \
   X(sm90_f16_rc_gelu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasGELU, StreamK128x128) \
@@ -141,7 +153,7 @@ enum class DType : int8_t { Half, BFloat16, Float, Double };
 enum class Math : int8_t { Standard, TF32, Fast3xTF32 };
 enum class Layout : int8_t { Row, Col };
 enum class Epilogue : int8_t { Plain, BiasIdentity, BiasReLU, BiasGELU, BiasGELUTanh, BiasSiLU };
-enum class TileConfig : int8_t { Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128 };
+enum class TileConfig : int8_t { Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128, SwapStreamK128x32 };
 
 enum class KernelId : int {
 #define OPS_KERNEL_ENUM(name, ...) name,

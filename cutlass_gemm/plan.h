@@ -54,7 +54,7 @@ constexpr int element_size(DType dtype) {
 // arch they name. Throws std::invalid_argument on a malformed entry.
 std::vector<BuiltArch> parse_arch_list(const std::string& arch_list);
 
-// How the SM90 tile schedulers split the work (CUTLASS's DecompositionMode). Only the StreamK128x128
+// How the SM90 tile schedulers split the work (CUTLASS's DecompositionMode). Only the stream-K-scheduler
 // kernels take anything but DataParallel.
 enum class Decomposition : int8_t {
   DataParallel,  // one CTA per output tile (persistent CTAs loop over tiles)

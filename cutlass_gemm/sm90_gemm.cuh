@@ -31,21 +31,25 @@ Stride stride_with_ld(int64_t ld, int64_t batch_stride) {
 
 // kId: an sm90 entry of kernel_list.h (f16, bf16, or float inputs run as tf32 on wgmma).
 // TileScheduler: void (persistent data-parallel) or cutlass::gemm::StreamKScheduler.
+// kSwapAB: the kernel runs the transposed problem D^T (N x M, written column-major, i.e. the row-major
+// D) = B^T A^T, so that a small M becomes the kernel's N tile; kernel_list.h's layouts stay those of
+// the GEMM it serves (A' = B^T has the flipped layout of B, B' = A^T the flipped layout of A).
 template <KernelId kId, typename TileShape, typename ClusterShape,
           typename MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
           typename EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative,
-          typename TileScheduler = void>
+          typename TileScheduler = void, bool kSwapAB = false>
 struct Sm90GemmConfig {
   using Traits = KernelTraits<kId>;
   static_assert(Traits::info.sm == 90);
   using Element = typename Traits::Element;
-  using LayoutA = typename Traits::LayoutA;
-  using LayoutB = typename Traits::LayoutB;
+  using LayoutA = std::conditional_t<kSwapAB, CutlassLayout<flip(Traits::info.b)>, typename Traits::LayoutA>;
+  using LayoutB = std::conditional_t<kSwapAB, CutlassLayout<flip(Traits::info.a)>, typename Traits::LayoutB>;
   static constexpr int kAlignment = Traits::kAlignment;
   static_assert(kAlignment * sizeof(Element) == 16, "TMA needs 16-byte alignment");
   using ElementAccumulator = float;
-  using LayoutD = cutlass::layout::RowMajor;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr bool kBias = Traits::kBias;
+  static_assert(!(kSwapAB && kBias), "swapped kernels have no bias epilogue (it would be per row of D^T)");
 
   // Plain: D = acc. Bias<Act>: D = act(acc + bias[n]) (CUTLASS's per-column-bias + activation fusion).
   using FusionOp = std::conditional_t<
@@ -79,16 +83,21 @@ struct Sm90GemmConfig {
     using StrideB = typename Kernel::StrideB;
     using StrideC = typename Kernel::StrideC;
     using StrideD = typename Kernel::StrideD;
-    const int m = static_cast<int>(args.m), n = static_cast<int>(args.n),
-              k = static_cast<int>(args.k);
+    // The kernel's problem: (m, n, k) with A (m x k, lda) and B (k x n, ldb), or swapped: (n, m, k)
+    // with the user's B^T as A (same memory and leading dimension) and A^T as B.
+    const int64_t m = kSwapAB ? args.n : args.m, n = kSwapAB ? args.m : args.n;
+    const void* a = kSwapAB ? args.b : args.a;
+    const void* b = kSwapAB ? args.a : args.b;
+    const int64_t lda = kSwapAB ? args.ldb : args.lda, ldb = kSwapAB ? args.lda : args.ldb;
     cutlass::KernelHardwareInfo hw_info;
     hw_info.device_id = args.device;
     hw_info.sm_count = args.sm_count;
+    // The batch strides are unused (one batch); D's is the extent of its one matrix.
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {m, n, k, 1},
-        {static_cast<const Element*>(args.a), stride_with_ld<StrideA>(args.lda, args.m * args.lda),
-         static_cast<const Element*>(args.b), stride_with_ld<StrideB>(args.ldb, args.n * args.ldb)},
+        {static_cast<int>(m), static_cast<int>(n), static_cast<int>(args.k), 1},
+        {static_cast<const Element*>(a), stride_with_ld<StrideA>(lda, m * lda),
+         static_cast<const Element*>(b), stride_with_ld<StrideB>(ldb, n * ldb)},
         {{},
          nullptr,
          stride_with_ld<StrideC>(args.ldd, args.m * args.ldd),
@@ -151,6 +160,16 @@ struct Sm90Config<kId, TileConfig::StreamK128x128>
                      cute::Shape<cute::_1, cute::_1, cute::_1>,
                      cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                      cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::StreamKScheduler> {};
+
+// Swap-AB for small M: the transposed problem (N x M) on 128x32 tiles (a decode M <= 32 is one tile
+// column; the weight streams through the 128-row side), cooperative, 1x1 cluster, stream-K scheduler.
+template <KernelId kId>
+struct Sm90Config<kId, TileConfig::SwapStreamK128x32>
+    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_32, Sm90TileK<kId>>,
+                     cute::Shape<cute::_1, cute::_1, cute::_1>,
+                     cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                     cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::StreamKScheduler,
+                     /*kSwapAB=*/true> {};
 
 }  // namespace ops::cutlass_gemm
 

@@ -23,6 +23,10 @@ KernelId find_config(const GemmPlan& plan, TileConfig config) {
 // that, "stream-K" runs data-parallel.
 constexpr int64_t kMinStreamKIterations = 8;
 
+// The largest M (the plan's rows) for which the swap-AB kernels are candidates: two of their 32-wide
+// tile columns.
+constexpr int64_t kSwapAbMaxM = 64;
+
 // Split-K slice counts worth trying: each slice keeps at least 4 mainloop iterations.
 std::vector<int> split_counts(int64_t k_iterations) {
   std::vector<int> splits;
@@ -34,6 +38,10 @@ std::vector<int> split_counts(int64_t k_iterations) {
 
 }  // namespace
 
+bool has_stream_k_scheduler(TileConfig config) {
+  return config == TileConfig::StreamK128x128 || config == TileConfig::SwapStreamK128x32;
+}
+
 const char* config_name(TileConfig config) {
   switch (config) {
     case TileConfig::Sm80: return "sm80";
@@ -41,6 +49,7 @@ const char* config_name(TileConfig config) {
     case TileConfig::Coop128x256: return "coop_128x256_c2x1";
     case TileConfig::Ping64x128: return "pingpong_64x128_c1x1";
     case TileConfig::StreamK128x128: return "streamk_128x128_c1x1";
+    case TileConfig::SwapStreamK128x32: return "swap_ab_streamk_128x32_c1x1";
   }
   return "?";
 }
@@ -58,6 +67,7 @@ TileMN tile_of(TileConfig config) {
   switch (config) {
     case TileConfig::Coop128x256: return {128, 256};
     case TileConfig::Ping64x128: return {64, 128};
+    case TileConfig::SwapStreamK128x32: return {32, 128};  // the kernel's 128x32 tile of D^T
     case TileConfig::Sm80:
     case TileConfig::Coop128x128:
     case TileConfig::StreamK128x128: return {128, 128};
@@ -72,7 +82,7 @@ int64_t tile_count(int64_t m, int64_t n, TileMN tile) {
 std::string tactic_name(const Tactic& tactic) {
   if (tactic.kernel == KernelId::kCount) return "none";
   std::string name = kernel_info(tactic.kernel).name;
-  if (kernel_info(tactic.kernel).config == TileConfig::StreamK128x128) {
+  if (has_stream_k_scheduler(kernel_info(tactic.kernel).config)) {
     switch (tactic.decomposition) {
       case Decomposition::DataParallel: name += "/dp"; break;
       case Decomposition::StreamK: name += "/streamk"; break;
@@ -89,11 +99,14 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
   const int64_t k_iterations = ceil_div(plan.k, tile_k(kernel_info(plan.family.front()).dtype));
   for (KernelId id : plan.family) {
     const KernelInfo& info = kernel_info(id);
+    // Swap-AB serves small M only (M is its 32-wide tile side): elsewhere it cannot win and would only
+    // lengthen autotuning.
+    if (info.config == TileConfig::SwapStreamK128x32 && plan.m > kSwapAbMaxM) continue;
     if (info.sm != 90) {  // CUTLASS 2.x kernels: no run-time scheduler settings
       out.push_back(Tactic{id});
       continue;
     }
-    if (info.config == TileConfig::StreamK128x128) {
+    if (has_stream_k_scheduler(info.config)) {
       out.push_back(Tactic{id, Decomposition::DataParallel});
       const int64_t tiles = tile_count(plan.m, plan.n, tile_of(info.config));
       // Stream-K differs from data-parallel only with a partial last wave and a long enough K loop.

@@ -17,8 +17,11 @@
 // kernel is used instead, unswapped: its K split keeps all SMs streaming even when N / 128 is below the
 // SM count (swapped ping-pong tiles give N / 64 CTAs: 64 for N = 4096), and the wasted MMA rows of a
 // 128-row tile at M = 1 still cost less than the B tile's load (per k-block and SM: 0.28 us of MMA vs
-// 0.45 us to load 16 KB at 1/132 of 4.8 TB/s). A swapped variant would need column-major-D kernels;
-// add them if `benchmarks.gemm --candidates` shows stream-K short of the memory floor at small M.
+// 0.45 us to load 16 KB at 1/132 of 4.8 TB/s). The swapped variant is built too, as a candidate to
+// measure against it (SwapStreamK128x32: D^T = B^T A^T on 128x32 tiles, column-major D, the same
+// stream-K scheduler; the wasted MMA rows drop from 127/128 to 31/32 at M = 1, and the smaller B'
+// tile leaves shared memory for 10 pipeline stages); `benchmarks.gemm --candidates` decides, and
+// choose_tactic takes it only once measurements say so.
 #pragma once
 
 #include <string>
@@ -44,8 +47,8 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count);
 // Every tactic worth timing for this plan: each kernel of plan.family with the scheduler settings its
 // config supports (stream-K kernels: data-parallel; stream-K where the last wave is partial and the K
 // loop has more than 8 iterations; split-K into 2, 4, 8 slices of at least 4 iterations, for problems
-// under two waves; persistent kernels: swizzle 1, and 8 for problems of four waves or more). The
-// heuristic's choice is always among them.
+// under two waves; persistent kernels: swizzle 1, and 8 for problems of four waves or more; the
+// swap-AB kernels only for M <= 64). The heuristic's choice is always among them.
 std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count);
 
 // A stable, readable name: the kernel's name, then "/dp", "/streamk" or "/splitk<n>" for stream-K
@@ -53,6 +56,10 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count);
 std::string tactic_name(const Tactic& tactic);
 
 const char* config_name(TileConfig config);
+
+// Whether a config runs on CUTLASS's stream-K tile scheduler (data-parallel, split-K or stream-K
+// chosen at run time).
+bool has_stream_k_scheduler(TileConfig config);
 const char* decomposition_name(Decomposition decomposition);
 
 }  // namespace ops::cutlass_gemm

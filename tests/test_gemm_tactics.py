@@ -61,6 +61,7 @@ def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
             assert kernels[f"sm90_{dt}_{layout}_coop256"]["config"] == "coop_128x256_c2x1"
             assert kernels[f"sm90_{dt}_{layout}_ping"]["config"] == "pingpong_64x128_c1x1"
             assert kernels[f"sm90_{dt}_{layout}_streamk"]["config"] == "streamk_128x128_c1x1"
+            assert kernels[f"sm90_{dt}_{layout}_swap"]["config"] == "swap_ab_streamk_128x32_c1x1"
         for act in ("none", "relu", "gelu", "gelu_tanh", "silu"):
             assert kernels[f"sm90_{dt}_rc_{act}_streamk"]["config"] == "streamk_128x128_c1x1"
     assert {k["config"] for k in kernels.values() if k["sm"] == 80} == {"sm80"}
@@ -155,9 +156,30 @@ def test_candidates(M, N, K):
         for s in settings:
             if s.startswith("splitk"):
                 assert 4 * int(s[len("splitk"):]) <= k_iterations  # every slice >= 4 K iterations
-    # Every config of the family is a candidate.
+    # Every config of the family is a candidate (swap-AB for small M only).
     configs = {kernels[n.split("/")[0]]["config"] for n in names}
-    assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1"}
+    assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1"} \
+        | ({"swap_ab_streamk_128x32_c1x1"} if M <= 64 else set())
+
+
+@pytest.mark.parametrize("b_layout", ["col", "row"])
+def test_swap_ab_kernels_are_decode_candidates_but_not_the_default(b_layout):
+    # Swap-AB (D^T = B^T A^T on 128x32 tiles) is built as a candidate to measure against stream-K at
+    # small M (tactic.h); the heuristic keeps stream-K until measurements say otherwise.
+    layout = "rc" if b_layout == "col" else "rr"
+    plan = plan_only(*operands(1, 4096, 4096, b_layout=b_layout, values=False))
+    assert plan["tactic"]["config"] == "streamk_128x128_c1x1"
+    swap = [n for n in plan["candidates"] if n.startswith(f"sm90_bf16_{layout}_swap/")]
+    # 32 tiles of 32x128 (in M x N terms) on 132 SMs, 64 K iterations: every decomposition applies.
+    assert sorted(swap) == sorted(f"sm90_bf16_{layout}_swap/{s}" for s in ["dp", "streamk", "splitk2", "splitk4",
+                                                                           "splitk8"])
+
+
+def test_linear_epilogues_have_no_swap_ab_candidates():
+    x = strided(4, 4096, torch.bfloat16, "row")
+    weight = strided(4096, 4096, torch.bfloat16, "row")
+    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue="silu")
+    assert plan["candidates"] and not [n for n in plan["candidates"] if "_swap" in n]
 
 
 def test_candidates_leave_out_what_cannot_pay_off():
@@ -172,10 +194,13 @@ def test_candidates_leave_out_what_cannot_pay_off():
     assert plan_only(*operands(128, 1024, 512, values=False))["tactic"]["decomposition"] != "stream_k"
 
 
-@pytest.mark.parametrize("M,N,K", [(77, 300, 1000), (1, 520, 4096), (260, 136, 64)])
-def test_every_forced_candidate_computes_the_product(M, N, K):
-    A, B = operands(M, N, K)
-    for name in plan_only(A, B)["candidates"]:
+@pytest.mark.parametrize("M,N,K,b_layout", [(77, 300, 1000, "col"), (1, 520, 4096, "col"), (260, 136, 64, "col"),
+                                             (33, 520, 4096, "row")])
+def test_every_forced_candidate_computes_the_product(M, N, K, b_layout):
+    A, B = operands(M, N, K, b_layout=b_layout)
+    names = plan_only(A, B)["candidates"]
+    assert any("_swap/" in n for n in names) == (M <= 64)  # swap-AB: small M only
+    for name in names:
         ops.gemm.set_tactic(name)
         out, plan = emulate(A, B)
         assert plan["tactic"]["name"] == name
