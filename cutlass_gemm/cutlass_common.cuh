@@ -99,19 +99,26 @@ inline LaunchStatus status_from(cutlass::Status status, const char* stage) {
   return {false, cutlassGetStatusString(status)};
 }
 
-// Raises a CUTLASS 3.x kernel's dynamic shared memory limit on `device`, once per process and device.
-// GemmUniversalAdapter::initialize calls cudaFuncSetAttribute on every call; the attribute belongs to
-// the kernel function in the device's context and stays set, so one call per device is enough (the
-// 2.x adapter caches it the same way, per thread, in GemmUniversalBase::init_device_props).
+// Raises a CUTLASS 3.x kernel's dynamic shared memory limit on the current device, once per process
+// and device unless `force`. GemmUniversalAdapter::initialize calls cudaFuncSetAttribute on every
+// call; the attribute belongs to the kernel function in the device's context and stays set, so one
+// call per device is enough (the 2.x adapter caches it the same way, per thread and current device, in
+// GemmUniversalBase::init_device_props). A context reset (cudaDeviceReset) drops it: run_adapter then
+// sees the launch fail and calls this again with force = true.
 template <typename Kernel>
-bool ensure_max_dynamic_smem(int device) {
+bool ensure_max_dynamic_smem(bool force = false) {
   constexpr int kSmemBytes = Kernel::SharedStorageSize;
   if constexpr (kSmemBytes < (48 << 10)) {
     return true;
   } else {
     static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices >= 64: every call)
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
     const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-    if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) {
+    if (!force && bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) {
       return true;
     }
     if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -144,10 +151,16 @@ LaunchStatus run_adapter(const typename Gemm::Arguments& arguments, void* worksp
       return status_from(status, "initialize_workspace");
     }
     typename Kernel::Params params = Kernel::to_underlying_arguments(arguments, workspace);
-    if (!ensure_max_dynamic_smem<Kernel>(arguments.hw_info.device_id)) {
+    if (!ensure_max_dynamic_smem<Kernel>()) {
       return {false, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed"};
     }
     status = Gemm::run(params, stream);
+    if (status != cutlass::Status::kSuccess && ensure_max_dynamic_smem<Kernel>(/*force=*/true)) {
+      // A launch refused for its shared memory (the cached attribute lost with a context reset) is
+      // not enqueued: clear the error and launch once more with the attribute set again.
+      (void)cudaGetLastError();
+      status = Gemm::run(params, stream);
+    }
   } else {
     Gemm gemm;
     status = gemm.initialize(arguments, workspace, stream);

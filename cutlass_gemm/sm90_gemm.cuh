@@ -29,6 +29,15 @@ Stride stride_with_ld(int64_t ld, int64_t batch_stride) {
   return stride;
 }
 
+// Elements spanned by one matrix of `rows` x `cols` (CUTLASS's layout tag for it) with leading dimension
+// `ld`: the batch stride of a one-batch problem. It is not multiplied by anything (L = 1), but CUTLASS
+// writes it into the TMA descriptor, whose strides must stay below 2^40 bytes: an over-estimate
+// (e.g. M * lda for a column-major A) could fail the descriptor for a very large problem.
+template <typename Layout>
+int64_t matrix_extent(int64_t rows, int64_t cols, int64_t ld) {
+  return (std::is_same_v<Layout, cutlass::layout::RowMajor> ? rows : cols) * ld;
+}
+
 // kId: an sm90 entry of kernel_list.h (f16, bf16, or float inputs run as tf32 on wgmma).
 // TileScheduler: void (persistent data-parallel) or cutlass::gemm::StreamKScheduler.
 // kSwapAB: the kernel runs the transposed problem D^T (N x M, written column-major, i.e. the row-major
@@ -92,17 +101,19 @@ struct Sm90GemmConfig {
     cutlass::KernelHardwareInfo hw_info;
     hw_info.device_id = args.device;
     hw_info.sm_count = args.sm_count;
-    // The batch strides are unused (one batch); D's is the extent of its one matrix.
+    // Batch strides: each operand's extent (one batch). A is m x k, B is k x n, D is m x n.
+    const int64_t k = args.k;
+    const int64_t d_extent = matrix_extent<LayoutD>(m, n, args.ldd);
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {static_cast<int>(m), static_cast<int>(n), static_cast<int>(args.k), 1},
-        {static_cast<const Element*>(a), stride_with_ld<StrideA>(lda, m * lda),
-         static_cast<const Element*>(b), stride_with_ld<StrideB>(ldb, n * ldb)},
+        {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1},
+        {static_cast<const Element*>(a), stride_with_ld<StrideA>(lda, matrix_extent<LayoutA>(m, k, lda)),
+         static_cast<const Element*>(b), stride_with_ld<StrideB>(ldb, matrix_extent<LayoutB>(k, n, ldb))},
         {{},
          nullptr,
-         stride_with_ld<StrideC>(args.ldd, args.m * args.ldd),
+         stride_with_ld<StrideC>(args.ldd, d_extent),
          static_cast<Element*>(args.d),
-         stride_with_ld<StrideD>(args.ldd, args.m * args.ldd)},
+         stride_with_ld<StrideD>(args.ldd, d_extent)},
         hw_info};
     arguments.epilogue.thread.alpha = 1.0f;
     arguments.epilogue.thread.beta = 0.0f;
