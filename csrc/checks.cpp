@@ -55,9 +55,7 @@ bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
   TORCH_CHECK(out.device() == A.device(), op, ": expected out on ", A.device(),
               " (the device of A and B), got ", out.device());
   TORCH_CHECK(out.layout() == at::kStrided, op, ": out must be a dense (strided) tensor");
-  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
-              ": out has internally overlapping memory (e.g. an expanded tensor); pass a tensor "
-              "whose elements each have their own memory");
+  check_written_in_place(op, "out", out);
   bool undecided = false;
   for (const auto& [name, input] : {std::pair<const char*, const at::Tensor&>{"A", A}, {"B", B}}) {
     const auto status = at::get_overlap_status(out, input);

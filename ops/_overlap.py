@@ -1,6 +1,7 @@
 """Memory-overlap analysis of tensor metadata, for the fake kernels: the same answers as ATen's
-``get_overlap_status`` (aten/src/ATen/MemoryOverlap.cpp), which the C++ checks (csrc/checks.cpp) use,
-computed from storage identity, offsets and strides, so fake and meta tensors get the C++ kernels'
+``get_overlap_status`` and ``has_internal_overlap`` (aten/src/ATen/MemoryOverlap.cpp), which the C++
+checks (csrc/checks.cpp) use, computed from storage identity, offsets and strides, and the two C++
+in-place checks built on them, message for message, so fake and meta tensors get the C++ kernels'
 errors too."""
 
 import torch
@@ -30,3 +31,24 @@ def overlap_status(a: torch.Tensor, b: torch.Tensor) -> str:
     if a0 == b0 and a1 == b1:
         return FULL
     return PARTIAL if a0 < b1 and b0 < a1 else NO
+
+
+def check_written_in_place(op: str, name: str, t: torch.Tensor) -> None:
+    """csrc/checks.cpp's check_written_in_place: no two elements of `t` share memory (e.g. expanded)."""
+    # torch._debug_has_internal_overlap is ATen's has_internal_overlap: 1 = MemOverlap::Yes.
+    torch._check(torch._debug_has_internal_overlap(t) != 1, lambda: f"{op}: {name} has internally overlapping "
+                 "memory (e.g. an expanded tensor) but is written in place; pass a tensor whose elements each "
+                 "have their own memory")
+
+
+def check_no_shared_memory(op: str, written: str, w: torch.Tensor, other_name: str, other: torch.Tensor) -> None:
+    """csrc/checks.cpp's check_no_shared_memory: `w` (written in place) and `other` share no memory;
+    strided views of one buffer that the analysis cannot decide count as sharing."""
+    if w.numel() == 0 or other.numel() == 0:
+        return
+    status = overlap_status(w, other)
+    torch._check(status not in (FULL, PARTIAL) and not (status == TOO_HARD and same_storage(w, other)), lambda: (
+        f"{op}: {written} and {other_name} share memory"
+        + (" (or may: strided views of one buffer)" if status == TOO_HARD else "")
+        + f"; {written} is written in place, so the result would depend on the order of the writes. Pass "
+        "tensors with memory of their own (e.g. .clone())."))

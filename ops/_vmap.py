@@ -38,6 +38,17 @@ def _pad(in_dims, n):
     return tuple(in_dims) + (None,) * (n - len(in_dims))
 
 
+def _meta_sample(a, bdim):
+    """One sample of argument `a` (batched at `bdim`, or None) as metadata only: a meta tensor without
+    the batch dimension, or `a` itself when it is not a tensor."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    shape = list(a.shape)
+    if bdim is not None:
+        del shape[bdim]
+    return torch.empty(shape, dtype=a.dtype, device="meta")
+
+
 def _per_sample(info, in_dims, fn, *args):
     """``torch.stack([fn(*args_i) for i in range(batch)])``, where args_i is sample i of each batched
     argument and the unbatched ones as they are. Also the path for samples the merged call would
@@ -45,14 +56,8 @@ def _per_sample(info, in_dims, fn, *args):
     sample's shapes. For an empty batch the sample's output shape comes from the op's fake kernel on
     the meta device (which raises the same errors)."""
     if info.batch_size == 0:
-        def sample(a, d):
-            if d is None or not isinstance(a, torch.Tensor):
-                return a.to("meta") if isinstance(a, torch.Tensor) else a
-            shape = list(a.shape)
-            del shape[d]
-            return torch.empty(shape, dtype=a.dtype, device="meta")
         like = next(a for a, d in zip(args, in_dims) if d is not None)
-        shape = fn(*(sample(a, d) for a, d in zip(args, in_dims))).shape
+        shape = fn(*(_meta_sample(a, d) for a, d in zip(args, in_dims))).shape
         out = torch.empty((0, *shape), dtype=like.dtype, device=like.device)
         tracked = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         if tracked:
@@ -93,8 +98,7 @@ def _linear_vmap(info, in_dims, input, weight, bias=None, activation="none"):
     if w_dim is None and b_dim is None and input.dim() >= 2:
         # input is (*, K) per sample: the batch is one more leading dimension.
         return _ops.linear(_front(input, x_dim), weight, bias, activation), 0
-    return _per_sample(info, in_dims, lambda x, w, b, act: _ops.linear(x, w, b, act),
-                       input, weight, bias, activation)
+    return _per_sample(info, in_dims, _ops.linear, input, weight, bias, activation)
 
 
 @torch.library.register_vmap("ops::rms_norm")
@@ -128,10 +132,8 @@ def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
     else:  # one call per sample (the first bad sample raises before anything is written)
         weights = _front(weight, w_dim) if w_dim is not None else None
         if info.batch_size == 0:  # no sample to call: the fake kernel checks one sample's metadata
-            _ops.fused_add_rms_norm(*(torch.empty(t.shape[1:], dtype=t.dtype, device="meta")
-                                      for t in (input, residual)),
-                                    torch.empty(weight.shape if weights is None else weights.shape[1:],
-                                                dtype=weight.dtype, device="meta"), eps)
+            _ops.fused_add_rms_norm(_meta_sample(input, 0), _meta_sample(residual, 0),
+                                    _meta_sample(weight, w_dim), eps)
         for i in range(info.batch_size):
             _ops.fused_add_rms_norm(input[i], residual[i], weight if weights is None else weights[i], eps)
     return None, None

@@ -74,22 +74,11 @@ def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
                  f"{input.dtype} (input's dtype), got {residual.dtype}")
     torch._check(residual.device == input.device, lambda: "fused_add_rms_norm: expected residual on "
                  f"{input.device} (input's device), got {residual.device}")
-    for name, t in (("input", input), ("residual", residual)):  # 1 = ATen's MemOverlap::Yes
-        torch._check(torch._debug_has_internal_overlap(t) != 1, lambda: f"fused_add_rms_norm: {name} has "
-                     "internally overlapping memory (e.g. an expanded tensor) but is written in place; pass a "
-                     "tensor whose elements each have their own memory")
-    # csrc/checks.cpp's check_no_shared_memory: the written tensors share no memory with the others.
-    for written, w, other_name, other in (("input", input, "residual", residual), ("input", input, "weight", weight),
-                                          ("residual", residual, "weight", weight)):
-        status = _overlap.overlap_status(w, other)
-        shared = status in (_overlap.FULL, _overlap.PARTIAL) or (
-            status == _overlap.TOO_HARD and w.numel() > 0 and other.numel() > 0 and _overlap.same_storage(w, other))
-        torch._check(not shared, lambda: (
-            f"fused_add_rms_norm: {written} and {other_name} share memory"
-            + (" (or may: strided views of one buffer)" if status == _overlap.TOO_HARD else "")
-            + f"; {written} is written in place, so the result would depend on the order of the writes. Pass "
-            "tensors with memory of their own (e.g. .clone())."))
-
+    _overlap.check_written_in_place("fused_add_rms_norm", "input", input)
+    _overlap.check_written_in_place("fused_add_rms_norm", "residual", residual)
+    _overlap.check_no_shared_memory("fused_add_rms_norm", "input", input, "residual", residual)
+    _overlap.check_no_shared_memory("fused_add_rms_norm", "input", input, "weight", weight)
+    _overlap.check_no_shared_memory("fused_add_rms_norm", "residual", residual, "weight", weight)
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                        eps: float = 1e-6) -> None:

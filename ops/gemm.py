@@ -39,10 +39,7 @@ def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor
                  f"A and B), got {out.dtype}")
     torch._check(out.device == A.device, lambda: f"{op}: expected out on {A.device} (the device of A and "
                  f"B), got {out.device}")
-    # ATen's has_internal_overlap from the strides alone (1 = MemOverlap::Yes: e.g. an expanded tensor).
-    torch._check(torch._debug_has_internal_overlap(out) != 1, lambda: f"{op}: out has internally "
-                 "overlapping memory (e.g. an expanded tensor); pass a tensor whose elements each have their "
-                 "own memory")
+    _overlap.check_written_in_place(op, "out", out)
     for name, t in (("A", A), ("B", B)):
         torch._check(_overlap.overlap_status(out, t) not in (_overlap.FULL, _overlap.PARTIAL), lambda: f"{op}: "
                      f"out overlaps {name} in memory; the result would overwrite its own input. Pass a separate "

@@ -191,12 +191,19 @@ def test_linear_every_tactic(restore_tactic_settings, M, activation):
         assert normwise_error(y, ref) < 8e-3, name
 
 
-def test_autotune_caches_one_choice_per_shape(restore_tactic_settings):
-    A, B = make(64, 4096, torch.bfloat16, "row"), make(4096, 2048, torch.bfloat16, "col")
+def tunable_operands(M, K, N):
+    """bf16 A (M, K) row-major and B (K, N) column-major, with autotuning on and an empty cache; skips
+    on GPUs where the GEMM has a single candidate (nothing to tune)."""
+    A, B = make(M, K, torch.bfloat16, "row"), make(K, N, torch.bfloat16, "col")
     if len(ops.gemm.plan(A, B)["candidates"]) < 2:
         pytest.skip("one candidate on this GPU (Hopper has several): nothing to tune")
     ops.gemm.clear_tuning_cache()
     ops.gemm.set_autotune(True)
+    return A, B
+
+
+def test_autotune_caches_one_choice_per_shape(restore_tactic_settings):
+    A, B = tunable_operands(64, 4096, 2048)
     check(torch.bfloat16, A, B, ops.cutlass_gemm(A, B))  # tunes (every candidate writes the result)
     cache = ops.gemm.tuning_cache()
     assert len(cache) == 1
@@ -213,11 +220,7 @@ def test_autotune_caches_one_choice_per_shape(restore_tactic_settings):
 
 
 def test_autotune_never_inside_graph_capture(restore_tactic_settings):
-    A, B = make(32, 1024, torch.bfloat16, "row"), make(1024, 1536, torch.bfloat16, "col")
-    if len(ops.gemm.plan(A, B)["candidates"]) < 2:
-        pytest.skip("one candidate on this GPU (Hopper has several): nothing to tune")
-    ops.gemm.clear_tuning_cache()
-    ops.gemm.set_autotune(True)
+    A, B = tunable_operands(32, 1024, 1536)
     static_a = A.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
