@@ -98,3 +98,39 @@ def test_llama_mlp_block_matches_pytorch():
     x = torch.randn(3, 4, cfg["hidden"])
     with torch.no_grad():
         torch.testing.assert_close(block(x), stock(x), atol=2e-4, rtol=2e-4)
+
+
+# Hugging Face decoder families whose RMSNorm is Llama's (x * rsqrt(mean(x^2) + eps) * weight, with a
+# `variance_epsilon`) and whose MLP is down(silu(gate(x)) * up(x)); Gemma's RMSNorm scales by (1 + weight)
+# and must be left alone. Tiny configs with random weights: nothing is downloaded.
+DECODERS = [("Llama", 5), ("Qwen2", 5), ("Qwen3", 9), ("Gemma", 0)]  # (family, RMSNorm modules converted)
+
+
+@pytest.mark.parametrize("family,rms_norms", DECODERS, ids=[f for f, _ in DECODERS])
+def test_hf_decoder_converted_matches_stock(family, rms_norms):
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, f"{family}ForCausalLM"):
+        pytest.skip(f"transformers {transformers.__version__} has no {family}")
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16)
+    stock = getattr(transformers, f"{family}ForCausalLM")(config)
+    converted = copy.deepcopy(stock)
+    keys = list(stock.state_dict())
+    report = ops.nn.convert(converted)
+    # Per layer q, k, v, o, gate, up, down, and the LM head; gate fused with the MLP's activation.
+    assert len(report.linear) == 2 * 7 + 1, report
+    assert [lin for lin, _, _ in report.fused] == [f"model.layers.{i}.mlp.gate_proj" for i in range(2)], report
+    assert len(report.rms_norm) == rms_norms, report
+    assert list(converted.state_dict()) == keys
+    ids = torch.randint(0, 128, (2, 9))
+    losses = []
+    for model in (stock, converted):
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        losses.append((out.logits, out.loss))
+    torch.testing.assert_close(losses[1][0], losses[0][0], atol=1e-5, rtol=1e-5)
+    # Training works through the ops' autograd: the same gradients as the stock model.
+    for (name, p_stock), p_ops in zip(stock.named_parameters(), converted.parameters()):
+        torch.testing.assert_close(p_ops.grad, p_stock.grad, atol=1e-5, rtol=1e-4, msg=name)
