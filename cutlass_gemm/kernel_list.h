@@ -186,4 +186,15 @@ static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kNumKernels);
 
 constexpr const KernelInfo& kernel_info(KernelId id) { return kKernels[static_cast<int>(id)]; }
 
+// Bytes per element.
+constexpr int element_size(DType dtype) {
+  switch (dtype) {
+    case DType::Half:
+    case DType::BFloat16: return 2;
+    case DType::Float: return 4;
+    case DType::Double: return 8;
+  }
+  return 1;
+}
+
 }  // namespace ops::cutlass_gemm

@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernel_list.h"
-#include "plan.h"  // GemmLaunchArgs, LaunchStatus
+#include "launch_args.h"
 
 namespace ops::cutlass_gemm {
 
