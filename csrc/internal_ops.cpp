@@ -60,7 +60,7 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
       poison,
       epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue),
       bias.has_value() ? *bias : at::Tensor());
-  return cg::plan_json(plan, target.sm_count);
+  return cg::plan_json(plan, target);
 }
 
 // The plan (heuristic tactic and candidates) for an emulated target, without running anything.
@@ -74,8 +74,7 @@ std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64
   const cg::DeviceTarget target = emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count);
   const cg::Epilogue ep =
       epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue);
-  return cg::plan_json(cg::plan_for(A, B, out.has_value() ? *out : at::Tensor(), target, ep),
-                       target.sm_count);
+  return cg::plan_json(cg::plan_for(A, B, out.has_value() ? *out : at::Tensor(), target, ep), target);
 }
 
 std::string kernels_json() {
@@ -124,6 +123,21 @@ std::string tuning_cache() { return cg::tuning_cache_json(); }
 
 void clear_tuning_cache() { cg::clear_tuning_cache(); }
 
+// One entry of a saved tuning cache (ops.gemm.load_tuning_cache validated the file): the tactic named
+// `best` for the GEMM `key`, resolved against the GEMM's candidates when a GEMM of that key first runs.
+void add_tuning(c10::string_view key, c10::string_view best, const std::vector<std::string>& timing_names,
+                c10::ArrayRef<double> timing_ms) {
+  TORCH_CHECK_VALUE(!key.empty() && !best.empty(), "ops.gemm.load_tuning_cache: an entry needs a key and a tactic name");
+  TORCH_CHECK_VALUE(timing_names.size() == timing_ms.size(), "ops.gemm.load_tuning_cache: ", timing_names.size(),
+                    " timing names but ", timing_ms.size(), " times");
+  cg::TuningRecord record;
+  record.best = std::string(best);
+  for (size_t i = 0; i < timing_names.size(); ++i) {
+    record.timings_ms.emplace_back(timing_names[i], timing_ms[i]);
+  }
+  cg::store_tuned(std::string(key), std::move(record));
+}
+
 }  // namespace
 }  // namespace ops
 
@@ -145,6 +159,8 @@ TORCH_LIBRARY_FRAGMENT(ops, m) {
   m.def("_cutlass_gemm_autotune_enabled() -> bool", &ops::autotune_enabled);
   m.def("_cutlass_gemm_tuning_cache() -> str", &ops::tuning_cache);
   m.def("_cutlass_gemm_clear_tuning_cache() -> ()", &ops::clear_tuning_cache);
+  m.def("_cutlass_gemm_add_tuning(str key, str best, str[] timing_names, float[] timing_ms) -> ()",
+        &ops::add_tuning);
   // The plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device; a CUDA
   // kernel only (cutlass_gemm/gemm_cuda.cpp).
   m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");

@@ -52,6 +52,7 @@ DeviceTarget current_device_target() {
   // Follow torch.mm: TF32 only where torch.backends.cuda.matmul / set_float32_matmul_precision allow.
   target.allow_tf32 = at::globalContext().allowTF32CuBLAS();
   target.sm_count = props->multiProcessorCount;
+  target.name = props->name;
   return target;
 }
 
@@ -138,7 +139,8 @@ Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, con
   // default (global) mode.
   const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
   TuningRecord record;
-  record.best = plan.tactic;
+  record.tactic = plan.tactic;
+  record.resolved = true;
   double best_ms = -1;
   const EventPool events(kRepeats + 1);
   for (const Tactic& candidate : candidates) {
@@ -146,10 +148,11 @@ Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, con
     record.timings_ms.emplace_back(tactic_name(candidate), ms);
     if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
       best_ms = ms;
-      record.best = candidate;
+      record.tactic = candidate;
     }
   }
-  const Tactic best = record.best;
+  record.best = tactic_name(record.tactic);
+  const Tactic best = record.tactic;
   store_tuned(key, std::move(record));
   return best;
 }
@@ -163,18 +166,12 @@ void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
   args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   Tactic tactic = plan.tactic;
-  if (autotune_enabled() && forced_tactic().empty()) {
-    const std::vector<Tactic> candidates = tactic_candidates(plan, args.sm_count);
-    if (candidates.size() > 1) {  // nothing to choose otherwise
-      const std::string key = tuning_key(plan, args);
-      if (!find_tuned(key, &tactic)) {
-        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-        C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-        // Timing synchronizes, which a capturing stream forbids: keep the heuristic's choice there.
-        if (capture == cudaStreamCaptureStatusNone) {
-          tactic = autotune(plan, candidates, args, key, like, stream);
-        }
-      }
+  if (!plan.autotune_key.empty()) {  // autotuning on, and no cached or forced choice (gemm_into)
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    // Timing synchronizes, which a capturing stream forbids: keep the heuristic's choice there.
+    if (capture == cudaStreamCaptureStatusNone) {
+      tactic = autotune(plan, tactic_candidates(plan, args.sm_count), args, plan.autotune_key, like, stream);
     }
   }
   const LaunchStatus status = run_tactic(tactic, args, like, stream);
@@ -213,7 +210,7 @@ std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B,
               A.size(0), ", N=", B.size(1), ", K=", A.size(1), ")");
   const c10::cuda::CUDAGuard guard(A.device());
   const DeviceTarget target = current_device_target();
-  return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target), target.sm_count);
+  return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target), target);
 }
 
 }  // namespace

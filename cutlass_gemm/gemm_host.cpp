@@ -53,7 +53,8 @@ JsonObject operand_json(const OperandPlan& p) {
 
 }  // namespace
 
-std::string plan_json(const GemmPlan& plan, int sm_count) {
+std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
+  const int sm_count = target.sm_count;
   JsonObject o;
   if (plan.tactic.kernel == KernelId::kCount) {
     o.null("kernel");
@@ -71,8 +72,13 @@ std::string plan_json(const GemmPlan& plan, int sm_count) {
       .add("decomposition", decomposition_name(plan.tactic.decomposition))
       .add("splits", plan.tactic.splits)
       .add("swizzle", plan.tactic.swizzle);
+  const char* source = plan.tactic_source == TacticSource::Forced  ? "forced"
+                       : plan.tactic_source == TacticSource::Tuned ? "tuned"
+                                                                   : "heuristic";
   o.add("kernel", info.name)
       .add("tactic", tactic)
+      .add("tactic_source", source)
+      .add("tuning_key", tuning_key(plan, target))
       .raw("candidates", candidates)
       .add("swap_ab", plan.swap_ab)
       .add("m", plan.m)
@@ -140,6 +146,45 @@ GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& ou
   return plan;
 }
 
+namespace {
+
+std::atomic<bool> autotune_flag{false};
+std::atomic<bool> forced_flag{false};       // forced non-empty: lets every GEMM skip the mutex
+std::atomic<bool> tuning_cache_used{false};  // the tuning cache is not empty: worth a look-up
+
+// plan.tactic is the heuristic's choice; replace it with the forced tactic (which must be a candidate)
+// or the tuning cache's choice, in that order, and say whether the launcher should autotune.
+void select_tactic(GemmPlan& plan, const DeviceTarget& target, at::ScalarType dtype) {
+  const std::string forced = forced_tactic();
+  if (!forced.empty()) {
+    std::string names;
+    bool found = false;
+    for (const Tactic& candidate : tactic_candidates(plan, target.sm_count)) {
+      const std::string name = tactic_name(candidate);
+      if (name == forced) {
+        plan.tactic = candidate;
+        found = true;
+      }
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", plan.m,
+                ", N=", plan.n, ", K=", plan.k, ", ", torch_dtype_name(dtype), "); its candidates are: ", names,
+                ". Clear it with ops.gemm.set_tactic(None).");
+    plan.tactic_source = TacticSource::Forced;
+    return;
+  }
+  const bool autotune = autotune_flag.load(std::memory_order_relaxed);
+  if (!autotune && !tuning_cache_used.load(std::memory_order_relaxed)) return;
+  const std::string key = tuning_key(plan, target);
+  if (find_tuned(key, plan, target.sm_count, &plan.tactic)) {
+    plan.tactic_source = TacticSource::Tuned;
+  } else if (autotune && tactic_candidates(plan, target.sm_count).size() > 1) {
+    plan.autotune_key = key;
+  }
+}
+
+}  // namespace
+
 GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                    const DeviceTarget& target, const LaunchFn& launch, bool poison,
                    Epilogue epilogue, const at::Tensor& bias) {
@@ -158,22 +203,7 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
     return plan;
   }
   plan = plan_for(A, B, out, target, epilogue);
-  const std::string forced = forced_tactic();
-  if (!forced.empty()) {
-    std::string names;
-    bool found = false;
-    for (const Tactic& candidate : tactic_candidates(plan, target.sm_count)) {
-      const std::string name = tactic_name(candidate);
-      if (name == forced) {
-        plan.tactic = candidate;
-        found = true;
-      }
-      names += (names.empty() ? "" : ", ") + name;
-    }
-    TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", M,
-                ", N=", N, ", K=", K, ", ", torch_dtype_name(A.scalar_type()), "); its candidates are: ", names,
-                ". Clear it with ops.gemm.set_tactic(None).");
-  }
+  select_tactic(plan, target, A.scalar_type());
 
   // The kernel's operands before padding: with swap, D^T = B^T A^T.
   const at::Tensor a = plan.swap_ab ? B.t() : A;
@@ -261,9 +291,6 @@ TacticControls& controls() {
   return *instance;
 }
 
-std::atomic<bool> autotune_flag{false};
-std::atomic<bool> forced_flag{false};  // forced non-empty: lets every GEMM skip the mutex
-
 }  // namespace
 
 void set_forced_tactic(const std::string& name) {
@@ -282,25 +309,49 @@ void set_autotune(bool enabled) { autotune_flag.store(enabled); }
 
 bool autotune_enabled() { return autotune_flag.load(std::memory_order_relaxed); }
 
-std::string tuning_key(const GemmPlan& plan, const GemmLaunchArgs& args) {
-  return "cuda:" + std::to_string(args.device) + " " +
-         (plan.family.empty() ? std::string("none") : kernel_info(plan.family.front()).name) + " m=" +
-         std::to_string(args.m) + " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) +
-         " ld=" + std::to_string(args.lda) + "," + std::to_string(args.ldb) + "," +
-         std::to_string(args.ldd);
+std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target) {
+  return target.name + " sm" + std::to_string(target.cc_major) + std::to_string(target.cc_minor) + "x" +
+         std::to_string(target.sm_count) + " " +
+         (plan.family.empty() ? std::string("none") : kernel_info(plan.family.front()).name) +
+         " m=" + std::to_string(plan.m) + " n=" + std::to_string(plan.n) + " k=" + std::to_string(plan.k) +
+         " ld=" + std::to_string(plan.a.ld) + "," + std::to_string(plan.b.ld) + "," +
+         std::to_string(plan.d.ld);
 }
 
-bool find_tuned(const std::string& key, Tactic* tactic) {
-  std::lock_guard<std::mutex> lock(controls().mutex);
-  const auto it = controls().cache.find(key);
-  if (it == controls().cache.end()) return false;
-  *tactic = it->second.best;
-  return true;
+bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tactic* tactic) {
+  std::string dropped;
+  {
+    std::lock_guard<std::mutex> lock(controls().mutex);
+    const auto it = controls().cache.find(key);
+    if (it == controls().cache.end()) return false;
+    TuningRecord& record = it->second;
+    if (!record.resolved) {
+      for (const Tactic& candidate : tactic_candidates(plan, sm_count)) {
+        if (tactic_name(candidate) == record.best) {
+          record.tactic = candidate;
+          record.resolved = true;
+        }
+      }
+    }
+    if (record.resolved) {
+      *tactic = record.tactic;
+      return true;
+    }
+    dropped = record.best;
+    controls().cache.erase(it);
+    tuning_cache_used.store(!controls().cache.empty());
+  }
+  TORCH_WARN("cutlass_gemm: the tuning cache chose '", dropped, "' for '", key,
+             "', which is not a candidate of this GEMM in this build of ops (a cache saved by another "
+             "version?); dropped that entry, the GEMM runs the ", autotune_enabled() ? "autotuner's" : "heuristic's",
+             " choice.");
+  return false;
 }
 
 void store_tuned(const std::string& key, TuningRecord record) {
   std::lock_guard<std::mutex> lock(controls().mutex);
   controls().cache[key] = std::move(record);
+  tuning_cache_used.store(true);
 }
 
 std::string tuning_cache_json() {
@@ -317,7 +368,7 @@ std::string tuning_cache_json() {
       }
     }
     JsonObject entry;
-    entry.add("key", key).add("best", tactic_name(record.best)).add("timings_ms", timings);
+    entry.add("key", key).add("best", record.best).add("timings_ms", timings);
     out += (first ? "" : ",") + entry.str();
     first = false;
   }
@@ -327,6 +378,7 @@ std::string tuning_cache_json() {
 void clear_tuning_cache() {
   std::lock_guard<std::mutex> lock(controls().mutex);
   controls().cache.clear();
+  tuning_cache_used.store(false);
 }
 
 }  // namespace ops::cutlass_gemm

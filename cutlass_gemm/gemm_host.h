@@ -19,6 +19,9 @@ struct DeviceTarget {
   std::vector<BuiltArch> built;
   bool allow_tf32 = false;
   int sm_count = 132;  // multiprocessors (the tactic heuristic's wave size)
+  // The device model (cudaDeviceProp::name; "emulated" for the CPU emulation): tuning-cache keys name
+  // the model, not the ordinal, so a saved cache applies to every GPU of that model.
+  std::string name = "emulated";
 };
 
 using LaunchFn = std::function<void(const GemmPlan&, const GemmLaunchArgs&)>;
@@ -40,8 +43,9 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
 GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                   const DeviceTarget& target, Epilogue epilogue = Epilogue::Plain);
 
-// A plan as JSON (kernel, tactic, candidates, operands), for the introspection ops.
-std::string plan_json(const GemmPlan& plan, int sm_count);
+// A plan as JSON (kernel, tactic and where it came from, candidates, operands, tuning-cache key), for
+// the introspection ops.
+std::string plan_json(const GemmPlan& plan, const DeviceTarget& target);
 
 // act(x) for a Bias<Act> epilogue, with ATen ops (in place); identity for Plain and BiasIdentity.
 void apply_activation_(at::Tensor& x, Epilogue epilogue);
@@ -64,20 +68,29 @@ DType to_dtype(at::ScalarType type);
 void set_forced_tactic(const std::string& name);
 std::string forced_tactic();
 
-// Autotuning (off by default): on a GEMM shape not seen before, time every candidate tactic on the
-// device (synchronizing), keep the fastest for that shape and use it from then on. Never during CUDA
-// graph capture (the heuristic's choice runs, nothing is cached).
+// Autotuning (off by default): on a GEMM shape without a cached choice, time every candidate tactic on
+// the device (synchronizing), keep the fastest for that shape and use it from then on. Never during
+// CUDA graph capture (the heuristic's choice runs, nothing is cached).
 void set_autotune(bool enabled);
 bool autotune_enabled();
 
+// The tuning cache: one tactic per GEMM shape and device model, filled by the autotuner or loaded
+// (ops.gemm.load_tuning_cache). A cached choice is used whenever present, with autotuning on or off;
+// set_tactic takes precedence.
 struct TuningRecord {
-  Tactic best;
+  std::string best;  // tactic name (tactic_name)
   std::vector<std::pair<std::string, double>> timings_ms;  // tactic name -> median ms (failed: < 0)
+  // `best` resolved against the GEMM's candidates, on first use (a loaded record names a tactic only).
+  bool resolved = false;
+  Tactic tactic;
 };
-// The cache key of a plan on a device: the kernel family (dtype, math, epilogue, layouts), M, N, K
-// and the leading dimensions.
-std::string tuning_key(const GemmPlan& plan, const GemmLaunchArgs& args);
-bool find_tuned(const std::string& key, Tactic* tactic);
+// The cache key of a plan on a device model: the model and its SM count, the kernel family (dtype,
+// math, epilogue, layouts), M, N, K and the leading dimensions.
+std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target);
+// The cached tactic for `key`, resolved against plan's candidates. A record whose tactic is not among
+// them (a cache written by another build) is dropped with a warning and false is returned.
+bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tactic* tactic);
+// Adds or replaces the record of `key` (the autotuner's result, or an entry of a loaded file).
 void store_tuned(const std::string& key, TuningRecord record);
 // [{"key", "best", "timings_ms": {name: ms}}...] and clearing, for ops.gemm's API.
 std::string tuning_cache_json();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernel_list.h"
+#include "launch_args.h"  // GemmLaunchArgs, LaunchStatus, Decomposition
 
 namespace ops::cutlass_gemm {
 
@@ -39,28 +40,9 @@ struct BuiltArch {
   bool arch_specific = false;  // the "a" suffix
 };
 
-// Bytes per element.
-constexpr int element_size(DType dtype) {
-  switch (dtype) {
-    case DType::Half:
-    case DType::BFloat16: return 2;
-    case DType::Float: return 4;
-    case DType::Double: return 8;
-  }
-  return 1;
-}
-
 // Parses a TORCH_CUDA_ARCH_LIST-style string ("8.0;9.0a", "8.0 8.6+PTX"). PTX entries count as the
 // arch they name. Throws std::invalid_argument on a malformed entry.
 std::vector<BuiltArch> parse_arch_list(const std::string& arch_list);
-
-// How the SM90 tile schedulers split the work (CUTLASS's DecompositionMode). Only the stream-K-scheduler
-// kernels take anything but DataParallel.
-enum class Decomposition : int8_t {
-  DataParallel,  // one CTA per output tile (persistent CTAs loop over tiles)
-  SplitK,        // `splits` CTAs per output tile, each over K / splits, reduced in the workspace
-  StreamK,       // the K iterations of all tiles divided evenly among the CTAs (Osama et al. 2023)
-};
 
 // How a planned GEMM runs: the instantiation and its run-time scheduler settings.
 struct Tactic {
@@ -74,6 +56,10 @@ struct Tactic {
            swizzle == o.swizzle;
   }
 };
+
+// Where a plan's tactic came from (gemm_host.cpp, select_tactic): the shape heuristic, the tactic
+// forced by ops.gemm.set_tactic, or the tuning cache (autotuned here, or loaded from a file).
+enum class TacticSource : int8_t { Heuristic, Forced, Tuned };
 
 struct GemmRequest {
   DType dtype = DType::Float;
@@ -112,31 +98,10 @@ struct GemmPlan {
   int64_t m = 0, n = 0, k = 0;
   OperandPlan a, b, d;
   int64_t copied_elements = 0;  // elements read + written by copies (the plan's cost)
-};
-
-// One launch: D (M x N, row-major, leading dimension ldd) = A (M x K) @ B (K x N).
-// A and B layouts are fixed by the instantiation; lda / ldb are their leading dimensions in
-// elements. Pointers are device pointers satisfying the instantiation's alignment.
-struct GemmLaunchArgs {
-  const void* a = nullptr;
-  const void* b = nullptr;
-  void* d = nullptr;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldd = 0;
-  const void* bias = nullptr;  // Bias<Act> epilogues: n elements (per column of D), or null
-  int device = 0;    // CUDA device ordinal (for CUTLASS's hardware info)
-  int sm_count = 0;  // multiprocessors of that device
-  // The tactic's scheduler settings (SM90 kernels; the SM80 kernels ignore them), set by the launcher
-  // from the tactic it runs (plan.tactic, or an autotuned one).
-  Decomposition decomposition = Decomposition::DataParallel;
-  int splits = 1;
-  int swizzle = 1;
-};
-
-// Result of a launch. `message` is a static string (never owned).
-struct LaunchStatus {
-  bool ok = true;
-  const char* message = "";
+  TacticSource tactic_source = TacticSource::Heuristic;
+  // Set when the launcher should autotune this GEMM before running it (autotuning on, no forced
+  // tactic, no cached choice, more than one candidate): the tuning-cache key to store the choice under.
+  std::string autotune_key;
 };
 
 // Returns "" and fills *plan, or returns an error message (naming the op) when no kernel can run.

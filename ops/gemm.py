@@ -126,7 +126,8 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
 
     Returns:
         dict with ``kernel`` (instantiation name), ``tactic`` (name, config, decomposition, splits,
-        swizzle: the heuristic's choice, ignoring ``set_tactic`` and autotuning), ``candidates`` (every
+        swizzle: the heuristic's choice, ignoring ``set_tactic`` and the tuning cache),
+        ``tactic_source`` ("heuristic"), ``tuning_key`` (its key in the tuning cache), ``candidates`` (every
         tactic name ``set_tactic`` accepts for this GEMM), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
         how each operand is read (``a``, ``b``, ``d``: in place or copied, layout, leading dimension).
 
@@ -164,10 +165,14 @@ def set_autotune(enabled: bool) -> bool:
     it on at import). Returns the previous setting.
 
     With autotuning on, the first CUDA GEMM of each shape (kernel family, M, N, K, leading dimensions,
-    device) times every candidate tactic (a warm-up run and the median of 5 runs each, between CUDA
-    events: this synchronizes the stream once) and caches the fastest; later GEMMs of that shape run it
-    directly. A shape first seen during CUDA graph capture runs the heuristic's choice and is not tuned
-    (timing would synchronize a capturing stream). ``set_tactic`` takes precedence."""
+    device model) without a cached choice times every candidate tactic (a warm-up run and the median of
+    5 runs each, between CUDA events: this synchronizes the stream once) and caches the fastest. A
+    shape first seen during CUDA graph capture runs the heuristic's choice and is not tuned (timing
+    would synchronize a capturing stream).
+
+    Cached choices (tuned here, or loaded with ``load_tuning_cache``) are used whenever present, with
+    autotuning on or off; turning it off only stops new shapes from being timed (``clear_tuning_cache``
+    forgets the choices). ``set_tactic`` takes precedence over both."""
     previous = autotune_enabled()
     torch.ops.ops._cutlass_gemm_set_autotune(bool(enabled))
     return previous
@@ -179,17 +184,91 @@ def autotune_enabled() -> bool:
 
 
 def tuning_cache() -> list:
-    """The autotuning results so far: a list of dicts with ``key`` (device, kernel family, M, N, K,
-    leading dimensions), ``best`` (the tactic used from then on) and ``timings_ms`` (every candidate's
-    median time in milliseconds; None for a candidate that could not run)."""
+    """The tuning cache: a list of dicts with ``key`` (device model and SM count, kernel family, M, N, K,
+    leading dimensions: the ``tuning_key`` of ``plan(A, B)``), ``best`` (the tactic used for that GEMM)
+    and ``timings_ms`` (every candidate's median time in milliseconds when it was tuned; None for a
+    candidate that could not run)."""
     import json
 
     return json.loads(torch.ops.ops._cutlass_gemm_tuning_cache())
 
 
 def clear_tuning_cache() -> None:
-    """Forget every autotuning result (the next GEMM of each shape is timed again)."""
+    """Forget every cached choice (with autotuning on, the next GEMM of each shape is timed again)."""
     torch.ops.ops._cutlass_gemm_clear_tuning_cache()
+
+
+_TUNING_FORMAT = "ops.gemm tuning cache"
+_TUNING_VERSION = 1
+
+
+def save_tuning_cache(path) -> int:
+    """Write the tuning cache (``tuning_cache()``) to the JSON file ``path``, for ``load_tuning_cache`` in
+    another process: tune once (for example in a warm-up run with ``set_autotune(True)``), then serve
+    with the choices loaded, autotuning off, and CUDA graphs captured with the tuned kernels.
+
+    Returns:
+        The number of entries written.
+    """
+    import json
+
+    from . import build_info
+
+    entries = tuning_cache()
+    payload = {"format": _TUNING_FORMAT, "version": _TUNING_VERSION, "torch_version": torch.__version__,
+               "cutlass_version": build_info.CUTLASS_VERSION, "cuda_arch_list": build_info.CUDA_ARCH_LIST,
+               "entries": entries}
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+    return len(entries)
+
+
+def load_tuning_cache(path) -> int:
+    """Add the choices of a file written by ``save_tuning_cache`` to the tuning cache (an entry replaces
+    the cached choice of the same key). Keys name the device model and SM count, so entries of another
+    GPU model are loaded but never match. An entry whose tactic is not a candidate of its GEMM in this
+    build (a file from another version of ops) is dropped with a warning when that GEMM first runs, and
+    the GEMM runs as if it had no entry.
+
+    Returns:
+        The number of entries loaded.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: the file is not JSON, or not a tuning cache of a version this library reads, or an
+            entry is malformed (nothing is loaded then).
+    """
+    import json
+
+    with open(path) as f:
+        try:
+            payload = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not JSON ({e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != _TUNING_FORMAT:
+        raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not a tuning cache written by "
+                         f"ops.gemm.save_tuning_cache (no \"format\": \"{_TUNING_FORMAT}\")")
+    if payload.get("version") != _TUNING_VERSION:
+        raise ValueError(f"ops.gemm.load_tuning_cache: {path} has version {payload.get('version')!r}; this "
+                         f"library reads version {_TUNING_VERSION}")
+    entries = payload.get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"ops.gemm.load_tuning_cache: {path}: expected a list of entries, got "
+                         f"{type(entries).__name__}")
+    records = []
+    for i, entry in enumerate(entries):
+        timings = entry.get("timings_ms", {}) if isinstance(entry, dict) else None
+        ok = (isinstance(entry, dict) and isinstance(entry.get("key"), str) and entry["key"]
+              and isinstance(entry.get("best"), str) and entry["best"] and isinstance(timings, dict)
+              and all(isinstance(k, str) and (v is None or isinstance(v, (int, float))) for k, v in timings.items()))
+        if not ok:
+            raise ValueError(f"ops.gemm.load_tuning_cache: {path}: entry {i} is malformed (expected "
+                             f"{{\"key\": str, \"best\": str, \"timings_ms\": {{tactic: ms or null}}}}), got {entry!r}")
+        records.append((entry["key"], entry["best"], list(timings),
+                        [-1.0 if v is None else float(v) for v in timings.values()]))
+    for record in records:
+        torch.ops.ops._cutlass_gemm_add_tuning(*record)
+    return len(records)
 
 
 def _autotune_from_environment() -> None:

@@ -241,10 +241,37 @@ def test_autotune_never_inside_graph_capture(restore_tactic_settings):
     assert len(ops.gemm.tuning_cache()) == tuned_before + 1
 
 
+def test_saved_tuning_is_used_without_autotuning_and_in_graph_capture(restore_tactic_settings, tmp_path):
+    A, B = tunable_operands(48, 2048, 1024)
+    ops.cutlass_gemm(A, B)  # tunes
+    assert ops.gemm.save_tuning_cache(tmp_path / "tuning.json") == 1
+    saved = ops.gemm.tuning_cache()
+    assert saved[0]["key"] == ops.gemm.plan(A, B)["tuning_key"]
+    assert saved[0]["key"].startswith(torch.cuda.get_device_name())
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.set_autotune(False)
+    assert ops.gemm.load_tuning_cache(tmp_path / "tuning.json") == 1
+    ops.gemm.set_autotune(True)  # a loaded choice is not timed again
+    static_a = A.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = ops.cutlass_gemm(static_a, B)
+    fresh = torch.randn_like(A)
+    static_a.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(torch.bfloat16, fresh, B, static_out)
+    check(torch.bfloat16, A, B, ops.cutlass_gemm(A, B))
+    assert ops.gemm.tuning_cache() == saved
+
+
 def test_plan_reports_the_device():
     A, B = make(1, 4096, torch.bfloat16, "row"), make(4096, 4096, torch.bfloat16, "col")
     plan = ops.gemm.plan(A, B)
     expected = ops._library.gemm_plan_for_target(
         A, B, *torch.cuda.get_device_capability(), ops.build_info.CUDA_ARCH_LIST,
         sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    # The same plan; the tuning key names the GPU model where the emulation says "emulated".
+    key, expected_key = plan.pop("tuning_key"), expected.pop("tuning_key")
+    assert key == expected_key.replace("emulated", torch.cuda.get_device_name(), 1)
     assert plan == expected

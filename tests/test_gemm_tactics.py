@@ -291,3 +291,89 @@ def test_unknown_autotune_environment_value_warns():
     env = dict(os.environ, OPS_GEMM_AUTOTUNE="enable")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "OPS_GEMM_AUTOTUNE='enable' not understood" in out.stderr
+
+
+# ---- the tuning cache: cached choices run, files round-trip (timing itself: test_gemm_cuda.py) ------
+
+@pytest.fixture
+def clean_tuning_cache():
+    ops.gemm.clear_tuning_cache()
+    yield
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.set_autotune(False)
+
+
+def write_tuning_file(path, entries, **fields):
+    import json
+
+    payload = {"format": "ops.gemm tuning cache", "version": 1, "entries": entries, **fields}
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_a_loaded_choice_runs_and_round_trips(tmp_path, clean_tuning_cache):
+    A, B = operands(16, 256, 512)
+    heuristic = plan_only(A, B)
+    assert heuristic["tactic_source"] == "heuristic"
+    other = next(name for name in heuristic["candidates"] if name != heuristic["tactic"]["name"])
+    entry = {"key": heuristic["tuning_key"], "best": other, "timings_ms": {other: 0.01, "failed": None}}
+    assert ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [entry])) == 1
+    assert ops.gemm.tuning_cache() == [entry]
+    for autotune in (False, True):  # a cached choice is used with autotuning on or off
+        ops.gemm.set_autotune(autotune)
+        out, plan = emulate(A, B)
+        assert (plan["tactic"]["name"], plan["tactic_source"]) == (other, "tuned")
+        reference_check(out, A, B)
+    # Another shape, or the same shape on a GPU model with another SM count: not in the cache.
+    assert emulate(*operands(32, 256, 512))[1]["tactic_source"] == "heuristic"
+    assert emulate(A, B, sm_count=114)[1]["tactic_source"] == "heuristic"
+    # set_tactic takes precedence.
+    ops.gemm.set_tactic(heuristic["tactic"]["name"])
+    assert emulate(A, B)[1]["tactic_source"] == "forced"
+    ops.gemm.set_tactic(None)
+    # Saved, cleared, loaded again: the same choice.
+    assert ops.gemm.save_tuning_cache(tmp_path / "saved.json") == 1
+    ops.gemm.clear_tuning_cache()
+    assert emulate(A, B)[1]["tactic_source"] == "heuristic"
+    assert ops.gemm.load_tuning_cache(str(tmp_path / "saved.json")) == 1
+    assert ops.gemm.tuning_cache() == [entry]
+    assert emulate(A, B)[1]["tactic"]["name"] == other
+
+
+def test_tuning_key_names_device_model_shape_and_leading_dimensions():
+    A, B = operands(16, 256, 512)
+    key = plan_only(A, B)["tuning_key"]
+    assert key == "emulated sm90x132 sm90_bf16_rc m=16 n=256 k=512 ld=512,512,256", key
+    assert plan_only(A, B, sm_count=114)["tuning_key"] != key
+
+
+def test_a_stale_choice_is_dropped_with_a_warning(tmp_path, clean_tuning_cache, capfd):
+    A, B = operands(16, 256, 512)
+    key = plan_only(A, B)["tuning_key"]
+    ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [{"key": key, "best": "sm90_bf16_rc_gone/dp"}]))
+    out, plan = emulate(A, B)
+    # TORCH_WARN from an op called through torch.ops reaches stderr (c10's warning handler).
+    assert "the tuning cache chose 'sm90_bf16_rc_gone/dp'" in capfd.readouterr().err
+    assert plan["tactic_source"] == "heuristic"
+    reference_check(out, A, B)
+    assert ops.gemm.tuning_cache() == []  # dropped: warned once
+
+
+@pytest.mark.parametrize("content,match", [
+    ("{not json", "is not JSON"),
+    ('{"entries": []}', "is not a tuning cache"),
+    ('{"format": "ops.gemm tuning cache", "version": 2, "entries": []}', "has version 2; this library reads version 1"),
+    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": {}}', "expected a list of entries"),
+    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t"}, {"key": "k"}]}',
+     "entry 1 is malformed"),
+    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t", "timings_ms": [1]}]}',
+     "entry 0 is malformed"),
+])
+def test_load_tuning_cache_rejects_bad_files(tmp_path, clean_tuning_cache, content, match):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"ops.gemm.load_tuning_cache: .*{match}"):
+        ops.gemm.load_tuning_cache(path)
+    assert ops.gemm.tuning_cache() == []  # nothing loaded, not even the valid entries
+    with pytest.raises(FileNotFoundError):
+        ops.gemm.load_tuning_cache(tmp_path / "missing.json")
