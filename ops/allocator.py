@@ -3,9 +3,12 @@
 
 * ``ops.allocator.install()``: the global swap (``torch.cuda.memory.change_current_allocator``); every
   CUDA allocation of the process goes through it. Possible only before CUDA memory is first allocated.
-  PyTorch's own statistics, ``record_stream`` and ``empty_cache`` do not apply then; use ``stats()``
-  and ``trim()``. Frees are ordered after the work of every stream the allocator has seen, so memory
-  still read by a side stream is not handed out early.
+  PyTorch's own statistics and ``empty_cache`` do not apply then; use ``stats()`` and ``trim()``.
+  Frees are ordered after the work of every stream the allocator has seen allocate or been given by
+  ``tensor.record_stream(stream)``, so memory still used by a side stream is not handed out early.
+  CUDA graphs: allocations during capture are graph memory, and memory allocated before a capture
+  but freed during it is freed once the capture is over. Memory is not mapped for peer GPUs
+  (``cudaMemPoolSetAccess``): kernels reading another GPU's memory directly need the caching allocator.
 * ``ops.allocator.pool()``: a ``torch.cuda.MemPool`` backed by it, used with
   ``torch.cuda.use_mem_pool(pool)``. PyTorch's caching allocator stays in charge (its stats,
   ``record_stream`` and graph pools work) and takes whole segments from our pool.
@@ -95,6 +98,10 @@ def install() -> None:
             f"({exc}). Call install() before the first CUDA tensor is created, or use "
             "`with torch.cuda.use_mem_pool(ops.allocator.pool()):` to route a scope's allocations "
             "through ops' allocator instead.") from exc
+    # PyTorch ignores record_stream for pluggable allocators unless given a function for it.
+    if not torch.ops.ops._allocator_install_record_stream_hook():
+        raise RuntimeError("ops.allocator.install(): the current CUDA allocator is not the pluggable allocator "
+                           "just installed (record_stream could not be connected)")
 
 
 def pool() -> "torch.cuda.MemPool":

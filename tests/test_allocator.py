@@ -14,7 +14,7 @@ import ops
 from conftest import HAS_CUDA, REPO, run_python
 
 needs_cuda_build = pytest.mark.skipif(not ops.build_info.WITH_CUDA, reason="CPU-only build of ops")
-EXPORTED = ["ops_alloc", "ops_pool_alloc", "ops_free", "ops_allocator_stats", "ops_allocator_reset_peak",
+EXPORTED = ["ops_alloc", "ops_pool_alloc", "ops_free", "ops_allocator_record_stream", "ops_allocator_stats", "ops_allocator_reset_peak",
             "ops_allocator_trim", "ops_allocator_set_release_threshold", "ops_allocator_error_string"]
 
 
@@ -40,6 +40,7 @@ def test_allocator_signatures_match_what_pytorch_calls(tmp_path):
         static_assert(std::is_same_v<decltype(&ops_alloc), void* (*)(size_t, int, cudaStream_t)>);
         static_assert(std::is_same_v<decltype(&ops_pool_alloc), void* (*)(size_t, int, cudaStream_t)>);
         static_assert(std::is_same_v<decltype(&ops_free), void (*)(void*, size_t, int, cudaStream_t)>);
+        static_assert(std::is_same_v<decltype(&ops_allocator_record_stream), void (*)(void*, cudaStream_t)>);
         int main() { return 0; }
     """))
     cuda_include = os.path.join(ops.build_info.CUDA_HOME, "include")
@@ -193,6 +194,91 @@ def test_side_stream_reader_is_not_overwritten():
         torch.cuda.synchronize()
         assert torch.all(b == 6.0).item(), "a side stream read memory that was handed out again"
         assert torch.all(c == -1.0).item()
+    """)
+
+
+@pytest.mark.cuda
+def test_record_stream_orders_frees_after_a_stream_that_never_allocated():
+    # The side stream only writes in place: the allocator knows of it through record_stream alone.
+    _run_gpu("""
+        ops.allocator.install()
+        side = torch.cuda.Stream()
+        n = 1 << 24
+        a = torch.zeros(n, device="cuda")
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)
+            a.add_(5.0)                       # no allocation on the side stream
+        a.record_stream(side)
+        total = torch.zeros(1, device="cuda")
+        with torch.cuda.stream(side):
+            total += a.sum()                  # a read after the write, on the side stream
+        del a
+        c = torch.full((n,), -1.0, device="cuda")   # must not reuse a's memory before side is done
+        torch.cuda.synchronize()
+        assert total.item() == 5.0 * n, total.item()
+        assert torch.all(c == -1.0).item()
+    """)
+
+
+@pytest.mark.cuda
+def test_graph_capture_under_global_install():
+    # Memory allocated before a capture and freed during it (rebinding a warmed-up output) is freed
+    # after the capture; the graph's own allocations are graph memory; replays compute right.
+    _run_gpu("""
+        ops.allocator.install()
+        x = torch.randn(1 << 20, device="cuda")
+        w = torch.randn(256, 256, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            y = ops.cutlass_gemm(ops.rms_norm(x.view(-1, 256), w[0]), w)  # warm-up, allocated on s
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        frees_before = ops.allocator.stats()["frees"]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            y = ops.cutlass_gemm(ops.rms_norm(x.view(-1, 256), w[0]), w)  # frees the warm-up y in capture
+        for value in (1.0, 2.0):
+            x.fill_(value)
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = ops.cutlass_gemm(ops.rms_norm(x.view(-1, 256), w[0]), w)
+            torch.testing.assert_close(y, expected)
+        z = torch.empty(1 << 20, device="cuda")             # the deferred free runs by now
+        assert ops.allocator.stats()["frees"] > frees_before
+        del graph, y
+        torch.cuda.synchronize()
+        ops.allocator.trim()
+    """)
+
+
+@pytest.mark.cuda
+def test_graph_capture_into_an_ops_mem_pool():
+    # PyTorch's caching allocator asks the pool for a segment during capture: it must be real memory,
+    # usable outside the graph afterwards.
+    _run_gpu("""
+        pool = ops.allocator.pool()
+        x = torch.randn(1024, 1024, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            x * 2                                    # warm-up
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(graph, pool=pool.id):          # the capture allocates from our pool
+            y = x * 2 + 1
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, x * 2 + 1)
+        assert ops.allocator.stats()["allocations"] >= 1
+        with torch.cuda.use_mem_pool(pool):
+            z = torch.ones(1024, 1024, device="cuda")   # may reuse the pool's segments outside the graph
+        torch.cuda.synchronize()
+        assert z.sum().item() == 1024 * 1024
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, x * 2 + 1)
     """)
 
 

@@ -2,18 +2,27 @@
 // exception type.
 //
 // Stream ordering: memory is allocated on the caller's stream from a per-device cudaMemPool_t. A free
-// is ordered after the work queued so far on every stream this allocator has seen allocate on that
-// device: an internal stream waits on an event recorded on each of them, then cudaFreeAsync runs on
-// the internal stream. The pool hands a block out again only once that free has executed, so memory
-// freed on the host while a kernel on a side stream still reads it is not reused early, without
-// PyTorch's record_stream (a no-op for pluggable allocators) and without making user streams wait on
-// each other. Inside CUDA graph capture the free is plain cudaFreeAsync on the capturing stream.
+// is ordered after the work queued so far on every stream this allocator has seen use its memory (each
+// stream that allocated, and each stream a tensor was record_stream'ed to, see
+// ops_allocator_record_stream): an internal stream waits on an event recorded on each of them, then
+// cudaFreeAsync runs on the internal stream. The pool hands a block out again only once that free has
+// executed, so memory freed on the host while a kernel on a side stream still reads it is not reused
+// early. (The pool may make a later allocation wait on that free, as cudaMallocAsync pools do.)
+//
+// CUDA graph capture (what CUDA allows, and what PyTorch's cudaMallocAsync backend does):
+//  * an allocation on a capturing stream becomes a graph allocation (a memory node of the graph) for
+//    ops_alloc (global install); for ops_pool_alloc (a MemPool segment, which PyTorch's caching
+//    allocator keeps and reuses beyond the graph) it is real memory, allocated outside the capture;
+//  * a graph allocation freed while its stream captures becomes a free node of the graph;
+//  * ordinary memory freed while its stream captures cannot be freed inside the graph: the free is
+//    deferred until that stream's capture is over (done at the next allocation or free).
 #include "allocator.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -27,7 +36,13 @@ struct DeviceState {
   std::mutex mu;
   cudaMemPool_t pool = nullptr;
   cudaStream_t free_stream = nullptr;
-  std::vector<std::pair<cudaStream_t, cudaEvent_t>> streams;  // seen at allocation
+  std::vector<std::pair<cudaStream_t, cudaEvent_t>> streams;  // seen using our memory
+  std::unordered_set<void*> graph_allocations;  // allocated on a capturing stream (graph memory nodes)
+  struct DeferredFree {
+    void* ptr;
+    cudaStream_t stream;  // the capturing stream the free was asked on
+  };
+  std::vector<DeferredFree> deferred;  // ordinary memory freed during a capture: freed after it
   std::atomic<int64_t> in_use{0}, peak{0}, allocations{0}, frees{0}, failed{0};
 };
 
@@ -86,6 +101,8 @@ void remember_stream(DeviceState& state, cudaStream_t stream) {
   cudaEvent_t event = nullptr;
   if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess) {
     state.streams.emplace_back(stream, event);
+  } else {
+    (void)cudaGetLastError();  // our failed call: do not leave its error for PyTorch's next check
   }
 }
 
@@ -94,7 +111,44 @@ bool is_capturing(cudaStream_t stream) {
   return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
 }
 
-void* allocate(size_t size, int device, cudaStream_t stream, cudaError_t* error) {
+// Frees `ptr` on the internal stream after the work queued so far on every remembered stream. Caller
+// holds state.mu, device current, and no capture runs on ptr's stream.
+cudaError_t free_ordered(DeviceState& state, void* ptr) {
+  cudaStream_t free_stream = state.free_stream;
+  for (auto it = state.streams.begin(); it != state.streams.end();) {
+    // A stream that is being captured now cannot be waited on from outside the capture: its work
+    // queued before the capture was waited on by earlier frees, its captured work is in a graph.
+    if (is_capturing(it->first)) {
+      ++it;
+      continue;
+    }
+    if (cudaEventRecord(it->second, it->first) == cudaSuccess) {
+      cudaStreamWaitEvent(free_stream, it->second, 0);
+      ++it;
+    } else {  // a destroyed stream: forget it
+      (void)cudaGetLastError();
+      cudaEventDestroy(it->second);
+      it = state.streams.erase(it);
+    }
+  }
+  return cudaFreeAsync(ptr, free_stream);
+}
+
+// Frees the deferred blocks whose capture is over. Caller holds state.mu, device current.
+void flush_deferred(DeviceState& state) {
+  for (auto it = state.deferred.begin(); it != state.deferred.end();) {
+    if (is_capturing(it->stream)) {
+      ++it;
+      continue;
+    }
+    if (free_ordered(state, it->ptr) != cudaSuccess) (void)cudaGetLastError();
+    it = state.deferred.erase(it);
+  }
+}
+
+// graph_memory: whether an allocation on a capturing stream may be a graph allocation (ops_alloc) or
+// must be real memory (ops_pool_alloc).
+void* allocate(size_t size, int device, cudaStream_t stream, bool graph_memory, cudaError_t* error) {
   *error = cudaSuccess;
   if (size == 0) return nullptr;
   if (device < 0 || device >= kMaxDevices) {
@@ -107,12 +161,29 @@ void* allocate(size_t size, int device, cudaStream_t stream, cudaError_t* error)
     std::lock_guard<std::mutex> lock(state.mu);
     cudaError_t err = ensure_pool(state, device);
     if (err != cudaSuccess) return err;
-    err = cudaMallocFromPoolAsync(&ptr, size, state.pool, stream);
-    if (err == cudaSuccess && !is_capturing(stream)) remember_stream(state, stream);
+    if (!is_capturing(stream)) {
+      if (!state.deferred.empty()) flush_deferred(state);
+      err = cudaMallocFromPoolAsync(&ptr, size, state.pool, stream);
+      if (err == cudaSuccess) remember_stream(state, stream);
+      return err;
+    }
+    if (graph_memory) {
+      err = cudaMallocFromPoolAsync(&ptr, size, state.pool, stream);
+      if (err == cudaSuccess) state.graph_allocations.insert(ptr);
+      return err;
+    }
+    // Real memory while `stream` captures: allocate on the internal stream, outside the capture
+    // (relaxed mode lets this thread make calls a global-mode capture forbids), and wait for it, since
+    // a capturing stream cannot wait on an event recorded outside its capture.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    err = cudaMallocFromPoolAsync(&ptr, size, state.pool, state.free_stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(state.free_stream);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     return err;
   });
   if (*error != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so PyTorch's next check does not see it
+    (void)cudaGetLastError();  // our failed call's error: PyTorch's next launch check must not see it
     state.failed.fetch_add(1);
     return nullptr;
   }
@@ -130,12 +201,12 @@ extern "C" {
 
 void* ops_pool_alloc(size_t size, int device, cudaStream_t stream) {
   cudaError_t error = cudaSuccess;
-  return allocate(size, device, stream, &error);
+  return allocate(size, device, stream, /*graph_memory=*/false, &error);
 }
 
 void* ops_alloc(size_t size, int device, cudaStream_t stream) {
   cudaError_t error = cudaSuccess;
-  void* ptr = allocate(size, device, stream, &error);
+  void* ptr = allocate(size, device, stream, /*graph_memory=*/true, &error);
   if (ptr == nullptr && size > 0) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "ops allocator: could not allocate ", size,
                      " bytes on CUDA device ", device, ": ", cudaGetErrorString(error),
@@ -147,27 +218,33 @@ void* ops_alloc(size_t size, int device, cudaStream_t stream) {
 void ops_free(void* ptr, size_t size, int device, cudaStream_t stream) {
   if (ptr == nullptr || device < 0 || device >= kMaxDevices) return;
   DeviceState& state = states()[device];
-  on_device(device, [&] {
-    if (is_capturing(stream)) return cudaFreeAsync(ptr, stream);
+  const cudaError_t err = on_device(device, [&] {
     std::lock_guard<std::mutex> lock(state.mu);
-    cudaStream_t free_stream = state.free_stream ? state.free_stream : stream;
-    for (auto it = state.streams.begin(); it != state.streams.end();) {
-      // A stream that is being captured now cannot be waited on from outside the capture.
-      if (!is_capturing(it->first) && cudaEventRecord(it->second, it->first) == cudaSuccess) {
-        cudaStreamWaitEvent(free_stream, it->second, 0);
-        ++it;
-      } else if (cudaGetLastError() != cudaSuccess) {  // destroyed stream: forget it
-        cudaEventDestroy(it->second);
-        it = state.streams.erase(it);
-      } else {
-        ++it;
-      }
+    const bool graph_allocation = state.graph_allocations.erase(ptr) > 0;
+    if (is_capturing(stream)) {
+      if (graph_allocation) return cudaFreeAsync(ptr, stream);  // a free node of the graph
+      state.deferred.push_back({ptr, stream});
+      return cudaSuccess;
     }
-    return cudaFreeAsync(ptr, free_stream);
+    if (!state.deferred.empty()) flush_deferred(state);
+    return free_ordered(state, ptr);
   });
-  cudaGetLastError();
+  if (err != cudaSuccess) (void)cudaGetLastError();
   state.frees.fetch_add(1);
   state.in_use.fetch_sub(static_cast<int64_t>(size));
+}
+
+void ops_allocator_record_stream(void* ptr, cudaStream_t stream) {
+  cudaPointerAttributes attributes = {};
+  if (ptr == nullptr || cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess ||
+      attributes.type != cudaMemoryTypeDevice || attributes.device < 0 || attributes.device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return;
+  }
+  DeviceState& state = states()[attributes.device];
+  if (is_capturing(stream)) return;  // captured work is ordered by the graph, not by our frees
+  std::lock_guard<std::mutex> lock(state.mu);
+  remember_stream(state, stream);
 }
 
 int ops_allocator_stats(int device, OpsAllocatorStats* out) {
@@ -199,15 +276,20 @@ int ops_allocator_reset_peak(int device) {
 int ops_allocator_trim(int device, size_t keep_bytes) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidValue;
   DeviceState& state = states()[device];
-  std::lock_guard<std::mutex> lock(state.mu);
-  if (state.pool == nullptr) return cudaSuccess;
+  cudaMemPool_t pool = nullptr;
+  cudaStream_t free_stream = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    pool = state.pool;
+    free_stream = state.free_stream;
+  }
+  if (pool == nullptr) return cudaSuccess;
+  // Frees queued on the internal stream must have run before their memory can be released. Waited
+  // for without the lock, so allocations and frees of other threads go on meanwhile.
   return on_device(device, [&] {
-    // Frees queued on the internal stream must have run before their memory can be released.
-    if (state.free_stream != nullptr) {
-      const cudaError_t err = cudaStreamSynchronize(state.free_stream);
-      if (err != cudaSuccess) return err;
-    }
-    return cudaMemPoolTrimTo(state.pool, keep_bytes);
+    const cudaError_t err = cudaStreamSynchronize(free_stream);
+    if (err != cudaSuccess) return err;
+    return cudaMemPoolTrimTo(pool, keep_bytes);
   });
 }
 

@@ -22,6 +22,10 @@ extern "C" {
 void* ops_alloc(size_t size, int device, cudaStream_t stream);
 void* ops_pool_alloc(size_t size, int device, cudaStream_t stream);
 void ops_free(void* ptr, size_t size, int device, cudaStream_t stream);
+// PyTorch's record_stream for our memory (CUDAPluggableAllocator's record_stream_fn, set by
+// install_record_stream_hook): from now on every free waits for the work queued on `stream` at the
+// time of the free, as for streams that allocated.
+void ops_allocator_record_stream(void* ptr, cudaStream_t stream);
 
 // Statistics PyTorch cannot give for pluggable allocators, per device (bytes and counts).
 struct OpsAllocatorStats {
