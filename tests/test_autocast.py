@@ -1,0 +1,71 @@
+"""torch.autocast: the GEMM ops (cutlass_gemm, linear) run in the region's lower precision dtype, as
+torch.mm and F.linear do (csrc/autocast.cpp), so converted models keep working in mixed precision; the
+fused norm and activation ops run in their inputs' dtype. CPU autocast here; the same kernels are
+registered for CUDA (tests marked cuda)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ops
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gemm_ops_follow_autocast_like_torch(device, dtype):
+    A, B = torch.randn(16, 32, device=device), torch.randn(32, 8, device=device)
+    bias = torch.randn(8, device=device)
+    with torch.autocast(device, dtype=dtype):
+        got = ops.cutlass_gemm(A, B)
+        assert got.dtype == torch.mm(A, B).dtype == dtype
+        y = ops.linear(A, B.t(), bias, "gelu")
+        assert y.dtype == F.linear(A, B.t(), bias).dtype == dtype
+        # float64 is never cast (autocast leaves it alone for torch.mm too).
+        assert ops.cutlass_gemm(A.double(), B.double()).dtype == torch.float64
+    torch.testing.assert_close(got, (A.to(dtype) @ B.to(dtype)), atol=0, rtol=0)
+    torch.testing.assert_close(y, F.gelu(F.linear(A.to(dtype), B.t().to(dtype), bias.to(dtype))),
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_autocast_backward_gives_float32_gradients():
+    A = torch.randn(16, 32, requires_grad=True)
+    W = torch.randn(8, 32, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ops.linear(A, W, None, "silu")
+    out.float().sum().backward()
+    assert A.grad.dtype == W.grad.dtype == torch.float32
+    A2, W2 = A.detach().clone().requires_grad_(), W.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = F.silu(F.linear(A2, W2))
+    ref.float().sum().backward()
+    torch.testing.assert_close(A.grad, A2.grad, atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(W.grad, W2.grad, atol=5e-2, rtol=5e-2)
+
+
+def test_compiled_linear_under_autocast():
+    layer = ops.nn.Linear(32, 8, activation="relu")
+    x = torch.randn(4, 32)
+    compiled = torch.compile(layer, fullgraph=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager, got = layer(x), compiled(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, eager)
+
+
+def test_converted_decoder_runs_under_autocast():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    stock = transformers.LlamaForCausalLM(config).eval()
+    converted = copy.deepcopy(stock)
+    ops.nn.convert(converted)
+    ids = torch.randint(0, 128, (2, 9))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, got = stock(ids).logits, converted(ids).logits
+    assert got.dtype == expected.dtype
+    # bf16 GEMMs on both sides; the models differ in rounding only (different GEMM implementations).
+    torch.testing.assert_close(got.float(), expected.float(), atol=0.1, rtol=0.1)
