@@ -7,7 +7,10 @@
   the activation module that follows it where the model's structure makes that safe (see convert).
 """
 
+import ast
 import dataclasses
+import inspect
+import textwrap
 from typing import List, Optional, Tuple
 
 import torch
@@ -19,13 +22,14 @@ __all__ = ["Linear", "RMSNorm", "convert", "ConversionReport"]
 
 
 class Linear(torch.nn.Linear):
-    __constants__ = torch.nn.Linear.__constants__ + ["activation"]
-
     """``torch.nn.Linear`` computing ``activation(x @ weight.T + bias)`` with ``ops.linear``.
 
     Args: as ``torch.nn.Linear``, plus ``activation``: "none", "relu", "gelu", "gelu_tanh" or "silu".
-    Parameters and ``state_dict`` keys (``weight`` (out, in), ``bias`` (out,)) are nn.Linear's.
+    Parameters and ``state_dict`` keys (``weight`` (out, in), ``bias`` (out,)) are nn.Linear's. Under
+    ``torch.autocast`` it runs in the autocast dtype, as nn.Linear does.
     """
+
+    __constants__ = torch.nn.Linear.__constants__ + ["activation"]
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
                  activation: str = "none"):
@@ -46,8 +50,8 @@ class Linear(torch.nn.Linear):
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = module.in_features, module.out_features
-        new.weight = module.weight
-        new.bias = module.bias
+        new.register_parameter("weight", module.weight)
+        new.register_parameter("bias", module.bias)
         new.activation = activation
         new.train(module.training)
         return new
@@ -64,44 +68,43 @@ def _finfo_eps(dtype: torch.dtype) -> float:
     return 1.1920928955078125e-07
 
 
-class RMSNorm(torch.nn.Module):
-    __constants__ = ["eps"]
-    eps: Optional[float]
-    weight: Optional[torch.Tensor]
-
-    """``torch.nn.RMSNorm`` over the last dimension with ``ops.rms_norm``: y = x / sqrt(mean(x^2) + eps) * weight.
+class RMSNorm(torch.nn.RMSNorm):
+    """``torch.nn.RMSNorm`` over the last dimension with ``ops.rms_norm``: y = x / sqrt(mean(x^2) + eps) * weight
+    (Zhang and Sennrich 2019), statistics in float32 for half types. A subclass of torch.nn.RMSNorm.
 
     Args:
         normalized_shape: the hidden size (an int, or a 1-element shape).
         eps: as torch.nn.RMSNorm; None means ``torch.finfo(x.dtype).eps``.
         elementwise_affine: learnable ``weight`` (hidden,), initialised to ones; without it, ones are used.
+
+    Input (*, hidden), output of the input's shape and dtype (a weight of another dtype is cast to the
+    input's, as torch.nn.RMSNorm's output also has the input's dtype).
+
+    Raises:
+        ValueError: a normalized_shape of more than one dimension.
+        RuntimeError: an input whose last dimension is not the hidden size.
     """
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  device=None, dtype=None):
-        super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if len(shape) != 1:
             raise ValueError(f"ops.nn.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
-        self.normalized_shape = shape
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = torch.nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if input.dim() == 0 or input.shape[-1] != self.normalized_shape[0]:
+            raise RuntimeError(f"ops.nn.RMSNorm: expected input with last dimension {self.normalized_shape[0]} "
+                               f"(normalized_shape), got shape {list(input.shape)}")
         eps = self.eps
         if eps is None:
             eps = _finfo_eps(input.dtype)
         weight = self.weight
         if weight is None:
             weight = torch.ones(input.shape[-1:], dtype=input.dtype, device=input.device)
+        elif weight.dtype != input.dtype:
+            weight = weight.to(input.dtype)
         return fused.rms_norm(input, weight, eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> "RMSNorm":
@@ -111,7 +114,8 @@ class RMSNorm(torch.nn.Module):
         eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
         new = cls(hidden, eps=eps, elementwise_affine=False)
         new.elementwise_affine = weight is not None
-        new.weight = weight
+        new.register_parameter("weight", weight)
+        new.train(module.training)
         return new
 
 
@@ -135,13 +139,70 @@ def _activation_name(module: torch.nn.Module) -> Optional[str]:
 
 
 def _is_rms_norm(module: torch.nn.Module) -> bool:
-    if isinstance(module, RMSNorm):
-        return False
-    if isinstance(module, torch.nn.RMSNorm):
+    """torch.nn.RMSNorm itself (a subclass may compute something else) over one dimension, or a Hugging Face
+    Llama-style RMSNorm: a transformers class named *RMSNorm with a 1-D weight and a ``variance_epsilon``
+    (Gemma's, which scales by 1 + weight, has ``eps`` instead and is left alone)."""
+    if type(module) is torch.nn.RMSNorm:
         return len(module.normalized_shape) == 1
-    # Hugging Face Llama-style RMSNorm: a 1-D weight and an epsilon, nothing else.
-    return (type(module).__name__.endswith("RMSNorm") and isinstance(getattr(module, "weight", None), torch.Tensor)
-            and module.weight.dim() == 1 and hasattr(module, "variance_epsilon"))
+    cls = type(module)
+    return (cls.__module__.startswith("transformers.") and cls.__name__.endswith("RMSNorm")
+            and isinstance(getattr(module, "weight", None), torch.nn.Parameter) and module.weight.dim() == 1
+            and hasattr(module, "variance_epsilon"))
+
+
+# Per-module hook registries of torch.nn.Module (global hooks apply to every module alike).
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
+    """None for a module convert may replace: no hooks, and only its own ``weight``/``bias`` Parameters (a
+    pruned or old-style weight-normed module computes its weight in a forward pre-hook from other
+    parameters, which a replacement would lose). Otherwise the reason it is left alone."""
+    hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
+    if hooks:
+        return f"has hooks ({', '.join(hooks)})"
+    extra = sorted(set(module._parameters) - {"weight", "bias"}) + sorted(module._buffers)
+    if extra:
+        return f"has other parameters or buffers ({', '.join(extra)})"
+    if "weight" not in module._parameters:
+        return "its weight is not a Parameter"
+    return None
+
+
+_CONTROL_FLOW = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor, ast.Try, ast.With, ast.AsyncWith, ast.BoolOp,
+                 ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.Yield, ast.YieldFrom,
+                 ast.Await, ast.Global, ast.Nonlocal, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                 getattr(ast, "Match", ast.If), getattr(ast, "TryStar", ast.Try))
+
+
+def _straight_line_forward(module: torch.nn.Module) -> bool:
+    """Whether ``module.forward`` is straight-line code whose torch.fx trace is what every call runs: no
+    branches, loops or comprehensions (a trace records one path, chosen by placeholder arguments and the
+    training flag at conversion time), no assignments to attributes or items (side effects that could
+    keep a Linear's output), and calls on ``self`` only to child modules (a helper method could branch)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(type(module).forward))
+        function = ast.parse(source).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return False
+    if not isinstance(function, ast.FunctionDef):
+        return False
+    children = set(dict(module.named_children()))
+    for statement in function.body:
+        for node in ast.walk(statement):
+            if isinstance(node, _CONTROL_FLOW):
+                return False
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+                if not all(isinstance(t, ast.Name) for t in names):
+                    return False
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
+                    and node.func.attr not in children):
+                return False
+    return True
 
 
 @dataclasses.dataclass
@@ -151,11 +212,13 @@ class ConversionReport:
     linear: List[str] = dataclasses.field(default_factory=list)
     rms_norm: List[str] = dataclasses.field(default_factory=list)
     fused: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)  # (linear, activation module, act)
+    skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (module, why it was left alone)
 
     def __str__(self):
         lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
-                 f"{len(self.fused)} Linear+activation fused"]
+                 f"{len(self.fused)} Linear+activation fused, {len(self.skipped)} left alone"]
         lines += [f"  fused {lin} + {act_mod} -> activation={act!r}" for lin, act_mod, act in self.fused]
+        lines += [f"  left {name} alone: {why}" for name, why in self.skipped]
         return "\n".join(lines)
 
 
@@ -165,14 +228,14 @@ def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
     parent's forward with torch.fx (a parent that does not trace is left unfused)."""
     children = dict(parent.named_children())
     pairs = []
-    if isinstance(parent, torch.nn.Sequential):
+    if type(parent) is torch.nn.Sequential:  # a subclass may override forward
         names = list(children)
         for a, b in zip(names, names[1:]):
             act = _activation_name(children[b])
             if type(children[a]) is torch.nn.Linear and act:
                 pairs.append((a, b, act))
         return pairs
-    if not any(type(c) is torch.nn.Linear for c in children.values()):
+    if not any(type(c) is torch.nn.Linear for c in children.values()) or not _straight_line_forward(parent):
         return pairs
 
     class _Leaves(torch.fx.Tracer):
@@ -203,20 +266,34 @@ def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
 
 def convert(model: torch.nn.Module, fuse_activations: bool = True) -> ConversionReport:
     """Swap ``torch.nn.Linear`` for ``ops.nn.Linear`` and RMSNorm modules (``torch.nn.RMSNorm``, Hugging
-    Face ``*RMSNorm``) for ``ops.nn.RMSNorm`` in ``model``, in place, sharing parameters (the state_dict
-    is unchanged). With ``fuse_activations``, a Linear whose output feeds only an activation module
-    (ReLU, GELU, GELU-tanh, SiLU) becomes one fused ``ops.nn.Linear(activation=...)`` and the activation
-    module becomes ``nn.Identity``.
+    Face Llama-style ``*RMSNorm``) for ``ops.nn.RMSNorm`` in ``model``, in place, sharing parameters (the
+    state_dict is unchanged). With ``fuse_activations``, a Linear whose output feeds only an activation
+    module (ReLU, GELU, GELU-tanh, SiLU) becomes one fused ``ops.nn.Linear(activation=...)`` and the
+    activation module becomes ``nn.Identity``.
+
+    Only exact classes are replaced (a subclass may compute something else). A module with hooks, or
+    with parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), is left
+    alone and listed in ``report.skipped``. Fusion happens in a plain ``nn.Sequential`` (consecutive
+    children) or in a module whose ``forward`` is straight-line code (no branches, loops or side effects;
+    see ``_straight_line_forward``) where a torch.fx trace shows the activation is the Linear output's
+    only user.
 
     Returns:
-        A ConversionReport naming every replaced module (printable).
+        A ConversionReport naming every replaced, fused and skipped module (printable).
     """
     report = ConversionReport()
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
+        plain = {name: _why_not_plain(child) is None for name, child in parent.named_children()}
         fused_pairs = _fusable_pairs(parent) if fuse_activations else []
-        fused_with = {lin: (act_mod, act) for lin, act_mod, act in fused_pairs}
+        fused_with = {lin: (act_mod, act) for lin, act_mod, act in fused_pairs
+                      if plain[lin] and not any(getattr(parent.get_submodule(act_mod), h, None) for h in _HOOK_DICTS)}
         for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear or _is_rms_norm(child):
+                why = _why_not_plain(child)
+                if why is not None:
+                    report.skipped.append((prefix + name, why))
+                    continue
             if type(child) is torch.nn.Linear:
                 act_mod, act = fused_with.get(name, (None, "none"))
                 setattr(parent, name, Linear.from_linear(child, activation=act))

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.utils.prune
 
 import ops
 from benchmarks import models
@@ -63,6 +64,102 @@ def test_convert_fuses_only_where_safe():
     assert list(model.state_dict()) == keys
     torch.testing.assert_close(model(x), expected)
     assert "fused 0 + 1" in str(report)
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")  # torch.nn.RMSNorm's
+def test_nn_rms_norm_matches_torch_beyond_the_happy_path():
+    assert ops.nn.RMSNorm.__doc__ and ops.nn.Linear.__doc__
+    norm = ops.nn.RMSNorm(8, eps=1e-5)
+    assert isinstance(norm, torch.nn.RMSNorm)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    norm.reset_parameters()
+    assert torch.equal(norm.weight, torch.ones(8))
+    x = torch.randn(3, 8)
+    # A weight of another dtype: the output has the input's dtype, as torch.nn.RMSNorm's does.
+    ref = torch.nn.RMSNorm(8, eps=1e-5)
+    torch.testing.assert_close(norm(x.bfloat16()), ref(x.bfloat16()))
+    for module in (norm, ops.nn.RMSNorm(4, elementwise_affine=False)):
+        with pytest.raises(RuntimeError, match="ops.nn.RMSNorm: expected input with last dimension"):
+            module(torch.randn(3, 5))
+
+
+class _Branchy(torch.nn.Module):
+    """fc's output feeds act on the path a trace sees (skip given), and act + fc's output otherwise."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x, skip=None):
+        h = self.fc(x)
+        if skip is not None:
+            return self.act(h)
+        return self.act(h) + h
+
+
+class _Caching(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.act = torch.nn.GELU()
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.cache = h  # a side effect that keeps the pre-activation output
+        return self.act(h)
+
+
+class _ResidualSequential(torch.nn.Sequential):
+    def forward(self, x):
+        h = self[0](x)
+        return self[1](h) + h
+
+
+class _OffsetRMSNorm(torch.nn.RMSNorm):  # Gemma-style x_hat * (1 + w): a subclass computing something else
+    def forward(self, x):
+        return torch.nn.functional.rms_norm(x, self.normalized_shape, None, self.eps) * (1 + self.weight)
+
+
+class FancyRMSNorm(torch.nn.Module):  # user code that merely looks like a Hugging Face RMSNorm
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(hidden))
+        self.variance_epsilon = 1e-6
+
+    def forward(self, x):
+        return 2 * self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+
+
+def test_convert_never_changes_what_a_model_computes():
+    torch.manual_seed(0)
+    hooked = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    hooked[0].register_forward_hook(lambda module, args, out: out * 0.5)
+    pruned = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    torch.nn.utils.prune.l1_unstructured(pruned[0], "weight", 0.5)
+    model = torch.nn.ModuleDict({
+        "branchy": _Branchy(), "caching": _Caching(), "residual_seq": _ResidualSequential(torch.nn.Linear(8, 8),
+                                                                                         torch.nn.GELU()),
+        "hooked": hooked, "pruned": pruned, "offset_norm": _OffsetRMSNorm(8), "fancy_norm": FancyRMSNorm(8)})
+    x = torch.randn(5, 8)
+    expected = {name: module(x) for name, module in model.items()}
+    keys = list(model.state_dict())
+    report = ops.nn.convert(model)
+    for name, module in model.items():
+        torch.testing.assert_close(module(x), expected[name], msg=name)
+    assert list(model.state_dict()) == keys
+    assert report.fused == [], report  # no fusion is safe in any of them
+    assert sorted(report.linear) == ["branchy.fc", "caching.fc", "residual_seq.0"], report
+    assert report.rms_norm == [], report
+    skipped = dict(report.skipped)
+    assert "has hooks (_forward_hooks)" in skipped["hooked.0"], report
+    assert skipped["pruned.0"] == "has hooks (_forward_pre_hooks)", report  # pruning recomputes weight in one
+    assert "left hooked.0 alone: has hooks" in str(report)
+    # A pruned module keeps working through its own hook, in train mode too.
+    model.train()
+    model["pruned"](x).sum().backward()
+    assert model["pruned"][0].weight_orig.grad is not None
 
 
 @pytest.fixture(scope="module")
