@@ -59,6 +59,16 @@ def cases(device, quick):
 
         out += [("rms_norm", f"T={t} x {hidden}", rms), ("fused_add_rms_norm", f"T={t} x {hidden}", add_rms),
                 ("silu_and_mul", f"T={t} x 2*{inter}", silu)]
+    # Per-head q/k norms (Qwen3, Gemma3: rms_norm over head_dim = 128 of every head): short rows, the
+    # CUDA lane-group kernel's case. Llama-3-8B's 32 query heads at T tokens.
+    for t in ([1024] if quick else [16, 1024, 4096]):
+        def head_rms(dtype, t=t, heads=32, head_dim=128):
+            x = torch.randn(t, heads, head_dim, device=device, dtype=dtype)
+            w = torch.randn(head_dim, device=device, dtype=dtype)
+            nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
+            return ((lambda: ops.rms_norm(x, w, 1e-6)),
+                    [("F.rms_norm", lambda: F.rms_norm(x, (head_dim,), w, 1e-6))], nbytes)
+        out.append(("rms_norm", f"q/k norm T={t} x 32 heads x 128", head_rms))
     lin_tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
         lin_tokens = [16, 128] if quick else [1, 16, 128]

@@ -52,22 +52,39 @@ __device__ A block_sum(A value) {
   return total;
 }
 
-// One block per row. kVec: hidden % Pack::kSize == 0 and 16-byte aligned rows.
+// Sum over the kLanes consecutive lanes of a warp that share a row (kLanes a power of two <= 32); every
+// lane of the warp must call it.
+template <int kLanes, typename A>
+__device__ __forceinline__ A lane_group_sum(A value) {
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// How the threads working on one row sum their partial results: the whole block (block_sum), or a
+// group of kLanes lanes of one warp (shuffles only).
+struct BlockSum {
+  template <typename A>
+  __device__ static A sum(A value) { return block_sum(value); }
+};
+template <int kLanes>
+struct LaneGroupSum {
+  template <typename A>
+  __device__ static A sum(A value) { return lane_group_sum<kLanes>(value); }
+};
+
+// One row of rms_norm, by `nthreads` threads (this one is `tid`); `active` false: a thread without a row
+// that still takes part in the reduction. kVec: hidden % Pack::kSize == 0 and 16-byte aligned rows.
 // With kAdd (fused_add_rms_norm): residual = x + residual (stored), then x = rms_norm(residual).
-template <typename T, bool kVec, bool kAdd>
-__global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
-                                T* __restrict__ y, int64_t hidden, double eps) {
+template <typename T, bool kVec, bool kAdd, typename Sum>
+__device__ __forceinline__ void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_t hidden, double eps,
+                                             int tid, int nthreads, bool active) {  // out == xr with kAdd
   using A = typename Acc<T>::type;
   using P = Pack<T>;
-  const int64_t row = blockIdx.x;
-  T* xr = x + row * hidden;
-  T* rr = kAdd ? residual + row * hidden : nullptr;
   const T* in = kAdd ? rr : xr;  // what is normalised
-  T* out = kAdd ? xr : y + row * hidden;
+  const int64_t n = active ? (kVec ? hidden / P::kSize : hidden) : 0;  // packs or elements of this row
   A sum_sq = 0;
-  if constexpr (kVec) {
-    const int64_t packs = hidden / P::kSize;
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+  for (int64_t i = tid; i < n; i += nthreads) {
+    if constexpr (kVec) {
       P a = reinterpret_cast<const P*>(xr)[i];
       if constexpr (kAdd) {
         const P b = reinterpret_cast<const P*>(rr)[i];
@@ -80,9 +97,7 @@ __global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, con
         const A v = to_acc(a.v[j]);
         sum_sq += v * v;
       }
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    } else {
       T a = xr[i];
       if constexpr (kAdd) {
         a = from_acc<T>(to_acc(a) + to_acc(rr[i]));
@@ -92,24 +107,45 @@ __global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, con
       sum_sq += v * v;
     }
   }
-  const A inv = A(1) / sqrt(block_sum(sum_sq) / static_cast<A>(hidden) + static_cast<A>(eps));
+  const A inv = A(1) / sqrt(Sum::sum(sum_sq) / static_cast<A>(hidden) + static_cast<A>(eps));
   // Second pass: each thread re-reads the elements it wrote/read itself (no barrier needed beyond the
   // reduction's), from L1/L2.
-  if constexpr (kVec) {
-    const int64_t packs = hidden / P::kSize;
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const P a = reinterpret_cast<const P*>(in + 0)[i];
+  for (int64_t i = tid; i < n; i += nthreads) {
+    if constexpr (kVec) {
+      const P a = reinterpret_cast<const P*>(in)[i];
       const P w = reinterpret_cast<const P*>(weight)[i];
       P o;
 #pragma unroll
       for (int j = 0; j < P::kSize; ++j) o.v[j] = from_acc<T>(to_acc(a.v[j]) * inv * to_acc(w.v[j]));
       reinterpret_cast<P*>(out)[i] = o;
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    } else {
       out[i] = from_acc<T>(to_acc(in[i]) * inv * to_acc(weight[i]));
     }
   }
+}
+
+// One block per row (rows of more than 32 packs or elements).
+template <typename T, bool kVec, bool kAdd>
+__global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+                                T* __restrict__ y, int64_t hidden, double eps) {
+  const int64_t row = blockIdx.x;
+  rms_norm_row<T, kVec, kAdd, BlockSum>(x + row * hidden, kAdd ? residual + row * hidden : nullptr, weight,
+                                        kAdd ? x + row * hidden : y + row * hidden, hidden, eps, threadIdx.x,
+                                        blockDim.x, true);
+}
+
+// Short rows (at most 32 packs or elements, e.g. per-head q/k norms of 128 half values = 16 packs): one
+// group of kLanes lanes per row, many rows per block, so that every lane has work and a block is not
+// one mostly idle warp.
+template <typename T, bool kVec, bool kAdd, int kLanes>
+__global__ void rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+                                      T* __restrict__ y, int64_t rows, int64_t hidden, double eps) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const bool active = row < rows;  // inactive lanes still join their warp's shuffles
+  const int64_t r = active ? row : 0;
+  rms_norm_row<T, kVec, kAdd, LaneGroupSum<kLanes>>(x + r * hidden, kAdd ? residual + r * hidden : nullptr, weight,
+                                                    kAdd ? x + r * hidden : y + r * hidden, hidden, eps,
+                                                    threadIdx.x % kLanes, kLanes, active);
 }
 
 template <typename A>
@@ -147,6 +183,28 @@ int threads_for(int64_t work) {
   return threads;
 }
 
+template <typename T, bool kVec, bool kAdd, int kLanes>
+void launch_rms_lanes(T* x, T* residual, const T* weight, T* y, int64_t rows, int64_t hidden, double eps,
+                      cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int64_t kRowsPerBlock = kThreads / kLanes;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  rms_norm_lanes_kernel<T, kVec, kAdd, kLanes>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, residual, weight, y, rows, hidden, eps);
+}
+
+template <typename T, bool kVec, bool kAdd>
+void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int64_t hidden, double eps,
+                     cudaStream_t stream) {
+  const int64_t work = kVec ? hidden / Pack<T>::kSize : hidden;  // packs or elements per row
+  if (work <= 4) return launch_rms_lanes<T, kVec, kAdd, 4>(x, residual, weight, y, rows, hidden, eps, stream);
+  if (work <= 8) return launch_rms_lanes<T, kVec, kAdd, 8>(x, residual, weight, y, rows, hidden, eps, stream);
+  if (work <= 16) return launch_rms_lanes<T, kVec, kAdd, 16>(x, residual, weight, y, rows, hidden, eps, stream);
+  if (work <= 32) return launch_rms_lanes<T, kVec, kAdd, 32>(x, residual, weight, y, rows, hidden, eps, stream);
+  rms_norm_kernel<T, kVec, kAdd><<<static_cast<unsigned>(rows), threads_for(work), 0, stream>>>(
+      x, residual, weight, y, hidden, eps);
+}
+
 template <typename T, bool kAdd>
 cudaError_t launch_rms(void* x, void* residual, const void* weight, void* y, int64_t rows, int64_t hidden,
                        double eps, cudaStream_t stream) {
@@ -154,19 +212,18 @@ cudaError_t launch_rms(void* x, void* residual, const void* weight, void* y, int
   constexpr int kPack = Pack<T>::kSize;
   const bool vec = hidden % kPack == 0 && aligned16(x) && aligned16(weight) &&
                    (!kAdd || aligned16(residual)) && (kAdd || aligned16(y));
-  const int threads = threads_for(vec ? hidden / kPack : hidden);
-  // Rows beyond the grid's x limit (2^31 - 1) are launched in chunks.
+  // Rows in chunks of at most 2^31 - 1: the grid's x limit for one block per row (and for the lane
+  // kernels, which need fewer blocks).
   for (int64_t start = 0; start < rows; start += 2147483647LL) {
     const int64_t count = rows - start < 2147483647LL ? rows - start : 2147483647LL;
     T* xs = static_cast<T*>(x) + start * hidden;
     T* rs = kAdd ? static_cast<T*>(residual) + start * hidden : nullptr;
     T* ys = kAdd ? nullptr : static_cast<T*>(y) + start * hidden;
+    const T* w = static_cast<const T*>(weight);
     if (vec) {
-      rms_norm_kernel<T, true, kAdd><<<static_cast<unsigned>(count), threads, 0, stream>>>(
-          xs, rs, static_cast<const T*>(weight), ys, hidden, eps);
+      launch_rms_rows<T, true, kAdd>(xs, rs, w, ys, count, hidden, eps, stream);
     } else {
-      rms_norm_kernel<T, false, kAdd><<<static_cast<unsigned>(count), threads, 0, stream>>>(
-          xs, rs, static_cast<const T*>(weight), ys, hidden, eps);
+      launch_rms_rows<T, false, kAdd>(xs, rs, w, ys, count, hidden, eps, stream);
     }
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;

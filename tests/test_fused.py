@@ -28,7 +28,9 @@ def close(actual, expected, dtype):
     torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(), atol=TOL[dtype] * 4, rtol=TOL[dtype])
 
 
-SHAPES = [(1, 8), (7, 16), (3, 5, 13), (33, 4096), (2, 1), (64, 100)]
+# Rows of <= 32 vectors or elements take the CUDA lane-group kernels (4, 8, 16 or 32 lanes per row, many
+# rows per block, a partial last block): (1000, 128) is a per-head q/k norm; longer rows, one block each.
+SHAPES = [(1, 8), (7, 16), (3, 5, 13), (33, 4096), (2, 1), (64, 100), (1000, 128), (301, 40), (129, 31)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
