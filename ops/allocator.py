@@ -7,8 +7,8 @@
   Frees are ordered after the work of every stream the allocator has seen allocate or been given by
   ``tensor.record_stream(stream)``, so memory still used by a side stream is not handed out early.
   CUDA graphs: allocations during capture are graph memory, and memory allocated before a capture
-  but freed during it is freed once the capture is over. Memory is not mapped for peer GPUs
-  (``cudaMemPoolSetAccess``): kernels reading another GPU's memory directly need the caching allocator.
+  but freed during it is freed once the capture is over. The pool's memory is mapped for every peer
+  GPU that can access it (``cudaMemPoolSetAccess``), as PyTorch's caching allocators allow.
 * ``ops.allocator.pool()``: a ``torch.cuda.MemPool`` backed by it, used with
   ``torch.cuda.use_mem_pool(pool)``. PyTorch's caching allocator stays in charge (its stats,
   ``record_stream`` and graph pools work) and takes whole segments from our pool.

@@ -85,6 +85,23 @@ cudaError_t ensure_pool(DeviceState& state, int device) {
   if (err != cudaSuccess) return err;
   uint64_t threshold = release_threshold().load();
   cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  // Pool memory is visible to other devices only through cudaMemPoolSetAccess (peer access enabled
+  // with cudaDeviceEnablePeerAccess, which is all PyTorch does for pluggable allocators, covers
+  // cudaMalloc memory only): map it for every peer that can access this device, so that kernels
+  // reading across devices (copies between GPUs that are not plain memcpys) work as with the caching
+  // allocator.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  for (int peer = 0; peer < devices; ++peer) {
+    int can_access = 0;
+    if (peer == device || cudaDeviceCanAccessPeer(&can_access, peer, device) != cudaSuccess || !can_access) continue;
+    cudaMemAccessDesc access = {};
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = peer;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    (void)cudaMemPoolSetAccess(pool, &access, 1);  // best effort: without it, only peer reads fail
+  }
+  (void)cudaGetLastError();  // what these best-effort calls left (once per device, when its pool is made)
   err = cudaStreamCreateWithFlags(&state.free_stream, cudaStreamNonBlocking);
   if (err != cudaSuccess) {
     cudaMemPoolDestroy(pool);
