@@ -224,7 +224,8 @@ def save_tuning_cache(path) -> int:
 
 
 def load_tuning_cache(path) -> int:
-    """Add the choices of a file written by ``save_tuning_cache`` to the tuning cache (an entry replaces
+    """Add the choices of a file written by ``save_tuning_cache`` to the tuning cache (at import too:
+    environment variable ``OPS_GEMM_TUNING_CACHE=<file>``; an entry replaces
     the cached choice of the same key). Keys name the device model and SM count, so entries of another
     GPU model are loaded but never match. An entry whose tactic is not a candidate of its GEMM in this
     build (a file from another version of ops) is dropped with a warning when that GEMM first runs, and
@@ -272,14 +273,22 @@ def load_tuning_cache(path) -> int:
 
 
 def _autotune_from_environment() -> None:
+    """OPS_GEMM_AUTOTUNE=1 turns autotuning on; OPS_GEMM_TUNING_CACHE=<file> loads a saved tuning cache.
+    Neither fails the import: a bad value or file gives a warning."""
+    import warnings
+
     value = os.environ.get("OPS_GEMM_AUTOTUNE", "").strip().lower()
     if value in ("1", "true", "yes", "on"):
         set_autotune(True)
     elif value not in ("", "0", "false", "no", "off"):
-        import warnings
-
         warnings.warn(f"OPS_GEMM_AUTOTUNE={value!r} not understood (use 1 or 0): autotuning stays off",
                       stacklevel=2)
+    path = os.environ.get("OPS_GEMM_TUNING_CACHE", "")
+    if path:
+        try:
+            load_tuning_cache(path)
+        except (OSError, ValueError) as e:
+            warnings.warn(f"OPS_GEMM_TUNING_CACHE={path!r}: not loaded ({e})", stacklevel=2)
 
 
 _autotune_from_environment()

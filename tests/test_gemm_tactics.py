@@ -377,3 +377,17 @@ def test_load_tuning_cache_rejects_bad_files(tmp_path, clean_tuning_cache, conte
     assert ops.gemm.tuning_cache() == []  # nothing loaded, not even the valid entries
     with pytest.raises(FileNotFoundError):
         ops.gemm.load_tuning_cache(tmp_path / "missing.json")
+
+
+def test_tuning_cache_environment_variable(tmp_path):
+    A, B = operands(16, 256, 512, values=False)
+    key = plan_only(A, B)["tuning_key"]
+    path = write_tuning_file(tmp_path / "t.json", [{"key": key, "best": "sm90_bf16_rc_streamk/splitk2"}])
+    code = "import ops; print([e['best'] for e in ops.gemm.tuning_cache()])"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(path)),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['sm90_bf16_rc_streamk/splitk2']"
+    out = subprocess.run([sys.executable, "-W", "error", "-c", "import ops"],
+                         env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(tmp_path / "missing.json")),
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "OPS_GEMM_TUNING_CACHE=" in out.stderr and "not loaded" in out.stderr
