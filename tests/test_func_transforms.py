@@ -31,6 +31,8 @@ OURS, THEIRS = loss(ops.cutlass_gemm), loss(torch.mm)
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("transform", ["grad", "jacrev", "jacfwd", "hessian"])
+# Forward mode loads torch._decomp.decompositions_for_jvp on first use, which scripts its decompositions.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 def test_func_transform_matches_torch_mm(device, transform):
     A, B = inputs(device)
     f = {"grad": lambda fn: torch.func.grad(fn, argnums=(0, 1)),
