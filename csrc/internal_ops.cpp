@@ -123,19 +123,32 @@ std::string tuning_cache() { return cg::tuning_cache_json(); }
 
 void clear_tuning_cache() { cg::clear_tuning_cache(); }
 
-// One entry of a saved tuning cache (ops.gemm.load_tuning_cache validated the file): the tactic named
-// `best` for the GEMM `key`, resolved against the GEMM's candidates when a GEMM of that key first runs.
-void add_tuning(c10::string_view key, c10::string_view best, const std::vector<std::string>& timing_names,
+// The entries of a saved tuning cache (ops.gemm.load_tuning_cache validated the file), all or none:
+// entry i names the tactic bests[i] for the GEMM keys[i] (resolved against the GEMM's candidates when a
+// GEMM of that key first runs) and has timing_counts[i] consecutive (name, ms) timings.
+void add_tuning(const std::vector<std::string>& keys, const std::vector<std::string>& bests,
+                c10::ArrayRef<int64_t> timing_counts, const std::vector<std::string>& timing_names,
                 c10::ArrayRef<double> timing_ms) {
-  TORCH_CHECK_VALUE(!key.empty() && !best.empty(), "ops.gemm.load_tuning_cache: an entry needs a key and a tactic name");
-  TORCH_CHECK_VALUE(timing_names.size() == timing_ms.size(), "ops.gemm.load_tuning_cache: ", timing_names.size(),
-                    " timing names but ", timing_ms.size(), " times");
-  cg::TuningRecord record;
-  record.best = std::string(best);
-  for (size_t i = 0; i < timing_names.size(); ++i) {
-    record.timings_ms.emplace_back(timing_names[i], timing_ms[i]);
+  constexpr const char* op = "ops.gemm.load_tuning_cache";
+  TORCH_CHECK_VALUE(bests.size() == keys.size() && timing_counts.size() == keys.size(), op, ": ", keys.size(),
+                    " keys, ", bests.size(), " tactics and ", timing_counts.size(), " timing counts");
+  TORCH_CHECK_VALUE(timing_names.size() == timing_ms.size(), op, ": ", timing_names.size(), " timing names but ",
+                    timing_ms.size(), " times");
+  std::vector<std::pair<std::string, cg::TuningRecord>> records;
+  size_t next = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    TORCH_CHECK_VALUE(!keys[i].empty() && !bests[i].empty(), op, ": entry ", i, " needs a key and a tactic name");
+    TORCH_CHECK_VALUE(timing_counts[i] >= 0 && next + timing_counts[i] <= timing_names.size(), op,
+                      ": timing counts do not add up to the timings given");
+    cg::TuningRecord record;
+    record.best = bests[i];
+    for (int64_t t = 0; t < timing_counts[i]; ++t, ++next) {
+      record.timings_ms.emplace_back(timing_names[next], timing_ms[next]);
+    }
+    records.emplace_back(keys[i], std::move(record));
   }
-  cg::store_tuned(std::string(key), std::move(record));
+  TORCH_CHECK_VALUE(next == timing_names.size(), op, ": timing counts do not add up to the timings given");
+  for (auto& [key, record] : records) cg::store_tuned(key, std::move(record));
 }
 
 }  // namespace
@@ -159,7 +172,8 @@ TORCH_LIBRARY_FRAGMENT(ops, m) {
   m.def("_cutlass_gemm_autotune_enabled() -> bool", &ops::autotune_enabled);
   m.def("_cutlass_gemm_tuning_cache() -> str", &ops::tuning_cache);
   m.def("_cutlass_gemm_clear_tuning_cache() -> ()", &ops::clear_tuning_cache);
-  m.def("_cutlass_gemm_add_tuning(str key, str best, str[] timing_names, float[] timing_ms) -> ()",
+  m.def("_cutlass_gemm_add_tuning(str[] keys, str[] bests, int[] timing_counts, str[] timing_names, "
+        "float[] timing_ms) -> ()",
         &ops::add_tuning);
   // The plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device; a CUDA
   // kernel only (cutlass_gemm/gemm_cuda.cpp).

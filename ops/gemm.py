@@ -240,36 +240,64 @@ def load_tuning_cache(path) -> int:
             entry is malformed (nothing is loaded then).
     """
     import json
+    import math
 
-    with open(path) as f:
+    def bad(what):
+        return ValueError(f"ops.gemm.load_tuning_cache: {path}: {what}")
+
+    with open(path, encoding="utf-8") as f:
         try:
             payload = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not JSON ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != _TUNING_FORMAT:
         raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not a tuning cache written by "
                          f"ops.gemm.save_tuning_cache (no \"format\": \"{_TUNING_FORMAT}\")")
-    if payload.get("version") != _TUNING_VERSION:
-        raise ValueError(f"ops.gemm.load_tuning_cache: {path} has version {payload.get('version')!r}; this "
-                         f"library reads version {_TUNING_VERSION}")
+    version = payload.get("version")
+    if type(version) is not int or version != _TUNING_VERSION:
+        raise ValueError(f"ops.gemm.load_tuning_cache: {path} has version {version!r}; this library reads "
+                         f"version {_TUNING_VERSION}")
     entries = payload.get("entries")
     if not isinstance(entries, list):
-        raise ValueError(f"ops.gemm.load_tuning_cache: {path}: expected a list of entries, got "
-                         f"{type(entries).__name__}")
-    records = []
+        raise bad(f"expected a list of entries, got {type(entries).__name__}")
+
+    def text(value):
+        if not isinstance(value, str) or not value:
+            return False
+        try:
+            value.encode("utf-8")  # a lone surrogate from a JSON escape cannot reach C++
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    def millis(value):  # a median time in ms, or None for a candidate that could not run
+        if value is None:
+            return -1.0
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError
+        ms = float(value)  # OverflowError for integers beyond float
+        if not math.isfinite(ms) or ms < 0:
+            raise ValueError
+        return ms
+
+    keys, bests, counts, names, times = [], [], [], [], []
     for i, entry in enumerate(entries):
         timings = entry.get("timings_ms", {}) if isinstance(entry, dict) else None
-        ok = (isinstance(entry, dict) and isinstance(entry.get("key"), str) and entry["key"]
-              and isinstance(entry.get("best"), str) and entry["best"] and isinstance(timings, dict)
-              and all(isinstance(k, str) and (v is None or isinstance(v, (int, float))) for k, v in timings.items()))
-        if not ok:
-            raise ValueError(f"ops.gemm.load_tuning_cache: {path}: entry {i} is malformed (expected "
-                             f"{{\"key\": str, \"best\": str, \"timings_ms\": {{tactic: ms or null}}}}), got {entry!r}")
-        records.append((entry["key"], entry["best"], list(timings),
-                        [-1.0 if v is None else float(v) for v in timings.values()]))
-    for record in records:
-        torch.ops.ops._cutlass_gemm_add_tuning(*record)
-    return len(records)
+        try:
+            if not (text(entry.get("key")) and text(entry.get("best")) and isinstance(timings, dict)
+                    and all(text(name) for name in timings)):
+                raise TypeError
+            entry_times = [millis(value) for value in timings.values()]
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            raise bad(f"entry {i} is malformed (expected {{\"key\": str, \"best\": str, \"timings_ms\": "
+                      f"{{tactic: ms >= 0 or null}}}}), got {str(entry)[:200]}") from None
+        keys.append(entry["key"])
+        bests.append(entry["best"])
+        counts.append(len(timings))
+        names += list(timings)
+        times += entry_times
+    torch.ops.ops._cutlass_gemm_add_tuning(keys, bests, counts, names, times)  # all entries, or none
+    return len(keys)
 
 
 def _autotune_from_environment() -> None:
@@ -287,8 +315,8 @@ def _autotune_from_environment() -> None:
     if path:
         try:
             load_tuning_cache(path)
-        except (OSError, ValueError) as e:
-            warnings.warn(f"OPS_GEMM_TUNING_CACHE={path!r}: not loaded ({e})", stacklevel=2)
+        except Exception as e:  # noqa: BLE001 - whatever is wrong with the file, the import goes on
+            warnings.warn(f"OPS_GEMM_TUNING_CACHE={path!r}: not loaded ({type(e).__name__}: {e})", stacklevel=2)
 
 
 _autotune_from_environment()

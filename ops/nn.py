@@ -8,6 +8,7 @@
 """
 
 import ast
+import collections
 import dataclasses
 import inspect
 import textwrap
@@ -57,12 +58,9 @@ class Linear(torch.nn.Linear):
         return new
 
 
-def _finfo_eps(dtype: torch.dtype) -> float:
-    """torch.finfo(dtype).eps, written out so TorchScript can compile it (it has no torch.finfo)."""
-    if dtype == torch.float16:
-        return 0.0009765625
-    if dtype == torch.bfloat16:
-        return 0.0078125
+def _default_eps(dtype: torch.dtype) -> float:
+    """The eps torch.nn.RMSNorm uses when given None: the machine epsilon of the type it computes in
+    (float32 for half types, whatever its docs say), written out so TorchScript can compile it."""
     if dtype == torch.float64:
         return 2.220446049250313e-16
     return 1.1920928955078125e-07
@@ -74,11 +72,14 @@ class RMSNorm(torch.nn.RMSNorm):
 
     Args:
         normalized_shape: the hidden size (an int, or a 1-element shape).
-        eps: as torch.nn.RMSNorm; None means ``torch.finfo(x.dtype).eps``.
+        eps: as torch.nn.RMSNorm; None means the float32 machine epsilon (float64's for float64 input),
+            which is what torch.nn.RMSNorm computes with.
         elementwise_affine: learnable ``weight`` (hidden,), initialised to ones; without it, ones are used.
 
-    Input (*, hidden), output of the input's shape and dtype (a weight of another dtype is cast to the
-    input's, as torch.nn.RMSNorm's output also has the input's dtype).
+    Input (*, hidden), output of the input's shape and dtype: a weight of another dtype is cast to the
+    input's, as torch.nn.RMSNorm's output also has the input's dtype. Converted from a Hugging Face
+    norm (``promote_weight_dtype``), it computes as those do instead: the normalized input, rounded to
+    the input's dtype, times the weight, in their promoted dtype.
 
     Raises:
         ValueError: a normalized_shape of more than one dimension.
@@ -91,6 +92,7 @@ class RMSNorm(torch.nn.RMSNorm):
         if len(shape) != 1:
             raise ValueError(f"ops.nn.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
         super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
+        self.promote_weight_dtype = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if input.dim() == 0 or input.shape[-1] != self.normalized_shape[0]:
@@ -98,11 +100,14 @@ class RMSNorm(torch.nn.RMSNorm):
                                f"(normalized_shape), got shape {list(input.shape)}")
         eps = self.eps
         if eps is None:
-            eps = _finfo_eps(input.dtype)
+            eps = _default_eps(input.dtype)
         weight = self.weight
         if weight is None:
             weight = torch.ones(input.shape[-1:], dtype=input.dtype, device=input.device)
         elif weight.dtype != input.dtype:
+            if self.promote_weight_dtype:
+                unit = torch.ones(input.shape[-1:], dtype=input.dtype, device=input.device)
+                return weight * fused.rms_norm(input, unit, eps)
             weight = weight.to(input.dtype)
         return fused.rms_norm(input, weight, eps)
 
@@ -115,25 +120,31 @@ class RMSNorm(torch.nn.RMSNorm):
         new = cls(hidden, eps=eps, elementwise_affine=False)
         new.elementwise_affine = weight is not None
         new.register_parameter("weight", weight)
+        new.promote_weight_dtype = not isinstance(module, torch.nn.RMSNorm)  # Hugging Face: weight * x_hat
         new.train(module.training)
         return new
 
 
 def _activation_name(module: torch.nn.Module) -> Optional[str]:
-    """The ops.linear activation a module computes, or None. Covers torch.nn's ReLU, GELU and SiLU and
-    Hugging Face's activation classes (matched by name, so transformers need not be installed)."""
-    if isinstance(module, torch.nn.ReLU):
+    """The ops.linear activation a module computes, or None: exact torch.nn ReLU, GELU and SiLU classes
+    (a subclass may compute something else) and transformers' activation classes (matched by module
+    path and name, so transformers need not be installed)."""
+    cls = type(module)
+    if "forward" in vars(module):
+        return None
+    if cls is torch.nn.ReLU:
         return "relu"
-    if isinstance(module, torch.nn.GELU):
+    if cls is torch.nn.GELU:
         return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
-    if isinstance(module, torch.nn.SiLU):
+    if cls is torch.nn.SiLU:
         return "silu"
-    name = type(module).__name__
-    if name == "GELUActivation" and getattr(module, "act", None) in (None, torch.nn.functional.gelu):
+    if not cls.__module__.startswith("transformers."):
+        return None
+    if cls.__name__ == "GELUActivation" and getattr(module, "act", None) in (None, torch.nn.functional.gelu):
         return "gelu"
-    if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "GELUPytorchTanh"):
+    if cls.__name__ in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "GELUPytorchTanh"):
         return "gelu_tanh"
-    if name == "SiLUActivation":
+    if cls.__name__ == "SiLUActivation":
         return "silu"
     return None
 
@@ -162,6 +173,8 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
     if hooks:
         return f"has hooks ({', '.join(hooks)})"
+    if "forward" in vars(module):
+        return "has a forward of its own (set on the instance)"
     extra = sorted(set(module._parameters) - {"weight", "bias"}) + sorted(module._buffers)
     if extra:
         return f"has other parameters or buffers ({', '.join(extra)})"
@@ -173,22 +186,43 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
 _CONTROL_FLOW = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor, ast.Try, ast.With, ast.AsyncWith, ast.BoolOp,
                  ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.Yield, ast.YieldFrom,
                  ast.Await, ast.Global, ast.Nonlocal, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                 getattr(ast, "Match", ast.If), getattr(ast, "TryStar", ast.Try))
+                 ast.Starred, getattr(ast, "Match", ast.If), getattr(ast, "TryStar", ast.Try))
+# Namespaces whose functions a straight-line forward may call (pure tensor functions; an in-place one on
+# a Linear's output shows up as another user of it in the trace).
+_PURE_NAMESPACES = {"torch", "F", "nn", "functional", "math", "operator"}
 
 
 def _straight_line_forward(module: torch.nn.Module) -> bool:
-    """Whether ``module.forward`` is straight-line code whose torch.fx trace is what every call runs: no
-    branches, loops or comprehensions (a trace records one path, chosen by placeholder arguments and the
-    training flag at conversion time), no assignments to attributes or items (side effects that could
-    keep a Linear's output), and calls on ``self`` only to child modules (a helper method could branch)."""
+    """Whether ``module.forward`` is straight-line code whose torch.fx trace is what every call runs.
+
+    Conservative, from the source: the class's own forward (not one set on the instance), without
+    decorators; no branches, loops, comprehensions or lambdas (a trace records one path, chosen by
+    placeholder arguments and the training flag at conversion time); no assignments to attributes or
+    items; ``self`` used only as ``self.<child module>(...)`` or to read a plain attribute (no
+    ``self.<other>(...)``, no ``self`` passed to a function, no ``getattr``/``setattr``/``super``: code
+    elsewhere could branch or keep a Linear's output); and calls only to child modules, to functions of
+    torch/F/math, or to methods of local values (tensor methods)."""
+    if "forward" in vars(module):
+        return False
     try:
         source = textwrap.dedent(inspect.getsource(type(module).forward))
         function = ast.parse(source).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return False
-    if not isinstance(function, ast.FunctionDef):
+    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
         return False
-    children = set(dict(module.named_children()))
+    children = set(module._modules)
+    positional = function.args.posonlyargs + function.args.args
+    if not positional:
+        return False
+    me = positional[0].arg  # "self", whatever it is called
+    local_names = {a.arg for a in positional[1:] + function.args.kwonlyargs}
+    local_names |= {a.arg for a in (function.args.vararg, function.args.kwarg) if a is not None}
+    for statement in function.body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                local_names.add(node.id)
+    local_names.discard(me)
     for statement in function.body:
         for node in ast.walk(statement):
             if isinstance(node, _CONTROL_FLOW):
@@ -198,10 +232,29 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
                 names = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
                 if not all(isinstance(t, ast.Name) for t in names):
                     return False
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
-                    and node.func.attr not in children):
+            if not isinstance(node, ast.Call):
+                continue
+            if any(isinstance(arg, ast.Name) and arg.id == me for arg in node.args + [k.value for k in node.keywords]):
+                return False  # self handed to other code
+            func = node.func
+            if isinstance(func, ast.Name):
+                if func.id not in ("len", "int", "float", "tuple", "list", "min", "max", "abs"):
+                    return False  # a helper function, getattr, setattr, super, ...
+                continue
+            if not isinstance(func, ast.Attribute):
                 return False
+            root = func.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Call):
+                continue  # a method of a call's result: a tensor method (the call itself is checked)
+            if not isinstance(root, ast.Name):
+                return False
+            if root.id == me:
+                if not (isinstance(func.value, ast.Name) and func.attr in children):
+                    return False  # self.<method>(...) or self.<attribute>.<method>(...)
+            elif root.id not in local_names and root.id not in _PURE_NAMESPACES:
+                return False  # a method of some global object (e.g. a log list)
     return True
 
 
@@ -226,13 +279,19 @@ def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
     """(linear child, activation child, act) pairs of `parent` where the activation module is the only
     user of the linear's output: in an nn.Sequential, consecutive children; elsewhere, found by tracing
     parent's forward with torch.fx (a parent that does not trace is left unfused)."""
-    children = dict(parent.named_children())
+    children = dict(parent._modules)  # every name, aliases included (named_children drops repeats)
+    # A module reachable under two names in parent (an alias, or also inside a container child) is
+    # called under either, while a trace names it by one: never fuse those.
+    seen = collections.Counter(id(m) for _, m in parent.named_modules(remove_duplicate=False))
+    unique = {name for name, m in children.items() if m is not None and seen[id(m)] == 1}
     pairs = []
     if type(parent) is torch.nn.Sequential:  # a subclass may override forward
+        if "forward" in vars(parent):
+            return pairs
         names = list(children)
         for a, b in zip(names, names[1:]):
-            act = _activation_name(children[b])
-            if type(children[a]) is torch.nn.Linear and act:
+            act = _activation_name(children[b]) if b in unique else None
+            if a in unique and type(children[a]) is torch.nn.Linear and act:
                 pairs.append((a, b, act))
         return pairs
     if not any(type(c) is torch.nn.Linear for c in children.values()) or not _straight_line_forward(parent):
@@ -243,7 +302,8 @@ def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
             return True  # every child is one node
 
     try:
-        graph = _Leaves().trace(parent)
+        with torch.random.fork_rng(devices=[]):  # the trace runs forward's code: leave the RNG as it was
+            graph = _Leaves().trace(parent)
     except Exception:  # noqa: BLE001 - any tracing failure means: unknown structure, do not fuse
         return pairs
     called = {}
@@ -251,12 +311,13 @@ def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
         if node.op == "call_module":
             called.setdefault(node.target, []).append(node)
     for node in graph.nodes:
-        if node.op != "call_module" or "." in node.target or type(children.get(node.target)) is not torch.nn.Linear:
+        if (node.op != "call_module" or node.target not in unique
+                or type(children.get(node.target)) is not torch.nn.Linear):
             continue
         if len(called[node.target]) != 1 or len(node.users) != 1:
             continue  # a linear called twice, or whose output is used elsewhere too
         user = next(iter(node.users))
-        if user.op != "call_module" or "." in user.target or len(called.get(user.target, [])) != 1:
+        if user.op != "call_module" or user.target not in unique or len(called.get(user.target, [])) != 1:
             continue
         act = _activation_name(children.get(user.target))
         if act and len(user.args) == 1 and not user.kwargs:
@@ -273,35 +334,46 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
 
     Only exact classes are replaced (a subclass may compute something else). A module with hooks, or
     with parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), is left
-    alone and listed in ``report.skipped``. Fusion happens in a plain ``nn.Sequential`` (consecutive
-    children) or in a module whose ``forward`` is straight-line code (no branches, loops or side effects;
-    see ``_straight_line_forward``) where a torch.fx trace shows the activation is the Linear output's
-    only user.
+    alone and listed in ``report.skipped``; so is one with a ``forward`` set on the instance. Fusion
+    happens in a plain ``nn.Sequential`` (consecutive children) or in a module whose ``forward`` is
+    straight-line code (no branches, loops, side effects or helper calls, checked from its source before
+    anything runs; see ``_straight_line_forward``) where a torch.fx trace shows the activation is the
+    Linear output's only user; never for a Linear or activation reachable under two names in its parent
+    (an alias is called under either name, a trace names it by one). A module shared by several parents
+    is replaced by one shared module.
 
     Returns:
         A ConversionReport naming every replaced, fused and skipped module (printable).
     """
     report = ConversionReport()
+    replaced = {}  # (id(original), activation) -> its replacement: a module shared by parents stays shared
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
-        plain = {name: _why_not_plain(child) is None for name, child in parent.named_children()}
+        plain = {name: child is not None and _why_not_plain(child) is None for name, child in parent._modules.items()}
         fused_pairs = _fusable_pairs(parent) if fuse_activations else []
         fused_with = {lin: (act_mod, act) for lin, act_mod, act in fused_pairs
-                      if plain[lin] and not any(getattr(parent.get_submodule(act_mod), h, None) for h in _HOOK_DICTS)}
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear or _is_rms_norm(child):
-                why = _why_not_plain(child)
-                if why is not None:
-                    report.skipped.append((prefix + name, why))
-                    continue
+                      if plain[lin] and not any(getattr(parent._modules[act_mod], h, None) for h in _HOOK_DICTS)}
+        for name, child in list(parent._modules.items()):
+            if child is None or not (type(child) is torch.nn.Linear or _is_rms_norm(child)):
+                continue
+            why = _why_not_plain(child)
+            if why is not None:
+                report.skipped.append((prefix + name, why))
+                continue
             if type(child) is torch.nn.Linear:
                 act_mod, act = fused_with.get(name, (None, "none"))
-                setattr(parent, name, Linear.from_linear(child, activation=act))
+                key = (id(child), act)
+                if key not in replaced:
+                    replaced[key] = Linear.from_linear(child, activation=act)
+                setattr(parent, name, replaced[key])
                 report.linear.append(prefix + name)
                 if act_mod is not None:
                     setattr(parent, act_mod, torch.nn.Identity())
                     report.fused.append((prefix + name, prefix + act_mod, act))
-            elif _is_rms_norm(child):
-                setattr(parent, name, RMSNorm.from_module(child))
+            else:
+                key = (id(child), "rms_norm")
+                if key not in replaced:
+                    replaced[key] = RMSNorm.from_module(child)
+                setattr(parent, name, replaced[key])
                 report.rms_norm.append(prefix + name)
     return report

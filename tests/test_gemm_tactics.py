@@ -368,6 +368,12 @@ def test_a_stale_choice_is_dropped_with_a_warning(tmp_path, clean_tuning_cache, 
      "entry 1 is malformed"),
     ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t", "timings_ms": [1]}]}',
      "entry 0 is malformed"),
+    ('{"format": "ops.gemm tuning cache", "version": true, "entries": []}', "has version True"),
+    ('[' * 100000 + ']' * 100000, "is not JSON"),
+] + [  # the first entry is valid, the second not: nothing may be loaded
+    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t"}, '
+     f'{{"key": {key}, "best": "t", "timings_ms": {{"t": {ms}}}}}]}}', "entry 1 is malformed")
+    for key, ms in [('"k2"', "1" + "0" * 400), ('"k2"', "NaN"), ('"k2"', "-1"), ('"k2"', "true"), ('"\\ud800"', "1")]
 ])
 def test_load_tuning_cache_rejects_bad_files(tmp_path, clean_tuning_cache, content, match):
     path = tmp_path / "bad.json"
@@ -380,6 +386,7 @@ def test_load_tuning_cache_rejects_bad_files(tmp_path, clean_tuning_cache, conte
 
 
 def test_tuning_cache_environment_variable(tmp_path):
+    # A file that cannot be loaded warns; whatever is wrong with it, `import ops` goes on.
     A, B = operands(16, 256, 512, values=False)
     key = plan_only(A, B)["tuning_key"]
     path = write_tuning_file(tmp_path / "t.json", [{"key": key, "best": "sm90_bf16_rc_streamk/splitk2"}])
@@ -391,3 +398,8 @@ def test_tuning_cache_environment_variable(tmp_path):
                          env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(tmp_path / "missing.json")),
                          capture_output=True, text=True)
     assert out.returncode != 0 and "OPS_GEMM_TUNING_CACHE=" in out.stderr and "not loaded" in out.stderr
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    out = subprocess.run([sys.executable, "-c", "import ops; print(ops.gemm.tuning_cache())"],
+                         env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(tmp_path / "deep.json")),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]" and "not loaded" in out.stderr

@@ -162,6 +162,120 @@ def test_convert_never_changes_what_a_model_computes():
     assert model["pruned"][0].weight_orig.grad is not None
 
 
+_LOG = []
+
+
+def _helper(module, x):  # a branch convert cannot see from the caller's source
+    h = module.lin(x)
+    return h if module.training else module.act(h)
+
+
+class _LinAct(torch.nn.Module):
+    def __init__(self, act=None):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.act = act if act is not None else torch.nn.ReLU()
+
+
+class _ViaHelper(_LinAct):
+    def forward(self, x):
+        return _helper(self, x)
+
+
+class _ViaSuper(_ViaHelper):
+    def forward(self, x):
+        return super().forward(x)
+
+
+class _GlobalLog(_LinAct):
+    def forward(s, x):  # "self" by another name
+        h = s.lin(x)
+        _LOG.append(h)
+        return s.act(h)
+
+
+class _Alias(_LinAct):
+    def __init__(self):
+        super().__init__()
+        self.proj = self.lin  # the same module under a second name; forward calls that one
+
+    def forward(self, x):
+        return self.act(self.proj(x))
+
+
+class _InList(_LinAct):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([self.lin])
+
+    def forward(self, x):
+        return self.act(self.layers[0](x))
+
+
+class _Chosen(_LinAct):
+    which = "act"
+
+    def forward(self, x):
+        return getattr(self, self.which)(self.lin(x))
+
+
+class _LeakyReLU(torch.nn.ReLU):  # a subclass computing something else
+    def forward(self, x):
+        return torch.nn.functional.leaky_relu(x, 0.2)
+
+
+class SiLUActivation(torch.nn.Module):  # user code named like a transformers class
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class _Straight(_LinAct):
+    def forward(self, x):
+        return self.act(self.lin(x))
+
+
+def test_convert_sees_through_aliases_helpers_and_look_alikes():
+    torch.manual_seed(0)
+    shared = torch.nn.Linear(8, 8)
+    overridden = _Straight()
+    overridden.forward = lambda x: overridden.lin(x)  # an instance forward: the class's is not what runs
+    model = torch.nn.ModuleDict({
+        "helper": _ViaHelper(), "super": _ViaSuper(), "log": _GlobalLog(), "alias": _Alias(), "in_list": _InList(),
+        "chosen": _Chosen(), "leaky": _Straight(_LeakyReLU()), "look_alike": _Straight(SiLUActivation()),
+        "overridden": overridden,
+        "repeated": torch.nn.Sequential(shared, shared, torch.nn.ReLU()),  # not adjacent: shared runs twice
+        "fusable": _Straight(torch.nn.GELU())})
+    x = torch.randn(5, 8)
+    for mode in ("eval", "train"):  # converted in one mode, compared in both
+        getattr(model, mode)()
+        expected = {name: module(x) for name, module in model.items()}
+        converted = copy.deepcopy(model)
+        logged = len(_LOG)
+        report = ops.nn.convert(converted.eval())
+        assert len(_LOG) == logged  # a forward with side effects is not traced (tracing would run them)
+        getattr(converted, mode)()
+        for name, module in converted.items():
+            torch.testing.assert_close(module(x), expected[name], msg=name)
+        assert [lin for lin, _, _ in report.fused] == ["fusable.lin"], report
+    # A module shared by two places stays one module.
+    assert converted["repeated"][0] is converted["repeated"][1] and type(converted["repeated"][0]) is ops.nn.Linear
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")  # torch.nn.RMSNorm's
+def test_converted_norms_keep_output_dtypes():
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.models.llama.modeling_llama.LlamaRMSNorm(16)  # float32 weight
+    model = torch.nn.ModuleDict({"hf": hf, "torch": torch.nn.RMSNorm(16)})
+    x = torch.randn(3, 16).bfloat16()
+    expected = {name: module(x) for name, module in model.items()}
+    assert expected["hf"].dtype == torch.float32 and expected["torch"].dtype == torch.bfloat16
+    assert len(ops.nn.convert(model).rms_norm) == 2
+    for name, module in model.items():
+        got = module(x)
+        assert got.dtype == expected[name].dtype, name
+        torch.testing.assert_close(got, expected[name], msg=name)
+
+
 @pytest.fixture(scope="module")
 def minilm():
     pytest.importorskip("transformers")
