@@ -67,7 +67,8 @@ def test_api_without_gpu_fails_clearly(call):
 # ---- on a GPU: each case in a fresh interpreter ---------------------------------------------------
 
 def _run_gpu(code, env=None):
-    result = run_python("import torch, ops\n" + textwrap.dedent(code), cwd=REPO, env=env)
+    # 90 s: a hang (say, a capture waiting on itself) must not eat the device check's whole test budget.
+    result = run_python("import torch, ops\n" + textwrap.dedent(code), cwd=REPO, env=env, timeout=90)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result.stdout
 
