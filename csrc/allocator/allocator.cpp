@@ -125,7 +125,11 @@ void remember_stream(DeviceState& state, cudaStream_t stream) {
 
 bool is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. a stream destroyed since: not capturing, and no error left behind
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
 }
 
 // Frees `ptr` on the internal stream after the work queued so far on every remembered stream. Caller
@@ -299,6 +303,8 @@ int ops_allocator_trim(int device, size_t keep_bytes) {
     std::lock_guard<std::mutex> lock(state.mu);
     pool = state.pool;
     free_stream = state.free_stream;
+    // Frees deferred past a capture that has ended since (no allocation or free has run them yet).
+    if (pool != nullptr && !state.deferred.empty()) on_device(device, [&] { flush_deferred(state); return cudaSuccess; });
   }
   if (pool == nullptr) return cudaSuccess;
   // Frees queued on the internal stream must have run before their memory can be released. Waited
