@@ -55,6 +55,7 @@ class Linear(torch.nn.Linear):
         new.register_parameter("bias", module.bias)
         new.activation = activation
         new.train(module.training)
+        _copy_instance_attributes(module, new)
         return new
 
 
@@ -94,35 +95,106 @@ class RMSNorm(torch.nn.RMSNorm):
         super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
         self.promote_weight_dtype = False
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dim() == 0 or input.shape[-1] != self.normalized_shape[0]:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.shape[-1] != self.normalized_shape[0]:
             raise RuntimeError(f"ops.nn.RMSNorm: expected input with last dimension {self.normalized_shape[0]} "
-                               f"(normalized_shape), got shape {list(input.shape)}")
+                               f"(normalized_shape), got shape {list(x.shape)}")
         eps = self.eps
         if eps is None:
-            eps = _default_eps(input.dtype)
+            eps = _default_eps(x.dtype)
         weight = self.weight
         if weight is None:
-            weight = torch.ones(input.shape[-1:], dtype=input.dtype, device=input.device)
-        elif weight.dtype != input.dtype:
-            if self.promote_weight_dtype:
-                unit = torch.ones(input.shape[-1:], dtype=input.dtype, device=input.device)
-                return weight * fused.rms_norm(input, unit, eps)
-            weight = weight.to(input.dtype)
-        return fused.rms_norm(input, weight, eps)
+            return fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
+        if weight.dtype == x.dtype:
+            return fused.rms_norm(x, weight, eps)
+        if self.promote_weight_dtype:  # Hugging Face Llama: weight * x_hat rounded to x's dtype
+            return weight * fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
+        # Mixed dtypes otherwise: computed in the wider one (the weight is not rounded), output in x's.
+        wide = torch.promote_types(x.dtype, weight.dtype)
+        return fused.rms_norm(x.to(wide), weight.to(wide), eps).to(x.dtype)
 
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> "RMSNorm":
-        """From ``torch.nn.RMSNorm`` or a Hugging Face ``*RMSNorm`` (weight + ``eps`` or ``variance_epsilon``)."""
+        """From ``torch.nn.RMSNorm`` or a Hugging Face RMSNorm whose formula ``_hf_rms_norm_formula``
+        recognizes, sharing its weight (no copy) and keeping its other instance attributes."""
         weight = getattr(module, "weight", None)
         hidden = getattr(module, "normalized_shape", None) or (weight.shape[0],)
         eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
         new = cls(hidden, eps=eps, elementwise_affine=False)
         new.elementwise_affine = weight is not None
         new.register_parameter("weight", weight)
-        new.promote_weight_dtype = not isinstance(module, torch.nn.RMSNorm)  # Hugging Face: weight * x_hat
+        new.promote_weight_dtype = _hf_rms_norm_formula(module) == "llama"
         new.train(module.training)
+        _copy_instance_attributes(module, new)
         return new
+
+
+def _copy_instance_attributes(source: torch.nn.Module, target: torch.nn.Module) -> None:
+    """Instance attributes of `source` that `target` lacks (flags such as transformers'
+    ``_is_hf_initialized``, ``qconfig``, a norm's ``variance_epsilon``): code may read them."""
+    for name, value in vars(source).items():
+        if name not in vars(target):
+            vars(target)[name] = value
+
+
+def _hf_forward_signature(forward: str) -> str:
+    return f"def forward(self, hidden_states):\n{forward}"
+
+
+# Hugging Face RMSNorm forwards (transformers 4.x-5.x; ~150 classes share them), by what they compute
+# with a weight of another dtype than the input: "llama" returns weight * x_hat rounded to the input's
+# dtype (promoted output dtype); "cast" rounds weight * x_hat to the input's dtype.
+_HF_RMS_NORM_BODY = """
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+    return {}
+"""
+_HF_RMS_NORM_FORMULAS = {
+    "self.weight * hidden_states.to(input_dtype)": "llama",
+    "(self.weight * hidden_states).to(input_dtype)": "cast",
+    "(self.weight.to(torch.float32) * hidden_states).to(input_dtype)": "cast",
+}
+
+
+def _normalized_forward(function: ast.FunctionDef) -> Optional[str]:
+    """ast.dump of a forward(self, x) body with its two parameters renamed to self and hidden_states."""
+    args = function.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or len(args.args) != 2 or function.decorator_list:
+        return None
+    renames = {args.args[0].arg: "self", args.args[1].arg: "hidden_states"}
+
+    class _Rename(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.copy_location(ast.Name(id=renames.get(node.id, node.id), ctx=node.ctx), node)
+
+    body = [_Rename().visit(statement) for statement in function.body]
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]  # a docstring
+    return "\n".join(ast.dump(statement) for statement in body)
+
+
+_HF_RMS_NORM_DUMPS = {
+    _normalized_forward(ast.parse(_hf_forward_signature(_HF_RMS_NORM_BODY.format(ret))).body[0]): kind
+    for ret, kind in _HF_RMS_NORM_FORMULAS.items()
+}
+
+
+def _hf_rms_norm_formula(module: torch.nn.Module) -> Optional[str]:
+    """"llama" or "cast" for a transformers RMSNorm whose forward is one of the known formulas (checked
+    from its source: the class name alone says nothing of Gemma's 1 + weight or other variants), else
+    None."""
+    cls = type(module)
+    if not cls.__module__.startswith("transformers.") or "forward" in vars(module):
+        return None
+    try:
+        function = ast.parse(textwrap.dedent(inspect.getsource(cls.forward))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(function, ast.FunctionDef):
+        return None
+    return _HF_RMS_NORM_DUMPS.get(_normalized_forward(function))
 
 
 def _activation_name(module: torch.nn.Module) -> Optional[str]:
@@ -150,15 +222,13 @@ def _activation_name(module: torch.nn.Module) -> Optional[str]:
 
 
 def _is_rms_norm(module: torch.nn.Module) -> bool:
-    """torch.nn.RMSNorm itself (a subclass may compute something else) over one dimension, or a Hugging Face
-    Llama-style RMSNorm: a transformers class named *RMSNorm with a 1-D weight and a ``variance_epsilon``
-    (Gemma's, which scales by 1 + weight, has ``eps`` instead and is left alone)."""
+    """torch.nn.RMSNorm itself (a subclass may compute something else) over one dimension, or a
+    transformers RMSNorm with a 1-D weight, a ``variance_epsilon`` and a forward of a known formula
+    (Gemma's, which scales by 1 + weight, is not one)."""
     if type(module) is torch.nn.RMSNorm:
         return len(module.normalized_shape) == 1
-    cls = type(module)
-    return (cls.__module__.startswith("transformers.") and cls.__name__.endswith("RMSNorm")
-            and isinstance(getattr(module, "weight", None), torch.nn.Parameter) and module.weight.dim() == 1
-            and hasattr(module, "variance_epsilon"))
+    return (isinstance(getattr(module, "weight", None), torch.nn.Parameter) and module.weight.dim() == 1
+            and hasattr(module, "variance_epsilon") and _hf_rms_norm_formula(module) is not None)
 
 
 # Per-module hook registries of torch.nn.Module (global hooks apply to every module alike).
@@ -180,6 +250,9 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
         return f"has other parameters or buffers ({', '.join(extra)})"
     if "weight" not in module._parameters:
         return "its weight is not a Parameter"
+    weight = module._parameters["weight"]
+    if weight is not None and weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return f"its weight's dtype {weight.dtype} is not one the ops take"
     return None
 
 
@@ -216,17 +289,51 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
     if not positional:
         return False
     me = positional[0].arg  # "self", whatever it is called
-    local_names = {a.arg for a in positional[1:] + function.args.kwonlyargs}
-    local_names |= {a.arg for a in (function.args.vararg, function.args.kwarg) if a is not None}
-    for statement in function.body:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                local_names.add(node.id)
-    local_names.discard(me)
+    # Values the trace follows (fx proxies): the arguments, and locals computed from them or from calls.
+    # A local bound to an attribute of self or to a global is a real object: a method call on it (say
+    # list.append) runs during the trace without being recorded, so it is not allowed.
+    traced = {a.arg for a in positional[1:] + function.args.kwonlyargs}
+    traced |= {a.arg for a in (function.args.vararg, function.args.kwarg) if a is not None}
+
+    def root_of(node):
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node
+
+    def is_traced(value):
+        root = root_of(value)
+        if isinstance(root, ast.Name):
+            return root.id in traced or (root.id == me and isinstance(value, ast.Call))
+        return True  # a call's result, arithmetic, a constant
+
+    changed = True
+    while changed:  # to a fixed point: a local is traced if every value bound to it is
+        changed = False
+        bound = collections.defaultdict(list)
+        for statement in function.body:
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                            if isinstance(t, ast.Name):
+                                bound[t.id].append(node.value)
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name):
+                    bound[node.target.id].append(node.value)
+                elif isinstance(node, ast.NamedExpr):
+                    bound[node.target.id].append(node.value)
+        for name, values in bound.items():
+            if name not in traced and name != me and all(v is not None and is_traced(v) for v in values):
+                traced.add(name)
+                changed = True
+    local_names = traced
     for statement in function.body:
         for node in ast.walk(statement):
             if isinstance(node, _CONTROL_FLOW):
                 return False
+            if isinstance(node, ast.Subscript):
+                root = root_of(node)
+                if not (isinstance(root, ast.Call) or (isinstance(root, ast.Name) and root.id in traced)):
+                    return False  # (a, b)[flag], {...}[self.mode], GLOBAL[i], self.layers[i]: chosen in Python
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
@@ -339,14 +446,26 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     straight-line code (no branches, loops, side effects or helper calls, checked from its source before
     anything runs; see ``_straight_line_forward``) where a torch.fx trace shows the activation is the
     Linear output's only user; never for a Linear or activation reachable under two names in its parent
-    (an alias is called under either name, a trace names it by one). A module shared by several parents
-    is replaced by one shared module.
+    (an alias is called under either name, a trace names it by one), nor while global module hooks are
+    registered. A module shared by several parents is replaced by one shared module. A fused Linear
+    computes activation(linear) wherever it is called from: code that calls such a Linear or its
+    activation module directly, not through the parent's forward (probes, feature extraction), needs
+    ``fuse_activations=False``.
+
+    Numerics: half-precision results may differ from the original's in the last bit, as any two GEMM
+    implementations do; a converted Hugging Face Llama-style norm rounds once (x * rsqrt(...) * weight in
+    float32) where the original rounds x_hat to the input's dtype before the weight multiply.
 
     Returns:
         A ConversionReport naming every replaced, fused and skipped module (printable).
     """
     report = ConversionReport()
     replaced = {}  # (id(original), activation) -> its replacement: a module shared by parents stays shared
+    # Global module hooks see every Linear's output: fusing would show them activated values.
+    global_hooks = any(getattr(torch.nn.modules.module, name, None) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+        "_global_backward_pre_hooks"))
+    fuse_activations = fuse_activations and not global_hooks
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
         plain = {name: child is not None and _why_not_plain(child) is None for name, child in parent._modules.items()}

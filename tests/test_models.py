@@ -234,6 +234,24 @@ class _Straight(_LinAct):
         return self.act(self.lin(x))
 
 
+class _PickedByFlag(_LinAct):
+    def forward(self, x):
+        h = self.lin(x)
+        return (self.act(h), h)[self.training]  # a trace sees one element only
+
+
+class _ThroughLocalList(_LinAct):
+    def __init__(self):
+        super().__init__()
+        self.feats = []
+
+    def forward(self, x):
+        feats = self.feats
+        h = self.lin(x)
+        feats.append(h)  # runs for real during a trace, unrecorded
+        return self.act(feats[-1] * 1.0 + h * 0.0)
+
+
 def test_convert_sees_through_aliases_helpers_and_look_alikes():
     torch.manual_seed(0)
     shared = torch.nn.Linear(8, 8)
@@ -244,11 +262,13 @@ def test_convert_sees_through_aliases_helpers_and_look_alikes():
         "chosen": _Chosen(), "leaky": _Straight(_LeakyReLU()), "look_alike": _Straight(SiLUActivation()),
         "overridden": overridden,
         "repeated": torch.nn.Sequential(shared, shared, torch.nn.ReLU()),  # not adjacent: shared runs twice
+        "by_flag": _PickedByFlag(), "local_list": _ThroughLocalList(),
         "fusable": _Straight(torch.nn.GELU())})
     x = torch.randn(5, 8)
     for mode in ("eval", "train"):  # converted in one mode, compared in both
         getattr(model, mode)()
         expected = {name: module(x) for name, module in model.items()}
+        model["local_list"].feats.clear()  # tensors of a graph do not deepcopy
         converted = copy.deepcopy(model)
         logged = len(_LOG)
         report = ops.nn.convert(converted.eval())
@@ -259,17 +279,44 @@ def test_convert_sees_through_aliases_helpers_and_look_alikes():
         assert [lin for lin, _, _ in report.fused] == ["fusable.lin"], report
     # A module shared by two places stays one module.
     assert converted["repeated"][0] is converted["repeated"][1] and type(converted["repeated"][0]) is ops.nn.Linear
+    # A global module hook sees every Linear's output: no fusion while one is registered.
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: None)
+    try:
+        assert ops.nn.convert(copy.deepcopy(model)).fused == []
+    finally:
+        handle.remove()
+
+
+def test_convert_keeps_attributes_and_leaves_other_dtypes_alone():
+    lin = torch.nn.Linear(8, 8)
+    lin.scale = 2.0  # code may read such attributes
+    complex_lin = torch.nn.Linear(8, 8, dtype=torch.complex64)  # ops.linear takes real floating types only
+    norm = torch.nn.RMSNorm(8)
+    model = torch.nn.Sequential(lin, complex_lin, norm)
+    report = ops.nn.convert(model)
+    assert model[0].scale == 2.0 and type(model[0]) is ops.nn.Linear
+    assert dict(report.skipped) == {"1": "its weight's dtype torch.complex64 is not one the ops take"}
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model[2](x=x), norm(x))  # torch.nn.RMSNorm's argument name
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")  # torch.nn.RMSNorm's
 def test_converted_norms_keep_output_dtypes():
+    # With a float32 weight and bfloat16 input, Llama's norm returns weight * x_hat in float32, Olmo2's
+    # rounds it to bfloat16 (as torch.nn.RMSNorm does); the converted norms follow their originals.
     transformers = pytest.importorskip("transformers")
-    hf = transformers.models.llama.modeling_llama.LlamaRMSNorm(16)  # float32 weight
-    model = torch.nn.ModuleDict({"hf": hf, "torch": torch.nn.RMSNorm(16)})
+    models = transformers.models
+    model = torch.nn.ModuleDict({"llama": models.llama.modeling_llama.LlamaRMSNorm(16),
+                                 "olmo2": models.olmo2.modeling_olmo2.Olmo2RMSNorm(16),
+                                 "torch": torch.nn.RMSNorm(16)})
+    with torch.no_grad():
+        for module in model.values():
+            module.weight.uniform_(0.5, 1.5)
     x = torch.randn(3, 16).bfloat16()
     expected = {name: module(x) for name, module in model.items()}
-    assert expected["hf"].dtype == torch.float32 and expected["torch"].dtype == torch.bfloat16
-    assert len(ops.nn.convert(model).rms_norm) == 2
+    assert [e.dtype for e in expected.values()] == [torch.float32, torch.bfloat16, torch.bfloat16]
+    assert len(ops.nn.convert(model).rms_norm) == 3
+    assert model["olmo2"].variance_epsilon == 1e-6  # the original's attributes stay readable
     for name, module in model.items():
         got = module(x)
         assert got.dtype == expected[name].dtype, name
