@@ -152,21 +152,29 @@ std::atomic<bool> autotune_flag{false};
 std::atomic<bool> forced_flag{false};       // forced non-empty: lets every GEMM skip the mutex
 std::atomic<bool> tuning_cache_used{false};  // the tuning cache is not empty: worth a look-up
 
+// Sets *tactic to the candidate of `plan` named `name` (tactic_name) and returns true, or returns false.
+// `names`, if given, receives every candidate's name, comma-separated (for error messages).
+bool candidate_named(const GemmPlan& plan, int sm_count, const std::string& name, Tactic* tactic,
+                     std::string* names = nullptr) {
+  bool found = false;
+  for (const Tactic& candidate : tactic_candidates(plan, sm_count)) {
+    const std::string candidate_name = tactic_name(candidate);
+    if (!found && candidate_name == name) {
+      *tactic = candidate;
+      found = true;
+    }
+    if (names != nullptr) *names += (names->empty() ? "" : ", ") + candidate_name;
+  }
+  return found;
+}
+
 // plan.tactic is the heuristic's choice; replace it with the forced tactic (which must be a candidate)
 // or the tuning cache's choice, in that order, and say whether the launcher should autotune.
 void select_tactic(GemmPlan& plan, const DeviceTarget& target, at::ScalarType dtype) {
   const std::string forced = forced_tactic();
   if (!forced.empty()) {
     std::string names;
-    bool found = false;
-    for (const Tactic& candidate : tactic_candidates(plan, target.sm_count)) {
-      const std::string name = tactic_name(candidate);
-      if (name == forced) {
-        plan.tactic = candidate;
-        found = true;
-      }
-      names += (names.empty() ? "" : ", ") + name;
-    }
+    const bool found = candidate_named(plan, target.sm_count, forced, &plan.tactic, &names);
     TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", plan.m,
                 ", N=", plan.n, ", K=", plan.k, ", ", torch_dtype_name(dtype), "); its candidates are: ", names,
                 ". Clear it with ops.gemm.set_tactic(None).");
@@ -325,14 +333,7 @@ bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tact
     const auto it = controls().cache.find(key);
     if (it == controls().cache.end()) return false;
     TuningRecord& record = it->second;
-    if (!record.resolved) {
-      for (const Tactic& candidate : tactic_candidates(plan, sm_count)) {
-        if (tactic_name(candidate) == record.best) {
-          record.tactic = candidate;
-          record.resolved = true;
-        }
-      }
-    }
+    if (!record.resolved) record.resolved = candidate_named(plan, sm_count, record.best, &record.tactic);
     if (record.resolved) {
       *tactic = record.tactic;
       return true;

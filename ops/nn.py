@@ -9,7 +9,9 @@
 
 import ast
 import collections
+import copy
 import dataclasses
+import functools
 import inspect
 import textwrap
 from typing import List, Optional, Tuple
@@ -169,7 +171,7 @@ def _normalized_forward(function: ast.FunctionDef) -> Optional[str]:
         def visit_Name(self, node):
             return ast.copy_location(ast.Name(id=renames.get(node.id, node.id), ctx=node.ctx), node)
 
-    body = [_Rename().visit(statement) for statement in function.body]
+    body = [_Rename().visit(copy.deepcopy(statement)) for statement in function.body]  # the parse is shared
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         body = body[1:]  # a docstring
     return "\n".join(ast.dump(statement) for statement in body)
@@ -181,20 +183,30 @@ _HF_RMS_NORM_DUMPS = {
 }
 
 
-def _hf_rms_norm_formula(module: torch.nn.Module) -> Optional[str]:
-    """"llama" or "cast" for a transformers RMSNorm whose forward is one of the known formulas (checked
-    from its source: the class name alone says nothing of Gemma's 1 + weight or other variants), else
-    None."""
-    cls = type(module)
-    if not cls.__module__.startswith("transformers.") or "forward" in vars(module):
-        return None
+@functools.lru_cache(maxsize=None)
+def _class_forward(cls: type) -> Optional[ast.FunctionDef]:
+    """The parsed source of ``cls.forward`` (once per class; callers must not modify it), or None when
+    it has no source or is not a plain function definition."""
     try:
         function = ast.parse(textwrap.dedent(inspect.getsource(cls.forward))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return None
-    if not isinstance(function, ast.FunctionDef):
+    return function if isinstance(function, ast.FunctionDef) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_class_formula(cls: type) -> Optional[str]:
+    if not cls.__module__.startswith("transformers."):
         return None
-    return _HF_RMS_NORM_DUMPS.get(_normalized_forward(function))
+    function = _class_forward(cls)
+    return None if function is None else _HF_RMS_NORM_DUMPS.get(_normalized_forward(function))
+
+
+def _hf_rms_norm_formula(module: torch.nn.Module) -> Optional[str]:
+    """"llama" or "cast" for a transformers RMSNorm whose forward is one of the known formulas (checked
+    from its source: the class name alone says nothing of Gemma's 1 + weight or other variants), else
+    None."""
+    return None if "forward" in vars(module) else _hf_class_formula(type(module))
 
 
 def _activation_name(module: torch.nn.Module) -> Optional[str]:
@@ -277,12 +289,8 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
     torch/F/math, or to methods of local values (tensor methods)."""
     if "forward" in vars(module):
         return False
-    try:
-        source = textwrap.dedent(inspect.getsource(type(module).forward))
-        function = ast.parse(source).body[0]
-    except (OSError, TypeError, SyntaxError, IndexError):
-        return False
-    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+    function = _class_forward(type(module))
+    if function is None or function.decorator_list:
         return False
     children = set(module._modules)
     positional = function.args.posonlyargs + function.args.args
@@ -468,14 +476,17 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     fuse_activations = fuse_activations and not global_hooks
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
-        plain = {name: child is not None and _why_not_plain(child) is None for name, child in parent._modules.items()}
+        # Why each Linear or RMSNorm child must be left alone (None: it may be replaced).
+        why_not = {name: _why_not_plain(child) for name, child in parent._modules.items()
+                   if type(child) is torch.nn.Linear or (child is not None and _is_rms_norm(child))}
         fused_pairs = _fusable_pairs(parent) if fuse_activations else []
         fused_with = {lin: (act_mod, act) for lin, act_mod, act in fused_pairs
-                      if plain[lin] and not any(getattr(parent._modules[act_mod], h, None) for h in _HOOK_DICTS)}
+                      if why_not[lin] is None and not any(getattr(parent._modules[act_mod], h, None)
+                                                          for h in _HOOK_DICTS)}
         for name, child in list(parent._modules.items()):
-            if child is None or not (type(child) is torch.nn.Linear or _is_rms_norm(child)):
+            if name not in why_not:
                 continue
-            why = _why_not_plain(child)
+            why = why_not[name]
             if why is not None:
                 report.skipped.append((prefix + name, why))
                 continue

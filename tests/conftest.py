@@ -22,6 +22,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+TINY_VOCAB = 128
+
+
+def tiny_hf_decoder(family):
+    """A transformers `<family>ForCausalLM` (Llama, Qwen2, ...) at a tiny config (hidden 64, 2 layers,
+    vocabulary TINY_VOCAB) with random weights from seed 0: nothing is downloaded. Skips the test without
+    transformers or without that family."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, f"{family}ForCausalLM"):
+        pytest.skip(f"transformers {transformers.__version__} has no {family}")
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16)
+    return getattr(transformers, f"{family}ForCausalLM")(config)
+
+
 def run_python(code, *, cwd=None, env=None, timeout=300):
     """Runs `code` in a fresh interpreter (not this one: nothing imported here leaks in)."""
     full_env = dict(os.environ)

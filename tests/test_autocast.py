@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import ops
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+from conftest import DEVICES, TINY_VOCAB, tiny_hf_decoder
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -56,14 +56,10 @@ def test_compiled_linear_under_autocast():
 
 
 def test_converted_decoder_runs_under_autocast():
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2)
-    stock = transformers.LlamaForCausalLM(config).eval()
+    stock = tiny_hf_decoder("Llama").eval()
     converted = copy.deepcopy(stock)
     ops.nn.convert(converted)
-    ids = torch.randint(0, 128, (2, 9))
+    ids = torch.randint(0, TINY_VOCAB, (2, 9))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected, got = stock(ids).logits, converted(ids).logits
     assert got.dtype == expected.dtype

@@ -11,6 +11,7 @@ import torch.nn.utils.prune
 
 import ops
 from benchmarks import models
+from conftest import TINY_VOCAB, tiny_hf_decoder
 
 pytestmark = pytest.mark.slow
 
@@ -366,14 +367,7 @@ DECODERS = [("Llama", 5), ("Qwen2", 5), ("Qwen3", 9), ("Gemma", 0)]  # (family, 
 
 @pytest.mark.parametrize("family,rms_norms", DECODERS, ids=[f for f, _ in DECODERS])
 def test_hf_decoder_converted_matches_stock(family, rms_norms):
-    transformers = pytest.importorskip("transformers")
-    if not hasattr(transformers, f"{family}ForCausalLM"):
-        pytest.skip(f"transformers {transformers.__version__} has no {family}")
-    torch.manual_seed(0)
-    config = getattr(transformers, f"{family}Config")(
-        vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16)
-    stock = getattr(transformers, f"{family}ForCausalLM")(config)
+    stock = tiny_hf_decoder(family)
     converted = copy.deepcopy(stock)
     keys = list(stock.state_dict())
     report = ops.nn.convert(converted)
@@ -382,7 +376,7 @@ def test_hf_decoder_converted_matches_stock(family, rms_norms):
     assert [lin for lin, _, _ in report.fused] == [f"model.layers.{i}.mlp.gate_proj" for i in range(2)], report
     assert len(report.rms_norm) == rms_norms, report
     assert list(converted.state_dict()) == keys
-    ids = torch.randint(0, 128, (2, 9))
+    ids = torch.randint(0, TINY_VOCAB, (2, 9))
     losses = []
     for model in (stock, converted):
         out = model(ids, labels=ids)
