@@ -15,6 +15,9 @@ an nn.Linear weight (N, K), so B is a column-major view as in a real model; plus
 --suite overhead measures the cost of a call where the arithmetic is negligible (16^3..128^3): the
 median wall time per call of back-to-back calls (torch.utils.benchmark; CUDA synchronized once per
 block, so on a GPU this is the host's issue cost), over several interleaved rounds, min of the medians.
+It also times ``torch.ops.aten.mm.default``: torch.mm's own kernel called the way every torch.library op
+is called from Python (through the OpOverload binding, not torch.mm's generated one), which tells the
+binding's share of the overhead from this library's.
 
 --candidates (GPU) also times every candidate tactic of each shape (ops.gemm.plan(A, B)["candidates"],
 forced with ops.gemm.set_tactic) and writes gemm_candidates.{json,md}: which tactic is fastest for which
@@ -135,9 +138,11 @@ def run(args):
         theirs = torch.mm(A, B)
         err_ours, err_torch = max_rel_error(ours, ref), max_rel_error(theirs, ref)
         del ref, ours, theirs
+        extra = {}
         if overhead:
             t_ours = call_time(lambda: ops.cutlass_gemm(A, B))
             t_torch = call_time(lambda: torch.mm(A, B))
+            extra["aten_op_ms"] = call_time(lambda: torch.ops.aten.mm.default(A, B)) * 1e3
         elif device == "cuda":
             t_ours = timer(lambda: ops.cutlass_gemm(A, B))
             t_torch = timer(lambda: torch.mm(A, B))
@@ -162,7 +167,7 @@ def run(args):
             "ops_ms": t_ours * 1e3, "torch_ms": t_torch * 1e3,
             "ops_tflops": flops / t_ours / 1e12, "torch_tflops": flops / t_torch / 1e12,
             "ratio": t_torch / t_ours,
-            "ops_max_rel_err": err_ours, "torch_max_rel_err": err_torch,
+            "ops_max_rel_err": err_ours, "torch_max_rel_err": err_torch, **extra,
         })
     torch.set_float32_matmul_precision(saved_precision)
     tuning = ops.gemm.tuning_cache() if args.autotune else None
@@ -187,6 +192,10 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
     for d in sorted({r["dtype"] for r in results}):
         ratios = [r["ratio"] for r in results if r["dtype"] == d]
         summary[d] = {"geomean_ratio": geomean(ratios), "min_ratio": min(ratios)}
+    if suite == "overhead":  # the binding's share: torch.mm's kernel called as a torch.library op is
+        headers.insert(7, "aten.mm.default ms")
+        for row, r in zip(rows, results):
+            row.insert(7, f"{r['aten_op_ms']:.4f}")
     table = markdown_table(headers, rows)
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     print()
@@ -211,7 +220,10 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         f.write(f"# ops.cutlass_gemm vs torch.mm on {where}\n\n")
         if suite == "overhead":
             f.write("Call cost of tiny problems: time per call of back-to-back calls (min over rounds of "
-                    "the median), i.e. host overhead where the arithmetic is negligible.\n\n")
+                    "the median), i.e. host overhead where the arithmetic is negligible. "
+                    "aten.mm.default: torch.mm's kernel called through `torch.ops.aten.mm.default`, the "
+                    "Python binding every torch.library op (this library's included) is called through; "
+                    "ops - aten.mm.default is this library's own cost.\n\n")
         f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}, driver {facts.get('driver', '-')}; "
                 f"{'quick' if quick else 'full'} suite; ratio = torch.mm time / ops time (>1: ops faster); "
                 "err = max |C - C_fp64| / max |C_fp64|.\n\n")
