@@ -22,6 +22,9 @@
 # The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
 # data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
 # GEMM_ARGS passes options to benchmarks.gemm (e.g. "--quick"). CPU tests run in CI, not here.
+# Time limits send SIGINT first (`limit`): pytest then prints its summary of what ran, and the
+# benchmarks write the cases measured so far (marked INTERRUPTED); a process still alive 20 s later is
+# killed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/local/device-check}"
@@ -31,6 +34,7 @@ export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 status=0
 stage() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+limit() { timeout -s INT -k 20 "$@"; }
 
 stage "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
@@ -57,38 +61,42 @@ grep -i "warning" "$OUT/build.log" | grep -v "Wno\|deprecated" | sort | uniq -c 
 
 want() { [[ " ${STAGES} " == *" $1 "* ]]; }
 MORE="$(mktemp -d)"  # markdown twins of the JSON files (the device tool returns 8 files at most)
+keep() { [ -f "$MORE/$1" ] && cp "$MORE/$1" "$OUT/"; }  # also what an interrupted benchmark wrote
 
 if want tests; then
   stage "tests: CUDA (CPU tests run in CI)"
-  timeout 240 "$PY" -m pytest tests -q -rfE --maxfail=30 -m cuda -k "not test_export" || status=1
+  limit 240 "$PY" -m pytest tests -q -rfE --maxfail=30 -m cuda -k "not test_export" || status=1
   stage "tests: torch.export + AOTInductor on CUDA (cutlass_gemm)"
-  timeout 120 "$PY" -m pytest tests/test_export.py -q -rfE -k "cuda and cutlass_gemm" || status=1
+  limit 120 "$PY" -m pytest tests/test_export.py -q -rfE -k "cuda and cutlass_gemm" || status=1
 fi
 
 if want gemm; then
   stage "benchmark: ops.cutlass_gemm vs torch.mm (and every candidate tactic of bf16/fp16 shapes)"
-  timeout 240 "$PY" -m benchmarks.gemm --candidates --out "$OUT" ${GEMM_ARGS:-} || status=1
+  limit 240 "$PY" -m benchmarks.gemm --candidates --out "$OUT" ${GEMM_ARGS:-} || status=1
 fi
 
 if want overhead; then
   stage "benchmark: call cost of tiny GEMMs (host overhead)"
-  timeout 60 "$PY" -m benchmarks.gemm --suite overhead --dtypes bf16,fp32 --out "$MORE" \
-    && cp "$MORE/gemm_overhead.json" "$OUT/" || status=1
+  limit 60 "$PY" -m benchmarks.gemm --suite overhead --dtypes bf16,fp32 --out "$MORE" || status=1
+  keep gemm_overhead.json
 fi
 
 if want ops; then
   stage "benchmark: fused ops vs PyTorch"
-  timeout 90 "$PY" -m benchmarks.ops --out "$MORE" && cp "$MORE/ops.json" "$OUT/" || status=1
+  limit 90 "$PY" -m benchmarks.ops --out "$MORE" || status=1
+  keep ops.json
 fi
 
 if want model; then
   stage "benchmark: MiniLM and Llama MLP block, stock vs ops"
-  timeout 120 "$PY" -m benchmarks.model --out "$MORE" && cp "$MORE/model.json" "$OUT/" || status=1
+  limit 120 "$PY" -m benchmarks.model --out "$MORE" || status=1
+  keep model.json
 fi
 
 if want allocator; then
   stage "benchmark: allocators"
-  timeout 90 "$PY" -m benchmarks.allocator --iters 1000 --out "$MORE" && cp "$MORE/allocator.json" "$OUT/" || status=1
+  limit 90 "$PY" -m benchmarks.allocator --iters 1000 --out "$MORE" || status=1
+  keep allocator.json
 fi
 
 if want sanitizer; then

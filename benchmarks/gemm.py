@@ -117,63 +117,76 @@ def run(args):
         if d not in DTYPES:
             sys.exit(f"unknown dtype {d!r}; choose from {', '.join(DTYPES)}")
     cases = [(d, *s) for d in dtypes for s in shapes(args.suite, quick, device)]
-    results, candidates = [], []
+    results, candidates, tuning = [], [], None
     overhead = args.suite == "overhead"
     if args.autotune:
         ops.gemm.set_autotune(True)
     saved_precision = torch.get_float32_matmul_precision()
     gen = torch.Generator(device=device).manual_seed(0)
     bar = tqdm(cases, desc="gemm", unit="shape", file=sys.stderr, dynamic_ncols=True)
-    for dname, name, M, N, K, b_layout in bar:
-        bar.set_postfix_str(f"{dname} {name}")
-        dtype = DTYPES[dname]
-        torch.set_float32_matmul_precision("high" if dname == "tf32" else "highest")
-        A = torch.randn(M, K, device=device, dtype=dtype, generator=gen)
-        if b_layout == "weight":
-            B = torch.randn(N, K, device=device, dtype=dtype, generator=gen).t()  # x @ W^T
-        else:
-            B = torch.randn(K, N, device=device, dtype=dtype, generator=gen)
-        ref = torch.mm(A.double(), B.double())
-        ours = ops.cutlass_gemm(A, B)
-        theirs = torch.mm(A, B)
-        err_ours, err_torch = max_rel_error(ours, ref), max_rel_error(theirs, ref)
-        del ref, ours, theirs
-        extra = {}
-        if overhead:
-            t_ours = call_time(lambda: ops.cutlass_gemm(A, B))
-            t_torch = call_time(lambda: torch.mm(A, B))
-            extra["aten_op_ms"] = call_time(lambda: torch.ops.aten.mm.default(A, B)) * 1e3
-        elif device == "cuda":
-            t_ours = timer(lambda: ops.cutlass_gemm(A, B))
-            t_torch = timer(lambda: torch.mm(A, B))
-        else:
-            t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
-            t_torch = cpu_time(lambda: torch.mm(A, B))
-        # The heuristic's tactic (with --autotune the JSON also holds the tuning cache: what ran instead).
-        plan = ops.gemm.plan(A, B) if device == "cuda" else None
-        tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
-        if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
-            times = sweep_candidates(A, B, plan["candidates"], timer)
-            valid = {k: v for k, v in times.items() if v}
-            best = min(valid, key=valid.get) if valid else None
-            candidates.append({
-                "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
-                "heuristic": tactic, "best": best,
-                "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()},
-            })
-        flops = 2.0 * M * N * K
-        results.append({
-            "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "tactic": tactic,
-            "ops_ms": t_ours * 1e3, "torch_ms": t_torch * 1e3,
-            "ops_tflops": flops / t_ours / 1e12, "torch_tflops": flops / t_torch / 1e12,
-            "ratio": t_torch / t_ours,
-            "ops_max_rel_err": err_ours, "torch_max_rel_err": err_torch, **extra,
+    try:
+        for case in bar:
+            bar.set_postfix_str(f"{case[0]} {case[1]}")
+            measure_case(args, device, timer, gen, overhead, case, results, candidates)
+    except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's `timeout -s INT`: report what was measured
+        bar.close()
+        print(f"\ninterrupted: reporting the {len(results)} of {len(cases)} cases measured so far",
+              file=sys.stderr)
+    finally:
+        torch.set_float32_matmul_precision(saved_precision)
+        if args.autotune:
+            tuning = ops.gemm.tuning_cache()
+            ops.gemm.set_autotune(False)
+    return device, quick, results, candidates, tuning, len(cases)
+
+
+def measure_case(args, device, timer, gen, overhead, case, results, candidates):
+    """Measures one (dtype, shape) case: appends its row to results (and, with --candidates, every
+    tactic's time to candidates)."""
+    dname, name, M, N, K, b_layout = case
+    dtype = DTYPES[dname]
+    torch.set_float32_matmul_precision("high" if dname == "tf32" else "highest")
+    A = torch.randn(M, K, device=device, dtype=dtype, generator=gen)
+    if b_layout == "weight":
+        B = torch.randn(N, K, device=device, dtype=dtype, generator=gen).t()  # x @ W^T
+    else:
+        B = torch.randn(K, N, device=device, dtype=dtype, generator=gen)
+    ref = torch.mm(A.double(), B.double())
+    ours = ops.cutlass_gemm(A, B)
+    theirs = torch.mm(A, B)
+    err_ours, err_torch = max_rel_error(ours, ref), max_rel_error(theirs, ref)
+    del ref, ours, theirs
+    extra = {}
+    if overhead:
+        t_ours = call_time(lambda: ops.cutlass_gemm(A, B))
+        t_torch = call_time(lambda: torch.mm(A, B))
+        extra["aten_op_ms"] = call_time(lambda: torch.ops.aten.mm.default(A, B)) * 1e3
+    elif device == "cuda":
+        t_ours = timer(lambda: ops.cutlass_gemm(A, B))
+        t_torch = timer(lambda: torch.mm(A, B))
+    else:
+        t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
+        t_torch = cpu_time(lambda: torch.mm(A, B))
+    # The heuristic's tactic (with --autotune the JSON also holds the tuning cache: what ran instead).
+    plan = ops.gemm.plan(A, B) if device == "cuda" else None
+    tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
+    if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
+        times = sweep_candidates(A, B, plan["candidates"], timer)
+        valid = {k: v for k, v in times.items() if v}
+        best = min(valid, key=valid.get) if valid else None
+        candidates.append({
+            "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
+            "heuristic": tactic, "best": best,
+            "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()},
         })
-    torch.set_float32_matmul_precision(saved_precision)
-    tuning = ops.gemm.tuning_cache() if args.autotune else None
-    if args.autotune:
-        ops.gemm.set_autotune(False)
-    return device, quick, results, candidates, tuning
+    flops = 2.0 * M * N * K
+    results.append({
+        "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "tactic": tactic,
+        "ops_ms": t_ours * 1e3, "torch_ms": t_torch * 1e3,
+        "ops_tflops": flops / t_ours / 1e12, "torch_tflops": flops / t_torch / 1e12,
+        "ratio": t_torch / t_ours,
+        "ops_max_rel_err": err_ours, "torch_max_rel_err": err_torch, **extra,
+    })
 
 
 def geomean(values):
@@ -181,7 +194,9 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all"):
+def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all", planned=None):
+    """Prints the table and writes {stem}.json, {stem}.md (and gemm.png, gemm_candidates.*). planned: the
+    number of cases the run set out to measure, when it was interrupted before measuring them all."""
     headers = ["dtype", "shape", "M", "N", "K", "ops ms", "torch.mm ms", "ops TFLOP/s",
                "torch.mm TFLOP/s", "ratio", "ops err", "torch.mm err", "tactic"]
     rows = [[r["dtype"], r["shape"], r["M"], r["N"], r["K"], f"{r['ops_ms']:.4f}", f"{r['torch_ms']:.4f}",
@@ -212,6 +227,9 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "results": results}
     if tuning is not None:
         payload["tuning_cache"] = tuning
+    interrupted = planned is not None and len(results) < planned
+    if interrupted:
+        payload["interrupted"] = {"measured": len(results), "planned": planned}
     write_json(os.path.join(out_dir, f"{stem}.json"), payload)
     if candidates:
         report_candidates(candidates, facts, out_dir)
@@ -225,7 +243,8 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
                     "Python binding every torch.library op (this library's included) is called through; "
                     "ops - aten.mm.default is this library's own cost.\n\n")
         f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}, driver {facts.get('driver', '-')}; "
-                f"{'quick' if quick else 'full'} suite; ratio = torch.mm time / ops time (>1: ops faster); "
+                f"{'quick' if quick else 'full'} suite"
+                f"{f' (INTERRUPTED: {len(results)} of {planned} cases measured)' if interrupted else ''}; ratio = torch.mm time / ops time (>1: ops faster); "
                 "err = max |C - C_fp64| / max |C_fp64|.\n\n")
         f.write(table + "\n\n")
         for d, s in summary.items():
@@ -301,8 +320,13 @@ def main(argv=None):
     gpu = torch.cuda.is_available() and not args.cpu
     if args.dtypes is None:
         args.dtypes = "bf16,fp16,fp32,tf32" if gpu else "fp32,bf16"
-    device, quick, results, candidates, tuning = run(args)
-    report(device, quick, results, args.out or os.path.join(RESULTS, "local"), candidates, tuning, args.suite)
+    device, quick, results, candidates, tuning, planned = run(args)
+    if not results:
+        sys.exit("interrupted before any case was measured: nothing to report")
+    report(device, quick, results, args.out or os.path.join(RESULTS, "local"), candidates, tuning, args.suite,
+           planned)
+    if len(results) < planned:
+        sys.exit(f"interrupted: {len(results)} of {planned} cases measured (the reports say so)")
 
 
 if __name__ == "__main__":

@@ -103,15 +103,20 @@ def main(argv=None):
     timer = CudaTimer() if device == "cuda" else None
     results = []
     todo = [(d, c) for d in dtypes for c in cases(device, quick)]
-    for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
-        fn, refs, nbytes = build(DTYPES[dname])
-        t_ops = timer(fn) if timer else cpu_time(fn)
-        for ref_name, ref in refs:
-            t_ref = timer(ref) if timer else cpu_time(ref)
-            results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
-                            "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
-                            "ops_GBps": nbytes / t_ops / 1e9 if nbytes else None,
-                            "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None})
+    done = 0
+    try:
+        for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
+            fn, refs, nbytes = build(DTYPES[dname])
+            t_ops = timer(fn) if timer else cpu_time(fn)
+            for ref_name, ref in refs:
+                t_ref = timer(ref) if timer else cpu_time(ref)
+                results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
+                                "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
+                                "ops_GBps": nbytes / t_ops / 1e9 if nbytes else None,
+                                "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None})
+            done += 1
+    except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's `timeout -s INT`: report what was measured
+        print(f"\ninterrupted: reporting the {done} of {len(todo)} cases measured so far", file=sys.stderr)
     headers = ["op", "shape", "dtype", "reference", "ops ms", "ref ms", "ratio", "ops GB/s", "ref GB/s"]
     rows = [[r["op"], r["shape"], r["dtype"], r["reference"], f"{r['ops_ms']:.4f}", f"{r['ref_ms']:.4f}",
              f"{r['ratio']:.2f}", f"{r['ops_GBps']:.1f}" if r["ops_GBps"] else "-",
@@ -121,8 +126,12 @@ def main(argv=None):
     facts = machine_facts(device)
     payload = {"benchmark": "ops", "device": device, "quick": quick, "machine": facts, "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_report(args.out, "ops", payload, f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}", table)
-    return 0
+    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}"
+    if done < len(todo):
+        payload["interrupted"] = {"measured": done, "planned": len(todo)}
+        title += f" (INTERRUPTED: {done} of {len(todo)} cases measured)"
+    write_report(args.out, "ops", payload, title, table)
+    return 0 if done == len(todo) else 3
 
 
 if __name__ == "__main__":
