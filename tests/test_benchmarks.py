@@ -1,0 +1,75 @@
+"""The benchmark programs (the README's main job) run and write their reports: CI runs only the tests,
+so without these a broken benchmark would first show on the scarce GPU machine. On CPU, on small
+suites; an interrupted run (Ctrl-C, or device_check.sh's time limit) reports the cases measured so far."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+
+
+@pytest.mark.slow
+def test_gemm_benchmark_cli_writes_json_markdown_and_plot(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gemm", "--cpu", "--suite", "square", "--dtypes", "fp32",
+         "--out", str(tmp_path)],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads((tmp_path / "gemm.json").read_text())
+    assert report["device"] == "cpu" and "interrupted" not in report
+    assert [(r["M"], r["N"], r["K"]) for r in report["results"]] == [(s, s, s) for s in (256, 512, 1024)]
+    for r in report["results"]:
+        assert r["ops_ms"] > 0 and r["torch_ms"] > 0 and r["ratio"] == pytest.approx(r["torch_ms"] / r["ops_ms"])
+        assert r["ops_max_rel_err"] < 1e-5 and r["torch_max_rel_err"] < 1e-5  # fp32 vs the fp64 reference
+    assert report["summary"]["fp32"]["min_ratio"] == min(r["ratio"] for r in report["results"])
+    assert "| fp32 | square 1024 |" in (tmp_path / "gemm.md").read_text()
+    assert (tmp_path / "gemm.png").stat().st_size > 10_000
+
+
+def test_interrupted_gemm_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
+    from benchmarks import gemm
+
+    real, calls = gemm.measure_case, []
+
+    def measure_then_interrupt(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(*args)
+
+    monkeypatch.setattr(gemm, "measure_case", measure_then_interrupt)
+    precision = torch.get_float32_matmul_precision()
+    with pytest.raises(SystemExit, match="interrupted: 1 of 3 cases measured"):
+        gemm.main(["--cpu", "--suite", "square", "--dtypes", "fp32", "--out", str(tmp_path)])
+    assert torch.get_float32_matmul_precision() == precision  # the benchmark's setting was undone
+    report = json.loads((tmp_path / "gemm.json").read_text())
+    assert report["interrupted"] == {"measured": 1, "planned": 3}
+    assert [r["M"] for r in report["results"]] == [256]
+    assert "INTERRUPTED: 1 of 3 cases measured" in (tmp_path / "gemm.md").read_text()
+
+
+def test_interrupted_ops_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
+    from benchmarks import ops as ops_benchmark
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU timer, also on a GPU machine
+    timings = []
+
+    def time_then_interrupt(fn, *args, **kwargs):
+        timings.append(fn)
+        if len(timings) == 3:  # the first case has an ops and a reference timing
+            raise KeyboardInterrupt
+        fn()
+        return 1e-3
+
+    monkeypatch.setattr(ops_benchmark, "cpu_time", time_then_interrupt)
+    assert ops_benchmark.main(["--dtypes", "fp32", "--out", str(tmp_path)]) == 3
+    report = json.loads((tmp_path / "ops.json").read_text())
+    planned = report["interrupted"]["planned"]
+    assert report["interrupted"] == {"measured": 1, "planned": planned} and planned > 1
+    assert len(report["results"]) == 1 and report["results"][0]["op"] == "rms_norm"
+    assert f"INTERRUPTED: 1 of {planned} cases measured" in (tmp_path / "ops.md").read_text()
