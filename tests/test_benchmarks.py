@@ -31,6 +31,22 @@ def test_gemm_benchmark_cli_writes_json_markdown_and_plot(tmp_path):
     assert (tmp_path / "gemm.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
+def test_model_benchmark_cli_on_cpu(tmp_path):
+    pytest.importorskip("transformers")
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.model", "--no-compile", "--batch", "2", "--out", str(tmp_path)],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES=""), capture_output=True,
+        text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads((tmp_path / "model.json").read_text())
+    assert report["device"] == "cpu" and set(report["results"]) == {"minilm_eager", "llama_mlp_T16"}
+    assert report["results"]["minilm_eager"]["min_cosine"] >= 0.99999  # converted vs stock embeddings
+    assert report["results"]["llama_mlp_T16"]["max_abs_diff"] < 1e-4
+    assert all(r["stock_ms"] > 0 and r["ops_ms"] > 0 for r in report["results"].values())
+    assert "| MiniLM-L6 eager (batch 2) |" in (tmp_path / "model.md").read_text()
+
+
 def test_interrupted_gemm_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
     from benchmarks import gemm
 
