@@ -57,7 +57,7 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
 
     Raises:
         RuntimeError: a 0-D input, weight not of shape (hidden,), dtypes that differ or are not floating,
-            tensors on different devices.
+            tensors on different devices, a tensor that is not dense and strided (sparse, nested, quantized).
     """
     return torch.ops.ops.rms_norm(input, weight, eps)
 
@@ -98,7 +98,8 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
     Raises:
         RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs;
             input or residual with internally overlapping memory (expanded), or input, residual and
-            weight sharing memory (the in-place writes would depend on their order).
+            weight sharing memory (the in-place writes would depend on their order); a tensor that is
+            not dense and strided.
     """
     torch.ops.ops.fused_add_rms_norm(input, residual, weight, eps)
 
@@ -128,6 +129,7 @@ def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
     Autograd (registered in C++): differentiable in reverse mode (double backward too) and forward mode.
 
     Raises:
-        RuntimeError: a 0-D input, an odd last dimension, a non-floating dtype.
+        RuntimeError: a 0-D input, an odd last dimension, a non-floating dtype, a tensor that is not
+            dense and strided (sparse, nested, quantized).
     """
     return torch.ops.ops.silu_and_mul(input)

@@ -97,8 +97,9 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
     Raises:
         RuntimeError: A or B not 2-D, K mismatch, dtype not one of the four above or different between
             A, B and out, tensors on different devices, out of the wrong shape, out overlapping A or B,
-            out variant with an argument that requires grad (grad mode on), or (CUDA) a GPU the kernels
-            were not built for (sm80-sm89, sm90 with 9.0a).
+            out variant with an argument that requires grad (grad mode on), a tensor that is not dense and
+            strided (sparse, nested, quantized, MKL-DNN), or (CUDA) a GPU the kernels were not built for
+            (sm80-sm89, sm90 with 9.0a).
     """
     # Overload packets (not .default / .out) so that TorchScript can compile callers of this function.
     if out is None:

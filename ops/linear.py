@@ -67,6 +67,7 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
     Raises:
         RuntimeError: shapes that do not chain ((..., K) with (N, K) and (N,)), dtypes that differ or are
-            not floating, tensors on different devices. ValueError: an unknown activation.
+            not floating, tensors on different devices, a tensor that is not dense and strided (sparse,
+            nested, quantized). ValueError: an unknown activation.
     """
     return torch.ops.ops.linear(input, weight, bias, activation)

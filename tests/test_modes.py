@@ -103,6 +103,53 @@ def test_fake_kernel_metadata_matches_real(spec, device):
             (real.shape, real.stride(), real.dtype, real.device), sample.name
 
 
+# Tensors that are not dense and strided, as a user might pass them, with the fix the error suggests.
+NON_STRIDED = {
+    "sparse_coo": (lambda t: t.to_sparse(), "a sparse COO tensor", r"\.to_dense\(\)"),
+    "sparse_csr": (lambda t: t.to_sparse_csr() if t.dim() == 2 else None, "layout SparseCsr", r"\.to_dense\(\)"),
+    "nested": (lambda t: torch.nested.nested_tensor([t, t]), "a nested tensor", r"\.unbind\(\)"),
+    "quantized": (lambda t: torch.quantize_per_tensor(t, 0.1, 0, torch.qint8), "a quantized tensor",
+                  r"\.dequantize\(\)"),
+}
+
+
+@ops_params
+@pytest.mark.parametrize("layout", list(NON_STRIDED))
+@pytest.mark.filterwarnings("ignore:.*(beta|prototype|deprecated).*:UserWarning")  # making the inputs
+def test_non_strided_argument_gets_an_error_naming_op_and_argument(spec, layout):
+    # Without the library's kernels for these backends, PyTorch's message names neither the argument nor
+    # the fix ("Could not run 'ops::rms_norm' with arguments from the 'SparseCPU' backend").
+    convert, kind, fix = NON_STRIDED[layout]
+    calls = [(spec.name, spec.overload, spec.samples("cpu", torch.float32, False)[0])]
+    if spec.out_overload:
+        calls.append((f"{spec.name}.out", spec.out_overload, spec.out_samples("cpu", torch.float32)[0]))
+    checked = 0
+    for op_name, overload, sample in calls:  # through the Python API, each tensor argument in turn
+        names = [a.name for a in overload._schema.arguments]
+        for i, value in enumerate(list(sample.args) + list(sample.kwargs.values())):
+            converted = convert(value.detach()) if isinstance(value, torch.Tensor) else None
+            if converted is None:
+                continue
+            args, kwargs = list(sample.args), dict(sample.kwargs)
+            if i < len(args):
+                args[i], name = converted, names[i]
+            else:
+                name = list(kwargs)[i - len(args)]
+                kwargs[name] = converted
+            with pytest.raises(RuntimeError, match=rf"^{op_name}: expected {name} to be a dense \(strided\) "
+                                                   rf"tensor, got .*{kind}.*{fix}"):
+                spec.call(*args, **kwargs)
+            checked += 1
+    assert checked > 0
+
+
+def test_fused_add_rms_norm_non_strided_residual_gets_a_clear_error():
+    x, residual, weight = torch.randn(4, 8), torch.randn(4, 8), torch.ones(8)
+    with pytest.raises(RuntimeError, match="^fused_add_rms_norm: expected residual to be a dense"):
+        torch.ops.ops.fused_add_rms_norm(x, residual.to_sparse(), weight)
+    assert torch.equal(x, x.clone())  # nothing ran
+
+
 def test_opcheck_can_fail():
     # A negative control: an op whose output aliases its input violates its schema; opcheck must say so.
     @torch.library.custom_op("ops_test::bad_alias", mutates_args=())
