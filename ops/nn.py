@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import numbers
 import textwrap
 from typing import List, Optional, Tuple
 
@@ -29,7 +30,9 @@ class Linear(torch.nn.Linear):
 
     Args: as ``torch.nn.Linear``, plus ``activation``: "none", "relu", "gelu", "gelu_tanh" or "silu".
     Parameters and ``state_dict`` keys (``weight`` (out, in), ``bias`` (out,)) are nn.Linear's. Under
-    ``torch.autocast`` it runs in the autocast dtype, as nn.Linear does.
+    ``torch.autocast`` it runs in the autocast dtype, as nn.Linear does. Real floating dtypes only
+    (float16, bfloat16, float32, float64) and dense tensors (no complex, sparse or nested inputs, which
+    torch.nn.Linear takes): ``ops.linear`` raises for those.
     """
 
     __constants__ = torch.nn.Linear.__constants__ + ["activation"]
@@ -91,11 +94,23 @@ class RMSNorm(torch.nn.RMSNorm):
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  device=None, dtype=None):
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
         if len(shape) != 1:
             raise ValueError(f"ops.nn.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
         super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
         self.promote_weight_dtype = False
+
+    __jit_unused_properties__ = ["variance_epsilon"]
+
+    @property
+    def variance_epsilon(self) -> Optional[float]:
+        """``eps`` under the name Hugging Face norms give it: code that reads or sets a converted norm's
+        ``variance_epsilon`` keeps working (and a new value is used)."""
+        return self.eps
+
+    @variance_epsilon.setter
+    def variance_epsilon(self, value: Optional[float]) -> None:
+        self.eps = value
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 0 or x.shape[-1] != self.normalized_shape[0]:
@@ -133,9 +148,10 @@ class RMSNorm(torch.nn.RMSNorm):
 
 def _copy_instance_attributes(source: torch.nn.Module, target: torch.nn.Module) -> None:
     """Instance attributes of `source` that `target` lacks (flags such as transformers'
-    ``_is_hf_initialized``, ``qconfig``, a norm's ``variance_epsilon``): code may read them."""
+    ``_is_hf_initialized``, ``qconfig``): code may read them. Not those `target`'s class computes
+    (a norm's ``variance_epsilon`` is RMSNorm's eps): a copy would go stale."""
     for name, value in vars(source).items():
-        if name not in vars(target):
+        if name not in vars(target) and not isinstance(getattr(type(target), name, None), property):
             vars(target)[name] = value
 
 
@@ -183,22 +199,41 @@ _HF_RMS_NORM_DUMPS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def _class_forward(cls: type) -> Optional[ast.FunctionDef]:
-    """The parsed source of ``cls.forward`` (once per class; callers must not modify it), or None when
-    it has no source or is not a plain function definition."""
+def _cached_per_function(fn):
+    """lru_cache keyed by a forward function object, not by its class: a class whose forward is replaced
+    later (monkey-patching libraries do that) gets its new forward parsed, never the old one's verdict.
+    Unhashable callables are not cached."""
+    cached = functools.lru_cache(maxsize=None)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(forward):
+        try:
+            return cached(forward)
+        except TypeError:
+            return fn(forward)
+
+    return wrapper
+
+
+@_cached_per_function
+def _parsed_forward(forward) -> Optional[ast.FunctionDef]:
+    """The parsed source of a forward function (callers must not modify it), or None when it has no
+    source or is not a plain function definition."""
     try:
-        function = ast.parse(textwrap.dedent(inspect.getsource(cls.forward))).body[0]
+        function = ast.parse(textwrap.dedent(inspect.getsource(forward))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return None
     return function if isinstance(function, ast.FunctionDef) else None
 
 
-@functools.lru_cache(maxsize=None)
-def _hf_class_formula(cls: type) -> Optional[str]:
-    if not cls.__module__.startswith("transformers."):
-        return None
-    function = _class_forward(cls)
+def _class_forward(cls: type) -> Optional[ast.FunctionDef]:
+    """The parsed source of ``cls.forward`` as it is now."""
+    return _parsed_forward(getattr(cls, "forward", None))
+
+
+@_cached_per_function
+def _hf_forward_formula(forward) -> Optional[str]:
+    function = _parsed_forward(forward)
     return None if function is None else _HF_RMS_NORM_DUMPS.get(_normalized_forward(function))
 
 
@@ -206,7 +241,10 @@ def _hf_rms_norm_formula(module: torch.nn.Module) -> Optional[str]:
     """"llama" or "cast" for a transformers RMSNorm whose forward is one of the known formulas (checked
     from its source: the class name alone says nothing of Gemma's 1 + weight or other variants), else
     None."""
-    return None if "forward" in vars(module) else _hf_class_formula(type(module))
+    cls = type(module)
+    if "forward" in vars(module) or not cls.__module__.startswith("transformers."):
+        return None
+    return _hf_forward_formula(cls.forward)
 
 
 def _activation_name(module: torch.nn.Module) -> Optional[str]:
@@ -249,9 +287,10 @@ _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_back
 
 
 def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
-    """None for a module convert may replace: no hooks, and only its own ``weight``/``bias`` Parameters (a
+    """None for a module convert may replace: no hooks, only its own ``weight``/``bias`` Parameters (a
     pruned or old-style weight-normed module computes its weight in a forward pre-hook from other
-    parameters, which a replacement would lose). Otherwise the reason it is left alone."""
+    parameters, which a replacement would lose) and no child modules. Otherwise the reason it is left
+    alone."""
     hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
     if hooks:
         return f"has hooks ({', '.join(hooks)})"
@@ -260,6 +299,8 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     extra = sorted(set(module._parameters) - {"weight", "bias"}) + sorted(module._buffers)
     if extra:
         return f"has other parameters or buffers ({', '.join(extra)})"
+    if module._modules:  # the replacement would drop them (and their state_dict entries)
+        return f"has child modules ({', '.join(module._modules)})"
     if "weight" not in module._parameters:
         return "its weight is not a Parameter"
     weight = module._parameters["weight"]
@@ -390,15 +431,17 @@ class ConversionReport:
         return "\n".join(lines)
 
 
-def _fusable_pairs(parent: torch.nn.Module) -> List[Tuple[str, str, str]]:
+def _fusable_pairs(parent: torch.nn.Module, shared: frozenset = frozenset()) -> List[Tuple[str, str, str]]:
     """(linear child, activation child, act) pairs of `parent` where the activation module is the only
     user of the linear's output: in an nn.Sequential, consecutive children; elsewhere, found by tracing
-    parent's forward with torch.fx (a parent that does not trace is left unfused)."""
+    parent's forward with torch.fx (a parent that does not trace is left unfused). `shared`: ids of
+    modules reachable under several names in the whole model, never fused (fusing one in one parent and
+    not in another would split it into two modules)."""
     children = dict(parent._modules)  # every name, aliases included (named_children drops repeats)
     # A module reachable under two names in parent (an alias, or also inside a container child) is
     # called under either, while a trace names it by one: never fuse those.
     seen = collections.Counter(id(m) for _, m in parent.named_modules(remove_duplicate=False))
-    unique = {name for name, m in children.items() if m is not None and seen[id(m)] == 1}
+    unique = {name for name, m in children.items() if m is not None and seen[id(m)] == 1 and id(m) not in shared}
     pairs = []
     if type(parent) is torch.nn.Sequential:  # a subclass may override forward
         if "forward" in vars(parent):
@@ -454,8 +497,10 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     straight-line code (no branches, loops, side effects or helper calls, checked from its source before
     anything runs; see ``_straight_line_forward``) where a torch.fx trace shows the activation is the
     Linear output's only user; never for a Linear or activation reachable under two names in its parent
-    (an alias is called under either name, a trace names it by one), nor while global module hooks are
-    registered. A module shared by several parents is replaced by one shared module. A fused Linear
+    (an alias is called under either name, a trace names it by one) or under two names in the model (a
+    module shared by several parents), nor while global module hooks are registered. A module shared
+    by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
+    Linear or RMSNorm is reported in ``skipped``: wrap it, or use ``Linear.from_linear``). A fused Linear
     computes activation(linear) wherever it is called from: code that calls such a Linear or its
     activation module directly, not through the parent's forward (probes, feature extraction), needs
     ``fuse_activations=False``.
@@ -474,15 +519,25 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
         "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
         "_global_backward_pre_hooks"))
     fuse_activations = fuse_activations and not global_hooks
+    names_of = collections.Counter(id(m) for _, m in model.named_modules(remove_duplicate=False))
+    shared = frozenset(i for i, n in names_of.items() if n > 1)
+    if type(model) is torch.nn.Linear or _is_rms_norm(model):
+        report.skipped.append(("(model)", "convert replaces submodules in place, not the model it is given: "
+                                          "wrap it (torch.nn.Sequential(model)) or use ops.nn.Linear.from_linear "
+                                          "/ ops.nn.RMSNorm.from_module"))
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
         # Why each Linear or RMSNorm child must be left alone (None: it may be replaced).
         why_not = {name: _why_not_plain(child) for name, child in parent._modules.items()
                    if type(child) is torch.nn.Linear or (child is not None and _is_rms_norm(child))}
-        fused_pairs = _fusable_pairs(parent) if fuse_activations else []
-        fused_with = {lin: (act_mod, act) for lin, act_mod, act in fused_pairs
-                      if why_not[lin] is None and not any(getattr(parent._modules[act_mod], h, None)
-                                                          for h in _HOOK_DICTS)}
+        fused_with = {}
+        for lin, act_mod, act in (_fusable_pairs(parent, shared) if fuse_activations else []):
+            hooks = [h for h in _HOOK_DICTS if getattr(parent._modules[act_mod], h, None)]
+            if hooks:  # the hooks would see the Identity's output
+                report.skipped.append((prefix + act_mod, f"has hooks ({', '.join(hooks)}): not fused into "
+                                                         f"{prefix + lin}"))
+            elif why_not[lin] is None:
+                fused_with[lin] = (act_mod, act)
         for name, child in list(parent._modules.items()):
             if name not in why_not:
                 continue
@@ -498,7 +553,7 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
                 setattr(parent, name, replaced[key])
                 report.linear.append(prefix + name)
                 if act_mod is not None:
-                    setattr(parent, act_mod, torch.nn.Identity())
+                    setattr(parent, act_mod, torch.nn.Identity().train(parent._modules[act_mod].training))
                     report.fused.append((prefix + name, prefix + act_mod, act))
             else:
                 key = (id(child), "rms_norm")

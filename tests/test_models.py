@@ -5,6 +5,7 @@ nn modules are drop-in replacements."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.utils.prune
@@ -299,6 +300,75 @@ def test_convert_keeps_attributes_and_leaves_other_dtypes_alone():
     assert dict(report.skipped) == {"1": "its weight's dtype torch.complex64 is not one the ops take"}
     x = torch.randn(3, 8)
     torch.testing.assert_close(model[2](x=x), norm(x))  # torch.nn.RMSNorm's argument name
+
+
+class _Patched(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act, self.use_act = torch.nn.Linear(6, 6), torch.nn.ReLU(), True
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def _branchy_forward(self, x):
+    h = self.fc(x)
+    if self.use_act:
+        return self.act(h)
+    return h
+
+
+def test_convert_rechecks_a_forward_patched_after_an_earlier_convert(monkeypatch):
+    # Verdicts on a forward's source are cached per function, not per class: a class patched between two
+    # converts (as monkey-patching libraries do) is judged by the forward it has now.
+    assert [lin for lin, _, _ in ops.nn.convert(_Patched()).fused] == ["fc"]
+    monkeypatch.setattr(_Patched, "forward", _branchy_forward)
+    model = _Patched()
+    assert ops.nn.convert(model).fused == []
+    model.use_act = False
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(model(x), model.fc(x))  # no activation: the Linear computes plain x W^T + b
+
+
+def test_convert_keeps_child_modules_shared_modules_and_flags():
+    torch.manual_seed(0)
+    # A Linear with a child module of its own (an adapter) is left alone: a replacement would drop it.
+    with_child = torch.nn.Linear(6, 6)
+    with_child.adapter = torch.nn.Linear(6, 6)
+    model = torch.nn.Sequential(with_child)
+    keys = list(model.state_dict())
+    report = ops.nn.convert(model)
+    assert model[0] is with_child and list(model.state_dict()) == keys
+    assert ("0", "has child modules (adapter)") in report.skipped
+    # A Linear fused in one parent and plain in another would become two modules: not fused anywhere.
+    fc = torch.nn.Linear(6, 6)
+    model = torch.nn.ModuleDict({"mlp": torch.nn.Sequential(fc, torch.nn.ReLU()), "head": torch.nn.Sequential(fc)})
+    x = torch.randn(3, 6)
+    expected = {name: m(x) for name, m in model.items()}
+    report = ops.nn.convert(model)
+    assert report.fused == [] and model["mlp"][0] is model["head"][0] and type(model["head"][0]) is ops.nn.Linear
+    for name, m in model.items():
+        torch.testing.assert_close(m(x), expected[name])
+    # A hooked activation is not fused, and the report says why; an Identity keeps the training flag.
+    hooked = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6), torch.nn.GELU())
+    hooked[1].register_forward_hook(lambda module, args, out: None)
+    report = ops.nn.convert(hooked.eval())
+    assert report.fused == [("2", "3", "gelu")] and ("1", "has hooks (_forward_hooks): not fused into 0") in report.skipped
+    assert not any(m.training for m in hooked.modules())
+    # The model itself is never replaced: a bare Linear is reported.
+    assert ops.nn.convert(torch.nn.Linear(4, 4)).skipped[0][0] == "(model)"
+
+
+def test_converted_hf_norm_reads_and_sets_variance_epsilon():
+    transformers = pytest.importorskip("transformers")
+    norm = torch.nn.Sequential(transformers.models.llama.modeling_llama.LlamaRMSNorm(16, eps=1e-5))
+    stock = copy.deepcopy(norm)
+    ops.nn.convert(norm)
+    assert type(norm[0]) is ops.nn.RMSNorm and norm[0].variance_epsilon == 1e-5
+    norm[0].variance_epsilon = stock[0].variance_epsilon = 1.0  # code that sets it: the new value is used
+    x = torch.randn(3, 16) * 0.01
+    torch.testing.assert_close(norm(x), stock(x))
+    assert ops.nn.RMSNorm(np.int64(8)).normalized_shape == (8,)  # any integral size, as torch.nn.RMSNorm
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")  # torch.nn.RMSNorm's
