@@ -2,22 +2,18 @@
 // MKL-DNN and quantized tensors dispatch to backend keys of their own, where no kernel of this library
 // is registered, and PyTorch's generic message ("Could not run 'ops::rms_norm' with arguments from the
 // 'SparseCPU' backend...") names neither the argument nor what to do about it. One boxed kernel,
-// registered for every public op on those keys, names both, like the ops' other input checks
-// (csrc/checks.h): "rms_norm: expected weight to be a dense (strided) tensor, got a sparse COO tensor;
-// convert it with .to_dense() first".
+// registered on those keys for every op the catalogue defines with ops::define, names both, like the
+// ops' other input checks (csrc/checks.h): "rms_norm: expected weight to be a dense (strided) tensor,
+// got a sparse COO tensor; convert it with .to_dense() first".
+#include "layout_errors.h"
+
 #include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
 
 namespace ops {
 namespace {
-
-// The public ops (csrc/registration.cpp); the internal ones (_cutlass_gemm_plan, ...) keep PyTorch's
-// message.
-constexpr const char* kPublicOps[] = {"cutlass_gemm", "cutlass_gemm.out", "linear", "rms_norm",
-                                      "fused_add_rms_norm", "silu_and_mul"};
 
 // What is wrong with `t` and how to fix it, or "" when it is dense and strided.
 std::string non_strided_kind(const at::Tensor& t) {
@@ -47,21 +43,20 @@ void reject_non_strided(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
               c10::toString(keys.highestPriorityTypeId()), " backend");
 }
 
-void register_rejections(torch::Library& m) {
-  for (const char* name : kPublicOps) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>());
+constexpr c10::DispatchKey kNonStridedKeys[] = {
+    c10::DispatchKey::SparseCPU,       c10::DispatchKey::SparseCUDA,       c10::DispatchKey::SparseCsrCPU,
+    c10::DispatchKey::SparseCsrCUDA,   c10::DispatchKey::NestedTensorCPU,  c10::DispatchKey::NestedTensorCUDA,
+    c10::DispatchKey::MkldnnCPU,       c10::DispatchKey::QuantizedCPU,     c10::DispatchKey::QuantizedCUDA};
+
+}  // namespace
+
+void define(torch::Library& m, const char* schema) {
+  m.def(schema);
+  const std::string declaration(schema);
+  const std::string name = declaration.substr(0, declaration.find('('));  // "cutlass_gemm.out"
+  for (const c10::DispatchKey key : kNonStridedKeys) {
+    m.impl(name.c_str(), torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>()));
   }
 }
 
-}  // namespace
 }  // namespace ops
-
-TORCH_LIBRARY_IMPL(ops, SparseCPU, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, SparseCUDA, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, SparseCsrCPU, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, SparseCsrCUDA, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, NestedTensorCPU, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, NestedTensorCUDA, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, MkldnnCPU, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, QuantizedCPU, m) { ops::register_rejections(m); }
-TORCH_LIBRARY_IMPL(ops, QuantizedCUDA, m) { ops::register_rejections(m); }
