@@ -8,6 +8,7 @@
 """
 
 import ast
+import builtins
 import collections
 import copy
 import dataclasses
@@ -15,6 +16,7 @@ import functools
 import inspect
 import numbers
 import textwrap
+import types
 from typing import List, Optional, Tuple
 
 import torch
@@ -23,6 +25,8 @@ import torch.fx
 from . import fused, linear as _linear
 
 __all__ = ["Linear", "RMSNorm", "convert", "ConversionReport"]
+
+_NOT_GLOBAL = object()  # a name that is local, or not defined anywhere
 
 
 class Linear(torch.nn.Linear):
@@ -72,6 +76,26 @@ def _default_eps(dtype: torch.dtype) -> float:
     return 1.1920928955078125e-07
 
 
+@torch.fx.wrap  # one node in a torch.fx trace (its dtype branches would stop symbolic tracing)
+def _rms_norm_module_forward(x: torch.Tensor, weight: Optional[torch.Tensor], eps: Optional[float], hidden: int,
+                             promote_weight_dtype: bool) -> torch.Tensor:
+    """RMSNorm.forward."""
+    if x.dim() == 0 or x.shape[-1] != hidden:
+        raise RuntimeError(f"ops.nn.RMSNorm: expected input with last dimension {hidden} (normalized_shape), "
+                           f"got shape {list(x.shape)}")
+    if eps is None:
+        eps = _default_eps(x.dtype)
+    if weight is None:
+        return fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
+    if weight.dtype == x.dtype:
+        return fused.rms_norm(x, weight, eps)
+    if promote_weight_dtype:  # Hugging Face Llama: weight * x_hat rounded to x's dtype
+        return weight * fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
+    # Mixed dtypes otherwise: computed in the wider one (the weight is not rounded), output in x's.
+    wide = torch.promote_types(x.dtype, weight.dtype)
+    return fused.rms_norm(x.to(wide), weight.to(wide), eps).to(x.dtype)
+
+
 class RMSNorm(torch.nn.RMSNorm):
     """``torch.nn.RMSNorm`` over the last dimension with ``ops.rms_norm``: y = x / sqrt(mean(x^2) + eps) * weight
     (Zhang and Sennrich 2019), statistics in float32 for half types. A subclass of torch.nn.RMSNorm.
@@ -113,22 +137,7 @@ class RMSNorm(torch.nn.RMSNorm):
         self.eps = value
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 0 or x.shape[-1] != self.normalized_shape[0]:
-            raise RuntimeError(f"ops.nn.RMSNorm: expected input with last dimension {self.normalized_shape[0]} "
-                               f"(normalized_shape), got shape {list(x.shape)}")
-        eps = self.eps
-        if eps is None:
-            eps = _default_eps(x.dtype)
-        weight = self.weight
-        if weight is None:
-            return fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
-        if weight.dtype == x.dtype:
-            return fused.rms_norm(x, weight, eps)
-        if self.promote_weight_dtype:  # Hugging Face Llama: weight * x_hat rounded to x's dtype
-            return weight * fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
-        # Mixed dtypes otherwise: computed in the wider one (the weight is not rounded), output in x's.
-        wide = torch.promote_types(x.dtype, weight.dtype)
-        return fused.rms_norm(x.to(wide), weight.to(wide), eps).to(x.dtype)
+        return _rms_norm_module_forward(x, self.weight, self.eps, self.normalized_shape[0], self.promote_weight_dtype)
 
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> "RMSNorm":
@@ -309,108 +318,189 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     return None
 
 
-_CONTROL_FLOW = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor, ast.Try, ast.With, ast.AsyncWith, ast.BoolOp,
-                 ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.Yield, ast.YieldFrom,
-                 ast.Await, ast.Global, ast.Nonlocal, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                 ast.Starred, getattr(ast, "Match", ast.If), getattr(ast, "TryStar", ast.Try))
-# Namespaces whose functions a straight-line forward may call (pure tensor functions; an in-place one on
-# a Linear's output shows up as another user of it in the trace).
-_PURE_NAMESPACES = {"torch", "F", "nn", "functional", "math", "operator"}
+# What a straight-line forward may use besides its child modules: allow-lists (anything else, a helper
+# function, a method of some object, getattr, operator.*, a grad-mode switch, an attribute of self other
+# than the training flag, makes the parent unfusable). In-place tensor methods are not listed.
+_ALLOWED_FUNCTIONS = {
+    "torch": {"cat", "concat", "concatenate", "stack", "matmul", "mm", "bmm", "einsum", "add", "sub", "mul", "div",
+              "neg", "pow", "sqrt", "rsqrt", "exp", "log", "tanh", "sigmoid", "relu", "erf", "sin", "cos", "abs",
+              "square", "clamp", "maximum", "minimum", "where", "mean", "sum", "amax", "amin", "cumsum", "softmax",
+              "log_softmax", "transpose", "permute", "reshape", "flatten", "squeeze", "unsqueeze", "chunk", "split",
+              "narrow", "tril", "triu", "outer", "zeros_like", "ones_like", "full_like", "layer_norm", "rms_norm",
+              "baddbmm", "addmm"},
+    "torch.nn.functional": {"relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout", "glu",
+                            "mish", "hardswish", "leaky_relu", "elu", "softplus", "layer_norm", "rms_norm",
+                            "group_norm", "normalize", "linear", "pad", "embedding", "scaled_dot_product_attention"},
+    "math": {"sqrt", "log", "exp", "floor", "ceil"},
+}
+_ALLOWED_BUILTINS = {"len", "int", "float", "tuple", "list", "min", "max", "abs"}
+_TENSOR_METHODS = {
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "contiguous", "size", "dim", "numel", "chunk",
+    "split", "flatten", "unflatten", "unsqueeze", "squeeze", "expand", "expand_as", "float", "half", "bfloat16",
+    "double", "to", "type_as", "mean", "sum", "pow", "sqrt", "rsqrt", "exp", "log", "tanh", "sigmoid", "relu",
+    "softmax", "log_softmax", "matmul", "mul", "add", "sub", "div", "neg", "abs", "square", "sin", "cos", "clamp",
+    "masked_fill", "narrow", "select", "t", "repeat", "repeat_interleave", "gather", "index_select", "amax", "amin",
+    "max", "min", "norm", "tril", "triu", "cumsum", "new_zeros", "new_ones", "new_full"}
+_TENSOR_ATTRIBUTES = {"shape", "dtype", "device", "T", "mT", "ndim"}
+
+
+def _plain_module_class(cls: type) -> bool:
+    """No attribute lookup or call machinery of its own: ``self.act`` is the child named act, and calling
+    the module runs forward as nn.Module does."""
+    return (cls.__getattr__ is torch.nn.Module.__getattr__ and cls.__getattribute__ is object.__getattribute__
+            and cls.__call__ is torch.nn.Module.__call__ and cls._call_impl is torch.nn.Module._call_impl)
 
 
 def _straight_line_forward(module: torch.nn.Module) -> bool:
     """Whether ``module.forward`` is straight-line code whose torch.fx trace is what every call runs.
 
-    Conservative, from the source: the class's own forward (not one set on the instance), without
-    decorators; no branches, loops, comprehensions or lambdas (a trace records one path, chosen by
-    placeholder arguments and the training flag at conversion time); no assignments to attributes or
-    items; ``self`` used only as ``self.<child module>(...)`` or to read a plain attribute (no
-    ``self.<other>(...)``, no ``self`` passed to a function, no ``getattr``/``setattr``/``super``: code
-    elsewhere could branch or keep a Linear's output); and calls only to child modules, to functions of
-    torch/F/math, or to methods of local values (tensor methods)."""
-    if "forward" in vars(module):
+    Checked from the source of the class's own forward (not one set on the instance; no decorators),
+    against allow-lists rather than known dangers: statements are assignments to local names and a
+    return; expressions are locals, constants, arithmetic, comparisons, tuples and lists, subscripts of
+    traced values, and calls to child modules (``self.<child>(...)``), to listed pure functions of
+    torch, torch.nn.functional and math (resolved through the forward's globals, so a rebound ``F`` or
+    ``min`` does not pass), to listed builtins and to listed non-mutating tensor methods of traced
+    values. ``self`` appears only as ``self.<child>(...)`` and ``self.training``. Everything else - a
+    branch, loop, comprehension or lambda (a trace records one path), a helper function, ``super()``,
+    ``getattr``, ``operator.*``, a grad-mode switch, an expression statement (a side effect), reading
+    another attribute of self (a module handed on, a property, an object whose operators keep what they
+    see) - makes it not straight-line. A class with its own ``__getattr__``/``__getattribute__``/
+    ``__call__`` is refused as well."""
+    forward = getattr(type(module), "forward", None)
+    if "forward" in vars(module) or not _plain_module_class(type(module)) or not hasattr(forward, "__globals__"):
         return False
     function = _class_forward(type(module))
     if function is None or function.decorator_list:
         return False
     children = set(module._modules)
-    positional = function.args.posonlyargs + function.args.args
-    if not positional:
+    args = function.args
+    positional = args.posonlyargs + args.args
+    if not positional or args.vararg or args.kwarg:
         return False
     me = positional[0].arg  # "self", whatever it is called
-    # Values the trace follows (fx proxies): the arguments, and locals computed from them or from calls.
-    # A local bound to an attribute of self or to a global is a real object: a method call on it (say
-    # list.append) runs during the trace without being recorded, so it is not allowed.
-    traced = {a.arg for a in positional[1:] + function.args.kwonlyargs}
-    traced |= {a.arg for a in (function.args.vararg, function.args.kwarg) if a is not None}
+    params = {a.arg for a in positional[1:] + args.kwonlyargs}
+    local_names = set(params)
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            local_names.add(node.id)
+    if me in local_names:
+        return False  # self rebound
 
-    def root_of(node):
-        while isinstance(node, (ast.Attribute, ast.Subscript)):
-            node = node.value
-        return node
+    def global_value(name):
+        """The object a global name refers to in forward's module (or the builtin), or a sentinel."""
+        if name in local_names or name == me:
+            return _NOT_GLOBAL
+        if name in forward.__globals__:
+            return forward.__globals__[name]
+        return getattr(builtins, name, _NOT_GLOBAL)
+
+    def resolve(node):
+        """The object a dotted global name (F.gelu, torch.nn.functional.gelu, math.pi) refers to, or
+        _NOT_GLOBAL."""
+        if isinstance(node, ast.Name):
+            return global_value(node.id)
+        if isinstance(node, ast.Attribute):
+            base = resolve(node.value)
+            if base is _NOT_GLOBAL or not isinstance(base, types.ModuleType):
+                return _NOT_GLOBAL
+            return getattr(base, node.attr, _NOT_GLOBAL)
+        return _NOT_GLOBAL
+
+    def allowed_function(func):
+        if isinstance(func, ast.Name):
+            return func.id in _ALLOWED_BUILTINS and global_value(func.id) is getattr(builtins, func.id)
+        if not isinstance(func, ast.Attribute):
+            return False
+        namespace = resolve(func.value)
+        return (isinstance(namespace, types.ModuleType) and func.attr in _ALLOWED_FUNCTIONS.get(namespace.__name__, ())
+                and getattr(namespace, func.attr, None) is not None)
+
+    def constant_value(node):
+        """A module-level constant: a global number/string/dtype (GLOBAL_SCALE, torch.float32, math.pi)."""
+        value = resolve(node)
+        return value is not _NOT_GLOBAL and (value is None or isinstance(value, (bool, int, float, str, torch.dtype)))
+
+    # Values the trace follows (fx proxies): the arguments, and locals computed only from traced values,
+    # calls and constants. A method may be called or a subscript taken only on those.
+    traced = set(params)
 
     def is_traced(value):
-        root = root_of(value)
-        if isinstance(root, ast.Name):
-            return root.id in traced or (root.id == me and isinstance(value, ast.Call))
-        return True  # a call's result, arithmetic, a constant
+        while isinstance(value, (ast.Attribute, ast.Subscript)):
+            value = value.value
+        return not isinstance(value, ast.Name) or value.id in traced
 
     changed = True
     while changed:  # to a fixed point: a local is traced if every value bound to it is
         changed = False
         bound = collections.defaultdict(list)
         for statement in function.body:
-            for node in ast.walk(statement):
-                if isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
-                            if isinstance(t, ast.Name):
-                                bound[t.id].append(node.value)
-                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name):
-                    bound[node.target.id].append(node.value)
-                elif isinstance(node, ast.NamedExpr):
-                    bound[node.target.id].append(node.value)
+            if isinstance(statement, ast.Assign):
+                for target in statement.targets:
+                    for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
+                        if isinstance(t, ast.Name):
+                            bound[t.id].append(statement.value)
+            elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)) and isinstance(statement.target, ast.Name):
+                bound[statement.target.id].append(statement.value)
         for name, values in bound.items():
-            if name not in traced and name != me and all(v is not None and is_traced(v) for v in values):
+            if name not in traced and all(v is not None and is_traced(v) for v in values):
                 traced.add(name)
                 changed = True
-    local_names = traced
-    for statement in function.body:
-        for node in ast.walk(statement):
-            if isinstance(node, _CONTROL_FLOW):
+
+    def ok(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, ast.Name):
+            return node.id in local_names or constant_value(node)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return isinstance(node.ctx, ast.Load) and all(ok(e) for e in node.elts)
+        if isinstance(node, ast.BinOp):
+            return ok(node.left) and ok(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return ok(node.operand)
+        if isinstance(node, ast.Compare):
+            return ok(node.left) and all(ok(c) for c in node.comparators)
+        if isinstance(node, ast.Slice):
+            return all(part is None or ok(part) for part in (node.lower, node.upper, node.step))
+        if isinstance(node, ast.Subscript):  # (a, b)[flag], {...}[self.mode], GLOBAL[i]: chosen in Python
+            return is_traced(node.value) and not isinstance(node.value, (ast.Tuple, ast.List)) \
+                and ok(node.value) and ok(node.slice)
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id == me:
+                return node.attr == "training"
+            if node.attr in _TENSOR_ATTRIBUTES and is_traced(node.value):
+                return ok(node.value)
+            return constant_value(node)
+        if isinstance(node, ast.Call):
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 return False
-            if isinstance(node, ast.Subscript):
-                root = root_of(node)
-                if not (isinstance(root, ast.Call) or (isinstance(root, ast.Name) and root.id in traced)):
-                    return False  # (a, b)[flag], {...}[self.mode], GLOBAL[i], self.layers[i]: chosen in Python
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
-                if not all(isinstance(t, ast.Name) for t in names):
-                    return False
-            if not isinstance(node, ast.Call):
-                continue
-            if any(isinstance(arg, ast.Name) and arg.id == me for arg in node.args + [k.value for k in node.keywords]):
-                return False  # self handed to other code
+            if not all(ok(a) for a in node.args) or not all(ok(k.value) for k in node.keywords):
+                return False
             func = node.func
-            if isinstance(func, ast.Name):
-                if func.id not in ("len", "int", "float", "tuple", "list", "min", "max", "abs"):
-                    return False  # a helper function, getattr, setattr, super, ...
-                continue
-            if not isinstance(func, ast.Attribute):
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == me:
+                return func.attr in children  # self.<child>(...)
+            if allowed_function(func):
+                return True
+            # A tensor method of a traced value: x.view(...), self.fc(x).transpose(1, 2).
+            return (isinstance(func, ast.Attribute) and func.attr in _TENSOR_METHODS and is_traced(func.value)
+                    and ok(func.value))
+        return False  # a lambda, comprehension, conditional expression, walrus, f-string, await, ...
+
+    for i, statement in enumerate(function.body):
+        if isinstance(statement, ast.Expr) and i == 0 and isinstance(statement.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(statement, ast.Assign):
+            targets = [t for target in statement.targets
+                       for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])]
+            if not all(isinstance(t, ast.Name) for t in targets) or not ok(statement.value):
                 return False
-            root = func.value
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if isinstance(root, ast.Call):
-                continue  # a method of a call's result: a tensor method (the call itself is checked)
-            if not isinstance(root, ast.Name):
+        elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+            if not isinstance(statement.target, ast.Name) or statement.value is None or not ok(statement.value):
                 return False
-            if root.id == me:
-                if not (isinstance(func.value, ast.Name) and func.attr in children):
-                    return False  # self.<method>(...) or self.<attribute>.<method>(...)
-            elif root.id not in local_names and root.id not in _PURE_NAMESPACES:
-                return False  # a method of some global object (e.g. a log list)
+        elif isinstance(statement, ast.Return):
+            if statement.value is not None and not ok(statement.value):
+                return False
+        elif not isinstance(statement, ast.Pass):
+            return False  # a branch, a loop, a with block, an expression statement (a side effect), ...
     return True
 
 
@@ -464,18 +554,21 @@ def _fusable_pairs(parent: torch.nn.Module, shared: frozenset = frozenset()) -> 
             graph = _Leaves().trace(parent)
     except Exception:  # noqa: BLE001 - any tracing failure means: unknown structure, do not fuse
         return pairs
-    called = {}
+    called, read = {}, set()
     for node in graph.nodes:
         if node.op == "call_module":
             called.setdefault(node.target, []).append(node)
+        elif node.op == "get_attr":  # a module (or its weight) used as a value: handed to other code
+            read.add(node.target.split(".")[0])
     for node in graph.nodes:
-        if (node.op != "call_module" or node.target not in unique
+        if (node.op != "call_module" or node.target not in unique or node.target in read
                 or type(children.get(node.target)) is not torch.nn.Linear):
             continue
         if len(called[node.target]) != 1 or len(node.users) != 1:
             continue  # a linear called twice, or whose output is used elsewhere too
         user = next(iter(node.users))
-        if user.op != "call_module" or user.target not in unique or len(called.get(user.target, [])) != 1:
+        if (user.op != "call_module" or user.target not in unique or user.target in read
+                or len(called.get(user.target, [])) != 1):
             continue
         act = _activation_name(children.get(user.target))
         if act and len(user.args) == 1 and not user.kwargs:
@@ -494,9 +587,11 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     with parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), is left
     alone and listed in ``report.skipped``; so is one with a ``forward`` set on the instance. Fusion
     happens in a plain ``nn.Sequential`` (consecutive children) or in a module whose ``forward`` is
-    straight-line code (no branches, loops, side effects or helper calls, checked from its source before
-    anything runs; see ``_straight_line_forward``) where a torch.fx trace shows the activation is the
-    Linear output's only user; never for a Linear or activation reachable under two names in its parent
+    straight-line code made only of allowed parts (child module calls, locals, arithmetic, listed pure
+    torch / functional functions and tensor methods; no branches, loops, side effects, helper calls or
+    other attributes of self: checked from its source before anything runs, see
+    ``_straight_line_forward``) where a torch.fx trace shows the activation is the Linear output's only
+    user and neither module is used as a value; never for a Linear or activation reachable under two names in its parent
     (an alias is called under either name, a trace names it by one) or under two names in the model (a
     module shared by several parents), nor while global module hooks are registered. A module shared
     by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
@@ -507,7 +602,9 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
 
     Numerics: half-precision results may differ from the original's in the last bit, as any two GEMM
     implementations do; a converted Hugging Face Llama-style norm rounds once (x * rsqrt(...) * weight in
-    float32) where the original rounds x_hat to the input's dtype before the weight multiply.
+    float32) where the original rounds x_hat to the input's dtype before the weight multiply. For float64
+    input, a converted Hugging Face norm computes in float64 where the original computes in float32
+    (more accurate; they differ by ~1e-7 relative).
 
     Returns:
         A ConversionReport naming every replaced, fused and skipped module (printable).

@@ -4,10 +4,12 @@ sentence embeddings; a Llama-3-8B-shaped MLP block on the ops gives the PyTorch 
 nn modules are drop-in replacements."""
 
 import copy
+import operator
 
 import numpy as np
 import pytest
 import torch
+import torch.fx
 import torch.nn.utils.prune
 
 import ops
@@ -287,6 +289,106 @@ def test_convert_sees_through_aliases_helpers_and_look_alikes():
         assert ops.nn.convert(copy.deepcopy(model)).fused == []
     finally:
         handle.remove()
+
+
+class _Gate(torch.nn.Module):
+    def forward(self, t, act):
+        return act(t)
+
+
+class _HandsOnTheActivation(_LinAct):  # another module calls self.act too: it must stay a ReLU
+    def __init__(self):
+        super().__init__()
+        self.gate = _Gate()
+
+    def forward(self, x):
+        return self.act(self.lin(x)) * self.gate(x, self.act)
+
+
+class _StashesViaOperator(_LinAct):  # a side effect no trace records
+    def __init__(self):
+        super().__init__()
+        self.store = {}
+
+    def forward(self, x):
+        h = self.lin(x)
+        operator.setitem(self.store, "pre", h)
+        return self.act(h)
+
+
+class _ShadowsBuiltin(_LinAct):  # min is a local bound to an attribute of self
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.probe = self.seen.append
+
+    def forward(self, x):
+        min = self.probe
+        h = self.lin(x)
+        min(h)
+        return self.act(h)
+
+
+class _PicksByGetattr(_LinAct):  # self.act is chosen by __getattr__ at each call
+    def __init__(self):
+        super().__init__()
+        self.act_train = torch.nn.GELU()
+
+    def __getattr__(self, name):
+        if name == "act" and self.training:
+            name = "act_train"
+        return super().__getattr__(name)
+
+    def forward(self, x):
+        return self.act(self.lin(x))
+
+
+class _ReadsTheActivation(_LinAct):  # an attribute of the activation module is read
+    def __init__(self):
+        super().__init__(torch.nn.GELU(approximate="tanh"))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.act(self.lin(x)), approximate=self.act.approximate)
+
+
+class _SwitchesGradMode(_LinAct):  # no gradient may reach lin
+    def forward(self, x):
+        h = self.lin(x)
+        torch.set_grad_enabled(False)
+        a = self.act(h)
+        torch.set_grad_enabled(True)
+        return a
+
+
+def test_convert_fuses_only_forwards_made_of_allowed_parts():
+    # The straight-line check is an allow-list: each of these passed the earlier deny-list and changed
+    # results when fused (found by an adversarial pass); none is fused now, and all compute as before.
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"hands_on": _HandsOnTheActivation(), "stash": _StashesViaOperator(),
+                                 "shadow": _ShadowsBuiltin(), "getattr": _PicksByGetattr(),
+                                 "reads_act": _ReadsTheActivation(), "grad_mode": _SwitchesGradMode(),
+                                 "fusable": _Straight(torch.nn.SiLU())}).double()
+    x = torch.randn(5, 8, dtype=torch.float64)
+    for mode in ("eval", "train"):
+        getattr(model, mode)()
+        expected = {name: module(x) for name, module in model.items()}
+        model["shadow"].seen.clear(), model["stash"].store.clear()  # tensors of a graph do not deepcopy
+        converted = copy.deepcopy(model)
+        converted["shadow"].probe = converted["shadow"].seen.append
+        report = ops.nn.convert(converted)
+        assert [lin for lin, _, _ in report.fused] == ["fusable.lin"], report
+        assert converted["shadow"].seen == [] and converted["stash"].store == {}  # nothing ran while converting
+        for name, module in converted.items():
+            torch.testing.assert_close(module(x), expected[name], msg=name)
+    assert not model["grad_mode"](x).requires_grad and not converted["grad_mode"](x).requires_grad
+
+
+def test_converted_modules_trace_with_torch_fx():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.SiLU(), torch.nn.RMSNorm(3))
+    ops.nn.convert(model)
+    traced = torch.fx.symbolic_trace(model)  # FX-based tools (quantization, rewrites) keep working
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(traced(x), model(x))
 
 
 def test_convert_keeps_attributes_and_leaves_other_dtypes_alone():
