@@ -132,10 +132,12 @@ bool is_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// Frees `ptr` on the internal stream after the work queued so far on every remembered stream. Caller
-// holds state.mu, device current, and no capture runs on ptr's stream.
-cudaError_t free_ordered(DeviceState& state, void* ptr) {
+// Frees `ptr`, allocated on `stream`, on the internal stream after the work queued so far on every
+// remembered stream and on `stream` (which a MemPool segment allocated during a capture never was).
+// Caller holds state.mu, device current, and no capture runs on `stream`.
+cudaError_t free_ordered(DeviceState& state, void* ptr, cudaStream_t stream) {
   cudaStream_t free_stream = state.free_stream;
+  remember_stream(state, stream);
   for (auto it = state.streams.begin(); it != state.streams.end();) {
     // A stream that is being captured now cannot be waited on from outside the capture: its work
     // queued before the capture was waited on by earlier frees, its captured work is in a graph.
@@ -162,7 +164,7 @@ void flush_deferred(DeviceState& state) {
       ++it;
       continue;
     }
-    if (free_ordered(state, it->ptr) != cudaSuccess) (void)cudaGetLastError();
+    if (free_ordered(state, it->ptr, it->stream) != cudaSuccess) (void)cudaGetLastError();
     it = state.deferred.erase(it);
   }
 }
@@ -248,7 +250,7 @@ void ops_free(void* ptr, size_t size, int device, cudaStream_t stream) {
       return cudaSuccess;
     }
     if (!state.deferred.empty()) flush_deferred(state);
-    return free_ordered(state, ptr);
+    return free_ordered(state, ptr, stream);
   });
   if (err != cudaSuccess) (void)cudaGetLastError();
   state.frees.fetch_add(1);
