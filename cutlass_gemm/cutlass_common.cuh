@@ -6,8 +6,11 @@
 #include <type_traits>
 #include <utility>
 
+#include <cutlass/array.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/device_kernel.h>
+#include <cutlass/epilogue/thread/activation.h>
+#include <cutlass/fast_math.h>
 #include <cutlass/gemm/gemm.h>
 #include <cutlass/layout/matrix.h>
 #include <cutlass/numeric_types.h>
@@ -30,13 +33,42 @@ template <Layout L>
 using CutlassLayout = std::conditional_t<L == Layout::Row, cutlass::layout::RowMajor,
                                          cutlass::layout::ColumnMajor>;
 
-#include <cutlass/epilogue/thread/activation.h>
+// GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")) as z * sigmoid(2u) =
+// z / (1 + exp(-2u)), u = sqrt(2/pi) (z + 0.044715 z^3): equal to 0.5 z (1 + tanh(u)) without its
+// cancellation for negative z. CUTLASS's GELU_taylor evaluates 1 + tanh(u) with tanh.approx.f32, whose
+// absolute error (~2^-11 near tanh = -1) is a large relative error of 1 + tanh(u): ~20% at z = -3,
+// where the result is -0.0036, far more than the output's rounding. This form's error is that of expf
+// (relative ~1e-5 at most, for z near -10). Large finite negative z gives -0; +inf gives +inf; -inf and
+// NaN give NaN, as PyTorch's formula does.
+template <typename T>
+struct GeluTanh {
+  static const bool kIsHeavy = true;
+
+  CUTLASS_HOST_DEVICE T operator()(T const& z) const {
+    const float x = static_cast<float>(z);
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return static_cast<T>(x / (1.0f + cutlass::fast_exp(-2.0f * u)));
+  }
+};
+
+template <typename T, int N>
+struct GeluTanh<cutlass::Array<T, N>> {
+  static const bool kIsHeavy = true;
+
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& z) const {
+    GeluTanh<T> op;
+    cutlass::Array<T, N> y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) y[i] = op(z[i]);
+    return y;
+  }
+};
 
 // The activation functor of a Bias<Act> epilogue (kernel_list.h); Identity for Plain.
 template <Epilogue E, typename T> struct ActivationFor { using type = cutlass::epilogue::thread::Identity<T>; };
 template <typename T> struct ActivationFor<Epilogue::BiasReLU, T> { using type = cutlass::epilogue::thread::ReLu<T>; };
 template <typename T> struct ActivationFor<Epilogue::BiasGELU, T> { using type = cutlass::epilogue::thread::GELU<T>; };
-template <typename T> struct ActivationFor<Epilogue::BiasGELUTanh, T> { using type = cutlass::epilogue::thread::GELU_taylor<T>; };
+template <typename T> struct ActivationFor<Epilogue::BiasGELUTanh, T> { using type = GeluTanh<T>; };
 template <typename T> struct ActivationFor<Epilogue::BiasSiLU, T> { using type = cutlass::epilogue::thread::SiLu<T>; };
 
 template <Epilogue E>
