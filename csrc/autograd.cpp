@@ -268,21 +268,28 @@ at::Tensor through_activation(const at::Tensor& g, const at::Tensor& x, const at
 
 struct LinearBackward : BackwardNode<LinearBackward> {
   static constexpr const char* kName = "LinearBackward";
-  static constexpr size_t kNumSaved = 3;        // x, W, b (b only to recompute z)
+  // x (saved when W needs a gradient), W (when x does); with an activation all three, b included, to
+  // recompute z. Like F.linear: a frozen weight keeps no activation memory for its input.
+  static constexpr size_t kNumSaved = 3;
   static constexpr size_t kNumAttributes = 2;   // activation (str), has_bias (bool)
 
   static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
                             const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs) {
     variable_list result(3);
-    if (!grads[0].defined()) return result;
+    const at::Tensor& g = grads[0];  // (..., N), y's shape
+    if (!g.defined()) return result;
     const at::Tensor &x = saved[0], &w = saved[1], &b = saved[2];
-    const at::Tensor dz = through_activation(grads[0], x, w, b, attributes[0].toStringRef());
+    const at::Tensor dz = through_activation(g, x, w, b, attributes[0].toStringRef());
     // Symbolic sizes (AOTAutograd and compiled autograd trace this with dynamic shapes), and explicit
     // row counts rather than -1, which cannot be inferred when K or N is 0.
     c10::SymInt rows = 1;
-    for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.sym_size(i);
-    const at::Tensor dz2d = dz.reshape_symint({rows, w.sym_size(0)});
-    if (needs[0]) result[0] = cutlass_gemm_op().call(dz2d, w).reshape_symint(x.sym_sizes());
+    for (int64_t i = 0; i + 1 < g.dim(); ++i) rows *= g.sym_size(i);
+    const at::Tensor dz2d = dz.reshape_symint({rows, g.sym_size(-1)});
+    if (needs[0]) {
+      std::vector<c10::SymInt> x_sizes(g.sym_sizes().begin(), g.sym_sizes().end());
+      x_sizes.back() = w.sym_size(1);
+      result[0] = cutlass_gemm_op().call(dz2d, w).reshape_symint(x_sizes);
+    }
     if (needs[1]) result[1] = cutlass_gemm_op().call(dz2d.t(), x.reshape_symint({rows, x.sym_size(-1)}));
     if (attributes[1].toBool() && needs[2]) result[2] = dz2d.sum(0);
     return result;
@@ -297,9 +304,10 @@ at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
   const std::string act(activation);
   const auto grad_fn = make_backward<LinearBackward>(input, weight, b);
   if (grad_fn) {
-    save(grad_fn, 0, input);
-    save(grad_fn, 1, weight);
-    if (act != "none") save(grad_fn, 2, b);
+    const bool recompute_z = act != "none";
+    if (recompute_z || weight.requires_grad()) save(grad_fn, 0, input);
+    if (recompute_z || input.requires_grad()) save(grad_fn, 1, weight);
+    if (recompute_z) save(grad_fn, 2, b);
     grad_fn->attributes_ = {c10::IValue(act), c10::IValue(b.defined())};
   }
   // The op validates the activation, shapes and dtypes.

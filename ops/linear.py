@@ -63,7 +63,11 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
     Autograd (registered in C++): differentiable in input, weight and bias, in reverse mode (backward
     recomputes the pre-activation with this op, applies ATen's activation derivative in float32, and
-    uses ``cutlass_gemm`` on transposed views; double backward works) and forward mode.
+    uses ``cutlass_gemm`` on transposed views; double backward works) and forward mode. Saved for
+    backward: without an activation, what ``F.linear`` saves (input only if weight needs a gradient,
+    weight only if input does); with one, input, weight and bias (to recompute the pre-activation
+    instead of keeping an (..., out_features) tensor), so modifying them in place between forward and
+    backward is autograd's "modified by an inplace operation" error.
 
     Raises:
         RuntimeError: shapes that do not chain ((..., K) with (N, K) and (N,)), dtypes that differ or are

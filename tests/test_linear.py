@@ -45,6 +45,22 @@ def test_values(device, dtype, activation, with_bias, x_shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("activation", ACTIVATIONS[1:])
+def test_activation_within_one_rounding_over_a_wide_range(device, dtype, activation):
+    # Pre-activations z = bias over [-8, 8] (x = 0): the fused epilogue's activation must be as accurate as
+    # the output's rounding, also where the result is small (gelu's tails: CUTLASS's tanh.approx-based
+    # GELU_taylor was off by ~20% at z = -3).
+    bias = torch.linspace(-8, 8, 256, dtype=torch.float64).to(dtype)
+    x = torch.zeros(4, 16, dtype=dtype, device=device)
+    w = rand(256, 16, dtype=dtype, device=device, seed=1)
+    y = ops.linear(x, w, bias.to(device), activation)
+    expected = reference(torch.zeros(4, 16), torch.zeros(256, 16), bias.double(), activation).to(dtype)
+    ulp = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[dtype]
+    torch.testing.assert_close(y.cpu().double(), expected.double(), rtol=ulp, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_non_contiguous_operands_and_empty_feature_dimensions(device):
     dt = torch.float64
     x = rand(16, 10, dtype=dt, device=device, seed=0).t()             # (10, 16), column-major
@@ -119,3 +135,27 @@ def test_operands_on_another_device(which):
         pattern = r"linear: expected bias on cpu \(input's device\), got meta"
     with pytest.raises(RuntimeError, match=pattern):
         ops.linear(x, w, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("frozen", ["weight", "input"])
+def test_saves_for_backward_what_f_linear_saves(device, frozen):
+    # Without an activation: input only if weight needs a gradient, weight only if input does (a frozen
+    # weight keeps no activation memory). So the operand F.linear does not save may be modified in place
+    # between forward and backward with ops.linear too. With an activation, z is recomputed from both.
+    def forward_modify_backward(linear, activation="none"):
+        w0 = torch.randn(6, 4, device=device, requires_grad=frozen != "weight")
+        x0 = torch.randn(3, 4, device=device, requires_grad=frozen != "input")
+        x, w = x0 * 1, w0 * 1  # non-leaves: they may be modified in place
+        y = linear(x, w, activation)
+        expected = torch.ones(3, 6, device=device) @ w if frozen == "weight" else torch.ones(6, 3, device=device) @ x
+        with torch.no_grad():
+            (x if frozen == "weight" else w).add_(1.0)  # the operand whose gradient is not needed
+        y.sum().backward()
+        return (x0 if frozen == "weight" else w0).grad, expected
+
+    for linear in (lambda x, w, act: F.linear(x, w), lambda x, w, act: ops.linear(x, w, None, act)):
+        grad, expected = forward_modify_backward(linear)
+        torch.testing.assert_close(grad, expected)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        forward_modify_backward(lambda x, w, act: ops.linear(x, w, None, act), "gelu")  # kept to recompute z
