@@ -160,7 +160,8 @@ def _copy_instance_attributes(source: torch.nn.Module, target: torch.nn.Module) 
     ``_is_hf_initialized``, ``qconfig``): code may read them. Not those `target`'s class computes
     (a norm's ``variance_epsilon`` is RMSNorm's eps): a copy would go stale."""
     for name, value in vars(source).items():
-        if name not in vars(target) and not isinstance(getattr(type(target), name, None), property):
+        if (name not in vars(target) and name != "_compiled_call_impl"
+                and not isinstance(getattr(type(target), name, None), property)):
             vars(target)[name] = value
 
 
@@ -228,8 +229,11 @@ def _cached_per_function(fn):
 def _parsed_forward(forward) -> Optional[ast.FunctionDef]:
     """The parsed source of a forward function (callers must not modify it), or None when it has no
     source or is not a plain function definition."""
+    code = getattr(forward, "__code__", None)  # the code that runs (getsource would follow __wrapped__)
+    if code is None:
+        return None
     try:
-        function = ast.parse(textwrap.dedent(inspect.getsource(forward))).body[0]
+        function = ast.parse(textwrap.dedent(inspect.getsource(code))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return None
     return function if isinstance(function, ast.FunctionDef) else None
@@ -273,8 +277,14 @@ def _activation_name(module: torch.nn.Module) -> Optional[str]:
         return None
     if cls.__name__ == "GELUActivation" and getattr(module, "act", None) in (None, torch.nn.functional.gelu):
         return "gelu"
-    if cls.__name__ in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "GELUPytorchTanh"):
-        return "gelu_tanh"
+    if cls.__name__ in ("GELUTanh", "PytorchGELUTanh", "GELUPytorchTanh"):
+        act = getattr(module, "act", None)  # F.gelu(approximate="tanh"), unless built with the Python formula
+        if (isinstance(act, functools.partial) and act.func is torch.nn.functional.gelu and not act.args
+                and act.keywords == {"approximate": "tanh"}):
+            return "gelu_tanh"
+        return None
+    # NewGELUActivation computes the tanh formula op by op, rounding in the tensor's dtype: fused, half
+    # precision results would differ by far more than a rounding. Not fused.
     if cls.__name__ == "SiLUActivation":
         return "silu"
     return None
@@ -305,6 +315,8 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
         return f"has hooks ({', '.join(hooks)})"
     if "forward" in vars(module):
         return "has a forward of its own (set on the instance)"
+    if getattr(module, "_compiled_call_impl", None) is not None:  # module.compile(): runs that code instead
+        return "is compiled in place (module.compile()); convert before compiling"
     extra = sorted(set(module._parameters) - {"weight", "bias"}) + sorted(module._buffers)
     if extra:
         return f"has other parameters or buffers ({', '.join(extra)})"
@@ -333,7 +345,7 @@ _ALLOWED_FUNCTIONS = {
                             "group_norm", "normalize", "linear", "pad", "embedding", "scaled_dot_product_attention"},
     "math": {"sqrt", "log", "exp", "floor", "ceil"},
 }
-_ALLOWED_BUILTINS = {"len", "int", "float", "tuple", "list", "min", "max", "abs"}
+_ALLOWED_BUILTINS = {"len", "int", "float", "min", "max", "abs"}  # not tuple/list: containers hide uses
 _TENSOR_METHODS = {
     "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "contiguous", "size", "dim", "numel", "chunk",
     "split", "flatten", "unflatten", "unsqueeze", "squeeze", "expand", "expand_as", "float", "half", "bfloat16",
@@ -387,8 +399,9 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
         return False  # self rebound
 
     def global_value(name):
-        """The object a global name refers to in forward's module (or the builtin), or a sentinel."""
-        if name in local_names or name == me:
+        """The object a global name refers to in forward's module (or the builtin), or a sentinel (also
+        for a closure's variable: not what the globals hold)."""
+        if name in local_names or name == me or name in forward.__code__.co_freevars:
             return _NOT_GLOBAL
         if name in forward.__globals__:
             return forward.__globals__[name]
@@ -425,9 +438,25 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
     traced = set(params)
 
     def is_traced(value):
+        """Whether a value is an fx proxy in the trace: computed from the arguments, a call or arithmetic.
+        A tuple, list or constant is a real Python object: indexing it chooses in Python, unrecorded."""
         while isinstance(value, (ast.Attribute, ast.Subscript)):
             value = value.value
-        return not isinstance(value, ast.Name) or value.id in traced
+        if isinstance(value, ast.Name):
+            return value.id in traced
+        if isinstance(value, ast.Call):
+            return True  # builtins that build containers (tuple, list) are not allowed
+        if isinstance(value, ast.BinOp):
+            operands = [value.left, value.right]
+        elif isinstance(value, ast.UnaryOp):
+            operands = [value.operand]
+        elif isinstance(value, ast.Compare):
+            operands = [value.left, *value.comparators]
+        else:
+            return False
+        # (h,) + (a,) is a Python tuple; h * 2.0 a traced value
+        return (all(isinstance(o, ast.Constant) or is_traced(o) for o in operands)
+                and not all(isinstance(o, ast.Constant) for o in operands))
 
     changed = True
     while changed:  # to a fixed point: a local is traced if every value bound to it is
@@ -601,7 +630,12 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     ``fuse_activations=False``.
 
     Numerics: half-precision results may differ from the original's in the last bit, as any two GEMM
-    implementations do; a converted Hugging Face Llama-style norm rounds once (x * rsqrt(...) * weight in
+    implementations do. On CUDA a fused half-precision Linear applies the activation to the float32
+    accumulator and rounds once, where the original rounds the pre-activation first: where the
+    activation shrinks its input (GELU, SiLU for negative pre-activations) results can differ by a few
+    units in the last place, the fused one being the more accurate. A module compiled in place
+    (``module.compile()``) is left alone: convert before compiling. Transformers' Python-formula GELUs
+    (NewGELUActivation, GELUTanh(use_gelu_tanh_python=True)) round op by op and are not fused; a converted Hugging Face Llama-style norm rounds once (x * rsqrt(...) * weight in
     float32) where the original rounds x_hat to the input's dtype before the weight multiply. For float64
     input, a converted Hugging Face norm computes in float64 where the original computes in float32
     (more accurate; they differ by ~1e-7 relative).

@@ -4,6 +4,7 @@ sentence embeddings; a Llama-3-8B-shaped MLP block on the ops gives the PyTorch 
 nn modules are drop-in replacements."""
 
 import copy
+import functools
 import operator
 
 import numpy as np
@@ -381,6 +382,68 @@ def test_convert_fuses_only_forwards_made_of_allowed_parts():
         for name, module in converted.items():
             torch.testing.assert_close(module(x), expected[name], msg=name)
     assert not model["grad_mode"](x).requires_grad and not converted["grad_mode"](x).requires_grad
+
+
+class _PicksFromATuple(_LinAct):  # the tuple's indexing is not recorded by a trace
+    def forward(self, x):
+        h = self.lin(x)
+        outs = (h, self.act(h))
+        return outs[self.training]
+
+
+def _train_only_relu(forward):
+    @functools.wraps(forward)
+    def wrapper(self, x):  # what runs: inspect.getsource(wrapper) would show the wrapped forward
+        return forward(self, x) if self.training else self.lin(x)
+    return wrapper
+
+
+class _Wrapped(_LinAct):
+    pass
+
+
+_Wrapped.forward = _train_only_relu(_Straight.forward)
+
+
+def _closure_forward():
+    def max(a, b):  # a closure variable named like an allowed builtin
+        return b if torch.is_grad_enabled() else a
+
+    def forward(self, x):
+        h = self.lin(x)
+        return max(self.act(h), h)
+    return forward
+
+
+class _ClosureMax(_LinAct):
+    forward = _closure_forward()
+
+
+def test_convert_refuses_what_python_chooses_outside_the_trace():
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"tuple": _PicksFromATuple(), "wrapped": _Wrapped(), "closure": _ClosureMax(),
+                                 "compiled": torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())}).double()
+    x = torch.randn(5, 8, dtype=torch.float64)
+    for mode in ("train", "eval"):
+        getattr(model, mode)()
+        expected = {name: module(x) for name, module in model.items()}
+        with torch.no_grad():
+            expected_no_grad = model["closure"](x)
+        converted = copy.deepcopy(model)  # (a deepcopy drops a module.compile())
+        converted["compiled"][0].compile(backend="eager")  # runs its compiled nn.Linear call from now on
+        report = ops.nn.convert(converted)
+        assert report.fused == [], report
+        assert ("compiled.0", "is compiled in place (module.compile()); convert before compiling") in report.skipped
+        for name, module in converted.items():
+            torch.testing.assert_close(module(x), expected[name], msg=name)
+        with torch.no_grad():
+            torch.testing.assert_close(converted["closure"](x), expected_no_grad)
+    # transformers' Python-formula GELUs round op by op in the tensor's dtype: not fused.
+    transformers = pytest.importorskip("transformers")
+    acts = transformers.activations
+    for act in (acts.NewGELUActivation(), acts.GELUTanh(use_gelu_tanh_python=True)):
+        assert ops.nn.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), act)).fused == []
+    assert ops.nn.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), acts.GELUTanh())).fused == [("0", "1", "gelu_tanh")]
 
 
 def test_converted_modules_trace_with_torch_fx():
