@@ -486,8 +486,9 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
             return ok(node.left) and ok(node.right)
         if isinstance(node, ast.UnaryOp):
             return ok(node.operand)
-        if isinstance(node, ast.Compare):
-            return ok(node.left) and all(ok(c) for c in node.comparators)
+        if isinstance(node, ast.Compare):  # not `is`/`in`: identity and membership are decided in Python
+            return (all(isinstance(op, (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops)
+                    and ok(node.left) and all(ok(c) for c in node.comparators))
         if isinstance(node, ast.Slice):
             return all(part is None or ok(part) for part in (node.lower, node.upper, node.step))
         if isinstance(node, ast.Subscript):  # (a, b)[flag], {...}[self.mode], GLOBAL[i]: chosen in Python
@@ -502,6 +503,8 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
         if isinstance(node, ast.Call):
             if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 return False
+            if any(k.arg in ("out", "inplace") for k in node.keywords):
+                return False  # writes into an existing tensor
             if not all(ok(a) for a in node.args) or not all(ok(k.value) for k in node.keywords):
                 return False
             func = node.func

@@ -361,6 +361,13 @@ class _SwitchesGradMode(_LinAct):  # no gradient may reach lin
         return a
 
 
+class _IdentityTest(_LinAct):  # `is` is decided in Python: after fusion the Identity returns its input
+    def forward(self, x):
+        h = self.lin(x)
+        y = self.act(h)
+        return y * (h is not y)
+
+
 def test_convert_fuses_only_forwards_made_of_allowed_parts():
     # The straight-line check is an allow-list: each of these passed the earlier deny-list and changed
     # results when fused (found by an adversarial pass); none is fused now, and all compute as before.
@@ -368,6 +375,7 @@ def test_convert_fuses_only_forwards_made_of_allowed_parts():
     model = torch.nn.ModuleDict({"hands_on": _HandsOnTheActivation(), "stash": _StashesViaOperator(),
                                  "shadow": _ShadowsBuiltin(), "getattr": _PicksByGetattr(),
                                  "reads_act": _ReadsTheActivation(), "grad_mode": _SwitchesGradMode(),
+                                 "identity_test": _IdentityTest(),
                                  "fusable": _Straight(torch.nn.SiLU())}).double()
     x = torch.randn(5, 8, dtype=torch.float64)
     for mode in ("eval", "train"):
