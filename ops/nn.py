@@ -267,6 +267,9 @@ def _activation_name(module: torch.nn.Module) -> Optional[str]:
     cls = type(module)
     if "forward" in vars(module):
         return None
+    forward = getattr(cls, "forward", None)  # the class's own, not one patched onto the class
+    if getattr(forward, "__qualname__", None) != f"{cls.__name__}.forward" or forward.__module__ != cls.__module__:
+        return None
     if cls is torch.nn.ReLU:
         return "relu"
     if cls is torch.nn.GELU:
@@ -525,14 +528,17 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
                        for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])]
             if not all(isinstance(t, ast.Name) for t in targets) or not ok(statement.value):
                 return False
-        elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        elif isinstance(statement, ast.AnnAssign):
             if not isinstance(statement.target, ast.Name) or statement.value is None or not ok(statement.value):
                 return False
         elif isinstance(statement, ast.Return):
             if statement.value is not None and not ok(statement.value):
                 return False
         elif not isinstance(statement, ast.Pass):
-            return False  # a branch, a loop, a with block, an expression statement (a side effect), ...
+            # a branch, a loop, a with block, an expression statement (a side effect), an augmented
+            # assignment (in place on a tensor: on the Linear's input, which a fused Linear keeps for
+            # backward), ...
+            return False
     return True
 
 
@@ -630,7 +636,10 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     Linear or RMSNorm is reported in ``skipped``: wrap it, or use ``Linear.from_linear``). A fused Linear
     computes activation(linear) wherever it is called from: code that calls such a Linear or its
     activation module directly, not through the parent's forward (probes, feature extraction), needs
-    ``fuse_activations=False``.
+    ``fuse_activations=False`` (this includes slices of an ``nn.Sequential``, e.g. ``classifier[:-1]`` for
+    features). A fused Linear recomputes its pre-activation in backward from its input, weight and bias:
+    modifying one of them in place between forward and backward raises autograd's in-place error where
+    the unfused pair may not (it keeps the pre-activation instead).
 
     Numerics: half-precision results may differ from the original's in the last bit, as any two GEMM
     implementations do. On CUDA a fused half-precision Linear applies the activation to the float32

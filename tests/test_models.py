@@ -368,6 +368,14 @@ class _IdentityTest(_LinAct):  # `is` is decided in Python: after fusion the Ide
         return y * (h is not y)
 
 
+class _AddsInPlace(_LinAct):  # in place on the Linear's input, which a fused Linear keeps for backward
+    def forward(self, x):
+        x = x * 1.0  # not the caller's tensor
+        y = self.act(self.lin(x))
+        x += y
+        return x
+
+
 def test_convert_fuses_only_forwards_made_of_allowed_parts():
     # The straight-line check is an allow-list: each of these passed the earlier deny-list and changed
     # results when fused (found by an adversarial pass); none is fused now, and all compute as before.
@@ -375,7 +383,7 @@ def test_convert_fuses_only_forwards_made_of_allowed_parts():
     model = torch.nn.ModuleDict({"hands_on": _HandsOnTheActivation(), "stash": _StashesViaOperator(),
                                  "shadow": _ShadowsBuiltin(), "getattr": _PicksByGetattr(),
                                  "reads_act": _ReadsTheActivation(), "grad_mode": _SwitchesGradMode(),
-                                 "identity_test": _IdentityTest(),
+                                 "identity_test": _IdentityTest(), "in_place": _AddsInPlace(),
                                  "fusable": _Straight(torch.nn.SiLU())}).double()
     x = torch.randn(5, 8, dtype=torch.float64)
     for mode in ("eval", "train"):
@@ -452,6 +460,15 @@ def test_convert_refuses_what_python_chooses_outside_the_trace():
     for act in (acts.NewGELUActivation(), acts.GELUTanh(use_gelu_tanh_python=True)):
         assert ops.nn.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), act)).fused == []
     assert ops.nn.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), acts.GELUTanh())).fused == [("0", "1", "gelu_tanh")]
+
+
+def test_convert_does_not_fuse_an_activation_class_patched_in_place(monkeypatch):
+    monkeypatch.setattr(torch.nn.SiLU, "forward", lambda self, x: x * torch.sigmoid(1.702 * x))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU())
+    x = torch.randn(3, 8)
+    expected = model(x)
+    assert ops.nn.convert(model).fused == []
+    torch.testing.assert_close(model(x), expected)
 
 
 def test_converted_modules_trace_with_torch_fx():
