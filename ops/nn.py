@@ -239,11 +239,6 @@ def _parsed_forward(forward) -> Optional[ast.FunctionDef]:
     return function if isinstance(function, ast.FunctionDef) else None
 
 
-def _class_forward(cls: type) -> Optional[ast.FunctionDef]:
-    """The parsed source of ``cls.forward`` as it is now."""
-    return _parsed_forward(getattr(cls, "forward", None))
-
-
 @_cached_per_function
 def _hf_forward_formula(forward) -> Optional[str]:
     function = _parsed_forward(forward)
@@ -384,7 +379,7 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
     forward = getattr(type(module), "forward", None)
     if "forward" in vars(module) or not _plain_module_class(type(module)) or not hasattr(forward, "__globals__"):
         return False
-    function = _class_forward(type(module))
+    function = _parsed_forward(forward)
     if function is None or function.decorator_list:
         return False
     children = set(module._modules)
@@ -461,18 +456,21 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
         return (all(isinstance(o, ast.Constant) or is_traced(o) for o in operands)
                 and not all(isinstance(o, ast.Constant) for o in operands))
 
+    def targets(statement):
+        """What an assignment statement binds (a tuple or list target unpacked)."""
+        if isinstance(statement, ast.AnnAssign):
+            return [statement.target]
+        return [t for target in statement.targets
+                for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])]
+
+    bound = collections.defaultdict(list)  # local name -> the values bound to it
+    for statement in function.body:
+        for t in (targets(statement) if isinstance(statement, (ast.Assign, ast.AnnAssign)) else []):
+            if isinstance(t, ast.Name):
+                bound[t.id].append(statement.value)
     changed = True
     while changed:  # to a fixed point: a local is traced if every value bound to it is
         changed = False
-        bound = collections.defaultdict(list)
-        for statement in function.body:
-            if isinstance(statement, ast.Assign):
-                for target in statement.targets:
-                    for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
-                        if isinstance(t, ast.Name):
-                            bound[t.id].append(statement.value)
-            elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)) and isinstance(statement.target, ast.Name):
-                bound[statement.target.id].append(statement.value)
         for name, values in bound.items():
             if name not in traced and all(v is not None and is_traced(v) for v in values):
                 traced.add(name)
@@ -495,8 +493,7 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
         if isinstance(node, ast.Slice):
             return all(part is None or ok(part) for part in (node.lower, node.upper, node.step))
         if isinstance(node, ast.Subscript):  # (a, b)[flag], {...}[self.mode], GLOBAL[i]: chosen in Python
-            return is_traced(node.value) and not isinstance(node.value, (ast.Tuple, ast.List)) \
-                and ok(node.value) and ok(node.slice)
+            return is_traced(node.value) and ok(node.value) and ok(node.slice)
         if isinstance(node, ast.Attribute):
             if isinstance(node.value, ast.Name) and node.value.id == me:
                 return node.attr == "training"
@@ -523,13 +520,9 @@ def _straight_line_forward(module: torch.nn.Module) -> bool:
     for i, statement in enumerate(function.body):
         if isinstance(statement, ast.Expr) and i == 0 and isinstance(statement.value, ast.Constant):
             continue  # the docstring
-        if isinstance(statement, ast.Assign):
-            targets = [t for target in statement.targets
-                       for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])]
-            if not all(isinstance(t, ast.Name) for t in targets) or not ok(statement.value):
-                return False
-        elif isinstance(statement, ast.AnnAssign):
-            if not isinstance(statement.target, ast.Name) or statement.value is None or not ok(statement.value):
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            if (statement.value is None or not all(isinstance(t, ast.Name) for t in targets(statement))
+                    or not ok(statement.value)):
                 return False
         elif isinstance(statement, ast.Return):
             if statement.value is not None and not ok(statement.value):
@@ -559,17 +552,15 @@ class ConversionReport:
         return "\n".join(lines)
 
 
-def _fusable_pairs(parent: torch.nn.Module, shared: frozenset = frozenset()) -> List[Tuple[str, str, str]]:
+def _fusable_pairs(parent: torch.nn.Module, shared: frozenset) -> List[Tuple[str, str, str]]:
     """(linear child, activation child, act) pairs of `parent` where the activation module is the only
     user of the linear's output: in an nn.Sequential, consecutive children; elsewhere, found by tracing
     parent's forward with torch.fx (a parent that does not trace is left unfused). `shared`: ids of
-    modules reachable under several names in the whole model, never fused (fusing one in one parent and
-    not in another would split it into two modules)."""
+    modules reachable under several names in the whole model, never fused: an alias in parent (or a
+    module also inside a container child) is called under either name while a trace names it by one,
+    and fusing a module in one parent but not in another would split it into two modules."""
     children = dict(parent._modules)  # every name, aliases included (named_children drops repeats)
-    # A module reachable under two names in parent (an alias, or also inside a container child) is
-    # called under either, while a trace names it by one: never fuse those.
-    seen = collections.Counter(id(m) for _, m in parent.named_modules(remove_duplicate=False))
-    unique = {name for name, m in children.items() if m is not None and seen[id(m)] == 1 and id(m) not in shared}
+    unique = {name for name, m in children.items() if m is not None and id(m) not in shared}
     pairs = []
     if type(parent) is torch.nn.Sequential:  # a subclass may override forward
         if "forward" in vars(parent):
