@@ -85,6 +85,16 @@ def write_report(out_dir, name, payload, title, table):
         f.write(f"# {title}\n\n{table}\n")
 
 
+def mark_interrupted(payload, measured, planned):
+    """For a run stopped before its last case (Ctrl-C, or device_check.sh's `timeout -s INT`): records
+    {"measured", "planned"} in the JSON payload and returns the note for the report's text; "" (and the
+    payload unchanged) for a complete run."""
+    if measured >= planned:
+        return ""
+    payload["interrupted"] = {"measured": measured, "planned": planned}
+    return f" (INTERRUPTED: {measured} of {planned} cases measured)"
+
+
 def markdown_table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

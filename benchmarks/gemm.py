@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 import ops
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_json
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table, write_json
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -227,9 +227,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "results": results}
     if tuning is not None:
         payload["tuning_cache"] = tuning
-    interrupted = planned is not None and len(results) < planned
-    if interrupted:
-        payload["interrupted"] = {"measured": len(results), "planned": planned}
+    interrupted = mark_interrupted(payload, len(results), len(results) if planned is None else planned)
     write_json(os.path.join(out_dir, f"{stem}.json"), payload)
     if candidates:
         report_candidates(candidates, facts, out_dir)
@@ -243,8 +241,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
                     "Python binding every torch.library op (this library's included) is called through; "
                     "ops - aten.mm.default is this library's own cost.\n\n")
         f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}, driver {facts.get('driver', '-')}; "
-                f"{'quick' if quick else 'full'} suite"
-                f"{f' (INTERRUPTED: {len(results)} of {planned} cases measured)' if interrupted else ''}; ratio = torch.mm time / ops time (>1: ops faster); "
+                f"{'quick' if quick else 'full'} suite{interrupted}; ratio = torch.mm time / ops time (>1: ops faster); "
                 "err = max |C - C_fp64| / max |C_fp64|.\n\n")
         f.write(table + "\n\n")
         for d, s in summary.items():

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import ops
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_report
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table, write_report
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -126,10 +126,7 @@ def main(argv=None):
     facts = machine_facts(device)
     payload = {"benchmark": "ops", "device": device, "quick": quick, "machine": facts, "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}"
-    if done < len(todo):
-        payload["interrupted"] = {"measured": done, "planned": len(todo)}
-        title += f" (INTERRUPTED: {done} of {len(todo)} cases measured)"
+    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_interrupted(payload, done, len(todo))
     write_report(args.out, "ops", payload, title, table)
     return 0 if done == len(todo) else 3
 
