@@ -1,24 +1,82 @@
-"""A small set of op calls for compute-sanitizer (memcheck, racecheck) in device_check.sh: each dtype,
-row/column-major and misaligned operands, an out variant; every result checked against float64."""
+"""A small set of op calls for compute-sanitizer (memcheck, racecheck) in device_check.sh, each result
+checked against float64: cutlass_gemm for each dtype, row/column-major and misaligned operands and an
+out variant; every candidate tactic (split-K, stream-K, swap-AB) of a decode and a ragged shape; the
+fused linear epilogues; rms_norm (one-block-per-row and lanes kernels), fused_add_rms_norm and
+silu_and_mul at ragged sizes."""
 
 import torch
+import torch.nn.functional as F
 
 import ops
+
+# CUDA normally; on a machine without a GPU the same calls run on CPU (tactics skipped) as a rehearsal.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check(name, got, ref, tol):
+    err = ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err < tol, (name, err)
+
+
+def gemms():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for M, N, K in ((128, 96, 64), (33, 17, 9)):
+            A = torch.randn(M, K, device=DEVICE, dtype=dtype)
+            B = torch.randn(N, K, device=DEVICE, dtype=dtype).t()
+            ref = A.double() @ B.double()
+            check(("gemm", dtype, M, N, K), ops.cutlass_gemm(A, B), ref, 1e-2)
+            out = torch.empty(N, M, device=DEVICE, dtype=dtype).t()
+            ops.cutlass_gemm(A[1:], B, out=out[1:])
+            check(("gemm out", dtype, M, N, K), out[1:], ref[1:], 1e-2)
+
+
+def tactics():
+    for M, N, K in ((4, 4096, 4096), (200, 136, 1000)):
+        A = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+        B = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16).t()
+        ref = A.double() @ B.double()
+        for name in ops.gemm.plan(A, B)["candidates"]:
+            ops.gemm.set_tactic(name)
+            try:
+                check(("tactic", name, M, N, K), ops.cutlass_gemm(A, B), ref, 1e-2)
+            finally:
+                ops.gemm.set_tactic(None)
+
+
+def fused():
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(37, 200, device=DEVICE, dtype=dtype)
+        w = torch.randn(136, 200, device=DEVICE, dtype=dtype)
+        b = torch.randn(136, device=DEVICE, dtype=dtype)
+        z = F.linear(x.double(), w.double(), b.double())
+        for act, fn in (("none", lambda t: t), ("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu),
+                        ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh"))):
+            check(("linear", act, dtype), ops.linear(x, w, b, act), fn(z), 2e-2)
+        for rows, hidden in ((1000, 128), (129, 31), (7, 5120), (3, 4099)):  # lanes and block kernels
+            h = torch.randn(rows, hidden, device=DEVICE, dtype=dtype)
+            g = torch.randn(hidden, device=DEVICE, dtype=dtype)
+            hd = h.double()
+            ref = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + 1e-6) * g.double()
+            check(("rms_norm", rows, hidden, dtype), ops.rms_norm(h, g), ref, 2e-2)
+            r = torch.randn_like(h)
+            inp = h.clone()
+            s = r.double() + hd
+            ops.fused_add_rms_norm(inp, r, g)
+            check(("fused_add_rms_norm", rows, hidden, dtype), r, s, 2e-2)
+            u = torch.randn(rows, 2 * hidden, device=DEVICE, dtype=dtype)
+            ud = u.double()
+            check(("silu_and_mul", rows, hidden, dtype), ops.silu_and_mul(u),
+                  F.silu(ud[:, :hidden]) * ud[:, hidden:], 2e-2)
 
 
 def main():
     torch.manual_seed(0)
-    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        for M, N, K in ((128, 96, 64), (33, 17, 9)):
-            A = torch.randn(M, K, device="cuda", dtype=dtype)
-            B = torch.randn(N, K, device="cuda", dtype=dtype).t()
-            C = ops.cutlass_gemm(A, B)
-            out = torch.empty(N, M, device="cuda", dtype=dtype).t()
-            ops.cutlass_gemm(A[1:], B, out=out[1:])
-            ref = A.double() @ B.double()
-            err = ((C.double() - ref).norm() / ref.norm()).item()
-            assert err < 1e-2, (dtype, M, N, K, err)
-    torch.cuda.synchronize()
+    gemms()
+    if DEVICE == "cuda":
+        tactics()
+    fused()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
     print("sanitizer smoke: ok")
 
 
