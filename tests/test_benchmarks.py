@@ -47,6 +47,16 @@ def test_model_benchmark_cli_on_cpu(tmp_path):
     assert "| MiniLM-L6 eager (batch 2) |" in (tmp_path / "model.md").read_text()
 
 
+def test_sanitizer_smoke_runs_as_device_check_runs_it():
+    """device_check.sh runs it under compute-sanitizer as `python -m benchmarks.sanitizer_smoke`; on CPU the
+    same calls (less the CUDA tactics) run and are checked against float64."""
+    result = subprocess.run([sys.executable, "-m", "benchmarks.sanitizer_smoke"], cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES=""), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "sanitizer smoke: ok" in result.stdout
+
+
 def test_interrupted_gemm_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
     from benchmarks import gemm
 
