@@ -9,16 +9,17 @@
 # and call, from the repository root:   bash benchmarks/device_check.sh       (carry: [".whl"])
 #
 # Files written to $OUT: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
-# build.log, tests.xml (JUnit), gemm.{json,md,png}, gemm_candidates.{json,md} (stage gemm),
-# gemm_overhead.{json,md} (overhead), ops.*, model.*, allocator.* (their stages). results.tgz is
+# build.log, tests.xml and tests_sm80.xml (JUnit), gemm_half/ and gemm_fp32/ (stage gemm: gemm.{json,md,png},
+# gemm_candidates.{json,md}), gemm_overhead.{json,md} (overhead), ops.*, model.*, allocator.* (their stages). results.tgz is
 # rewritten after every stage, so a call cut off at its time limit still returns the stages that ended
 # (the device tool returns at most 8 files per call: one archive fits any number of reports).
 #
-# STAGES picks what runs (default: all): build tests gemm overhead ops model allocator sanitizer (the
-# build always runs), in the order of this script: most important first. With 16 cores the whole script
-# is planned to fit one call of < 10 minutes (build ~2-3 min, tests on 8 pytest-xdist workers, the
-# benchmarks ~1 min each); each stage has its own time limit, and a failing stage does not stop the
-# others. A later call on the same warm machine reuses the build (ninja: no work).
+# STAGES picks what runs (default: all): build tests sm80 gemm ops model overhead allocator sanitizer diag
+# (the build always runs), in the order of this script. All of them exceed one 10-minute device call:
+# run two calls on one warm machine (benchmarks/GPU_PLAN.md), the second at once (a machine goes back
+# 30 s after a call), e.g. STAGES="build tests sm80 gemm", then STAGES="ops model overhead allocator
+# sanitizer diag" (its build is a ninja no-op). Each stage has its own time limit; a failing stage does
+# not stop the others.
 # The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
 # data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
 # GEMM_ARGS passes options to benchmarks.gemm (e.g. "--quick"); TEST_JOBS the pytest-xdist workers
@@ -50,7 +51,7 @@ if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cu
     || { echo "no nvidia-cutlass wheel in .whl/ (see the header of this script)"; exit 2; }
 fi
 
-STAGES="${STAGES:-build tests gemm ops model overhead allocator sanitizer}"
+STAGES="${STAGES:-build tests sm80 gemm ops model overhead allocator sanitizer diag}"
 MORE="$(mktemp -d)"  # every report; packed into $OUT/results.tgz after each stage
 pack() { tar -czf "$OUT/results.tgz.part" -C "$MORE" . && mv "$OUT/results.tgz.part" "$OUT/results.tgz"; }
 trap pack EXIT
@@ -67,18 +68,35 @@ pack
 
 want() { [[ " ${STAGES} " == *" $1 "* ]]; }
 
+jobs=()  # pytest-xdist workers for the test stages
+if [ "${TEST_JOBS:-8}" != 0 ] && "$PY" -c "import xdist" 2>/dev/null; then jobs=(-n "${TEST_JOBS:-8}"); fi
+
 if want tests; then
   stage "tests: CUDA, torch.export + AOTInductor with cutlass_gemm (CPU tests run in CI)"
-  jobs=()
-  if [ "${TEST_JOBS:-8}" != 0 ] && "$PY" -c "import xdist" 2>/dev/null; then jobs=(-n "${TEST_JOBS:-8}"); fi
-  limit 200 "$PY" -m pytest tests -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
+  limit 240 "$PY" -m pytest tests -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
     -k "not test_export or cutlass_gemm" --junitxml="$MORE/tests.xml" || status=1
   pack
 fi
 
+if want sm80; then
+  # The CUTLASS 2.x kernels on Hopper, which the library withholds there unless OPS_CUTLASS_SM80_ON_SM90=1
+  # (they gave wrong results through CUTLASS's 2.x GemmUniversalAdapter on 2026-11-30; now launched
+  # through GemmUniversalBase). If this passes, they can be dispatched on Hopper by default.
+  stage "tests: the SM80 kernels on Hopper (OPS_CUTLASS_SM80_ON_SM90=1: fp32 3xTF32, fp64)"
+  OPS_CUTLASS_SM80_ON_SM90=1 limit 120 "$PY" -m pytest tests/test_gemm_cuda.py tests/test_gemm.py \
+    tests/test_linear.py tests/test_func_transforms.py -q -rfE --maxfail=20 "${jobs[@]}" -m cuda \
+    --junitxml="$MORE/tests_sm80.xml" || status=1
+  pack
+fi
+
 if want gemm; then
-  stage "benchmark: ops.cutlass_gemm vs torch.mm (and every candidate tactic of bf16/fp16 shapes)"
-  limit 180 "$PY" -m benchmarks.gemm --candidates --out "$MORE" ${GEMM_ARGS:-} || status=1
+  # One process per dtype group: a crash in one (the first run lost every bf16/fp16 timing to a
+  # segfault in the fp32 case) keeps the others' reports.
+  stage "benchmark: ops.cutlass_gemm vs torch.mm, bf16/fp16 (and every candidate tactic)"
+  limit 150 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --candidates --out "$MORE/gemm_half" ${GEMM_ARGS:-} || status=1
+  pack
+  stage "benchmark: ops.cutlass_gemm vs torch.mm, tf32/fp32/fp64"
+  limit 90 "$PY" -m benchmarks.gemm --dtypes tf32,fp32,fp64 --suite square --out "$MORE/gemm_fp32" ${GEMM_ARGS:-} || status=1
   pack
 fi
 
@@ -107,11 +125,34 @@ if want allocator; then
 fi
 
 if want sanitizer; then
+  # PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor its own cudaMalloc, so a write past a tensor's end is
+  # an error for memcheck (inside one of the caching allocator's segments it is invisible). The SM80
+  # kernels run too (OPS_CUTLASS_SM80_ON_SM90=1).
   stage "compute-sanitizer (memcheck, racecheck)"
   for tool in memcheck racecheck; do
-    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$PY" -m benchmarks.sanitizer_smoke 2>&1 | tail -5
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 OPS_CUTLASS_SM80_ON_SM90=1 timeout 75 compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$PY" -m benchmarks.sanitizer_smoke 2>&1 | tail -5
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "compute-sanitizer $tool: FAILED"; status=1; }
   done
+fi
+
+if want diag; then
+  # The allocator's out-of-memory path segfaulted on 2026-11-30 (test_out_of_memory_raises_and_pool_stays_usable):
+  # which step dies (faulthandler prints the Python line; A-D mark the steps).
+  stage "diagnostic: ops allocator out of memory"
+  timeout 60 "$PY" -X faulthandler -c '
+import torch, ops
+ops.allocator.install(); print("A installed", flush=True)
+try:
+    torch.empty(1 << 46, dtype=torch.uint8, device="cuda")
+except torch.cuda.OutOfMemoryError as e:
+    print("B raised:", str(e)[:80], flush=True)
+print("C stats:", ops.allocator.stats(), flush=True)
+x = torch.ones(1 << 20, device="cuda"); print("D", x.sum().item(), flush=True)' 2>&1 | tail -30
+  timeout 60 "$PY" -X faulthandler -c '
+import ctypes, torch, ops
+torch.cuda.init(); lib = ops.allocator._lib(); lib.ops_pool_alloc.restype = ctypes.c_void_p
+print("E null path:", lib.ops_pool_alloc(1 << 46, 0, None), flush=True); print("F", ops.allocator.stats(), flush=True)' 2>&1 | tail -30
 fi
 
 stage "done (status $status)"

@@ -6,7 +6,8 @@ rms_norm vs F.rms_norm; fused_add_rms_norm vs (x + r, F.rms_norm); silu_and_mul 
 linear (bias + activation) vs F.linear + activation and, where it applies, torch._addmm_activation
 (cuBLASLt's fused bias + ReLU/GELU). Reports median time, the ratio (reference time / ops time: above 1
 means ops is faster) and, for the memory-bound ops, the achieved bandwidth in GB/s (bytes each op must
-read and write once, over its time). On CPU it runs a quick suite by default.
+read and write once, over its time) next to a device-to-device copy of the same bytes measured in the
+same run (the bandwidth ceiling: "ops / copy"). On CPU it runs a quick suite by default.
 """
 
 import argparse
@@ -108,19 +109,31 @@ def main(argv=None):
         for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
             fn, refs, nbytes = build(DTYPES[dname])
             t_ops = timer(fn) if timer else cpu_time(fn)
+            copy_GBps = None
+            if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
+                src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+                dst = torch.empty_like(src)
+                t_copy = timer(lambda: dst.copy_(src)) if timer else cpu_time(lambda: dst.copy_(src))
+                copy_GBps = 2 * src.numel() / t_copy / 1e9
+                del src, dst
             for ref_name, ref in refs:
                 t_ref = timer(ref) if timer else cpu_time(ref)
                 results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
                                 "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
                                 "ops_GBps": nbytes / t_ops / 1e9 if nbytes else None,
-                                "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None})
+                                "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
+                                "copy_GBps": copy_GBps,
+                                "ops_of_copy": nbytes / t_ops / 1e9 / copy_GBps if nbytes else None})
             done += 1
     except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's `timeout -s INT`: report what was measured
         print(f"\ninterrupted: reporting the {done} of {len(todo)} cases measured so far", file=sys.stderr)
-    headers = ["op", "shape", "dtype", "reference", "ops ms", "ref ms", "ratio", "ops GB/s", "ref GB/s"]
+    headers = ["op", "shape", "dtype", "reference", "ops ms", "ref ms", "ratio", "ops GB/s", "ref GB/s",
+               "copy GB/s", "ops / copy"]
     rows = [[r["op"], r["shape"], r["dtype"], r["reference"], f"{r['ops_ms']:.4f}", f"{r['ref_ms']:.4f}",
              f"{r['ratio']:.2f}", f"{r['ops_GBps']:.1f}" if r["ops_GBps"] else "-",
-             f"{r['ref_GBps']:.1f}" if r["ref_GBps"] else "-"] for r in results]
+             f"{r['ref_GBps']:.1f}" if r["ref_GBps"] else "-",
+             f"{r['copy_GBps']:.1f}" if r["copy_GBps"] else "-",
+             f"{r['ops_of_copy']:.0%}" if r["ops_of_copy"] else "-"] for r in results]
     table = markdown_table(headers, rows)
     print(table)
     facts = machine_facts(device)

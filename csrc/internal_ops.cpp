@@ -38,6 +38,7 @@ cg::DeviceTarget emulated_target(int64_t cc_major, int64_t cc_minor, c10::string
   }
   target.allow_tf32 = allow_tf32;
   target.sm_count = static_cast<int>(sm_count);
+  target.sm80_on_sm90 = cg::sm80_on_sm90_from_env();  // read per call: tests set it in os.environ
   return target;
 }
 

@@ -211,9 +211,37 @@ LaunchStatus run_adapter(const typename Gemm::Arguments& arguments, void* worksp
   return {};
 }
 
+// Gemm::to_underlying_arguments, where the device-level type has one (adapters that rewrite the
+// arguments before building the kernel's Params), else the arguments as they are.
+template <typename Gemm, typename = void>
+struct HasUnderlyingArguments : std::false_type {};
+template <typename Gemm>
+struct HasUnderlyingArguments<Gemm, std::void_t<decltype(Gemm::to_underlying_arguments(
+                                        std::declval<const typename Gemm::Arguments&>()))>>
+    : std::true_type {};
+
+// KernelProblem (launch_args.h) of a CUTLASS 2.x launch: the kernel Params built from `arguments` as
+// GemmUniversalBase::initialize builds them (host code only: device_sms and occupancy do not change
+// the problem or the pointers of a kGemm-mode GemmUniversal).
+template <typename Gemm>
+KernelProblem kernel_problem(const typename Gemm::Arguments& arguments) {
+  using Kernel = typename Gemm::GemmKernel;
+  if constexpr (cutlass::gemm::detail::IsCutlass3GemmKernel<Kernel>::value) {
+    return {};
+  } else {
+    typename Gemm::Arguments kernel_arguments = arguments;
+    if constexpr (HasUnderlyingArguments<Gemm>::value) {
+      kernel_arguments = Gemm::to_underlying_arguments(arguments);
+    }
+    const typename Kernel::Params params(kernel_arguments, /*device_sms=*/1, /*sm_occupancy=*/1);
+    return {true, params.problem_size.m(), params.problem_size.n(), params.problem_size.k(),
+            params.ptr_A, params.ptr_B, params.ptr_D};
+  }
+}
+
 }  // namespace ops::cutlass_gemm
 
-// Defines <name>_workspace_size and <name>_run for one configuration type `Config`
+// Defines <name>_workspace_size, <name>_run and <name>_kernel_problem for one configuration type `Config`
 // (with a nested `Gemm` and a static `arguments(const GemmLaunchArgs&)`).
 #define OPS_DEFINE_CUTLASS_GEMM(name, ...)                                                     \
   OPS_DEFINE_CUTLASS_GEMM_IMPL(name, __VA_ARGS__)
@@ -225,5 +253,8 @@ LaunchStatus run_adapter(const typename Gemm::Arguments& arguments, void* worksp
   LaunchStatus name##_run(const GemmLaunchArgs& args, void* workspace, size_t workspace_bytes,  \
                           cudaStream_t stream) {                                                \
     return run_adapter<Config::Gemm>(Config::arguments(args), workspace, workspace_bytes, stream); \
+  }                                                                                             \
+  KernelProblem name##_kernel_problem(const GemmLaunchArgs& args) {                             \
+    return kernel_problem<Config::Gemm>(Config::arguments(args));                               \
   }                                                                                             \
   }

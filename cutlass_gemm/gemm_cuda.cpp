@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include "../csrc/checks.h"
+#include "../csrc/json.h"
 #include "gemm_cuda.h"
 #include "gemm_host.h"
 #include "launcher.h"
@@ -26,7 +27,7 @@ namespace ops::cutlass_gemm {
 
 const KernelEntry& kernel_entry(int kernel_id) {
   static const KernelEntry kEntries[] = {
-#define OPS_KERNEL_ENTRY(name, ...) {&name##_workspace_size, &name##_run},
+#define OPS_KERNEL_ENTRY(name, ...) {&name##_workspace_size, &name##_run, &name##_kernel_problem},
       OPS_CUTLASS_GEMM_KERNELS(OPS_KERNEL_ENTRY)
 #undef OPS_KERNEL_ENTRY
   };
@@ -53,6 +54,8 @@ DeviceTarget current_device_target() {
   target.allow_tf32 = at::globalContext().allowTF32CuBLAS();
   target.sm_count = props->multiProcessorCount;
   target.name = props->name;
+  static const bool sm80_on_sm90 = sm80_on_sm90_from_env();  // read once: this runs on every GEMM
+  target.sm80_on_sm90 = sm80_on_sm90;
   return target;
 }
 
@@ -213,8 +216,47 @@ std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B,
   return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target), target);
 }
 
+// For every instantiation: the problem its kernel parameters hold for one synthetic launch descriptor
+// (M, N, K = 136, 264, 72; A, B, D at fake addresses; leading dimensions by layout), computed on the
+// host without a GPU (KernelProblem). JSON list of {name, known, m, n, k, a, b, d} plus the
+// descriptor's values under "expected".
+std::string kernel_problems_json() {
+  GemmLaunchArgs args;
+  args.m = 136;
+  args.n = 264;
+  args.k = 72;
+  args.a = reinterpret_cast<const void*>(uintptr_t{0x100000});
+  args.b = reinterpret_cast<const void*>(uintptr_t{0x200000});
+  args.d = reinterpret_cast<void*>(uintptr_t{0x300000});
+  args.ldd = args.n;
+  JsonObject expected;
+  expected.add("m", args.m).add("n", args.n).add("k", args.k)
+      .add("a", static_cast<int64_t>(0x100000)).add("b", static_cast<int64_t>(0x200000))
+      .add("d", static_cast<int64_t>(0x300000));
+  std::string list = "[";
+  for (int i = 0; i < kNumKernels; ++i) {
+    const KernelInfo& info = kKernels[i];
+    args.lda = info.a == Layout::Row ? args.k : args.m;
+    args.ldb = info.b == Layout::Row ? args.n : args.k;
+    const KernelProblem p = kernel_entry(i).kernel_problem(args);
+    JsonObject o;
+    o.add("name", info.name).add("known", p.known).add("m", p.m).add("n", p.n).add("k", p.k)
+        .add("a", static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.a)))
+        .add("b", static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.b)))
+        .add("d", static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.d)));
+    list += (i ? "," : "") + o.str();
+  }
+  JsonObject result;
+  result.add("expected", expected).raw("kernels", list + "]");
+  return result.str();
+}
+
 }  // namespace
 }  // namespace ops::cutlass_gemm
+
+TORCH_LIBRARY_FRAGMENT(ops, m) {
+  m.def("_cutlass_gemm_kernel_problems() -> str", &ops::cutlass_gemm::kernel_problems_json);
+}
 
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {
   m.impl("_cutlass_gemm_plan", &ops::cutlass_gemm::cutlass_gemm_plan_cuda);

@@ -1,6 +1,7 @@
 #include "gemm_host.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -56,6 +57,19 @@ JsonObject operand_json(const OperandPlan& p) {
 std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
   const int sm_count = target.sm_count;
   JsonObject o;
+  if (!plan.aten_fallback.empty()) {
+    JsonObject tactic;
+    tactic.add("name", "aten");
+    o.add("kernel", "aten")
+        .add("tactic", tactic)
+        .add("tactic_source", "fallback")
+        .add("fallback", plan.aten_fallback)
+        .raw("candidates", "[]")
+        .add("m", plan.m)
+        .add("n", plan.n)
+        .add("k", plan.k);
+    return o.str();
+  }
   if (plan.tactic.kernel == KernelId::kCount) {
     o.null("kernel");
     return o.str();
@@ -141,9 +155,15 @@ GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& ou
   request.epilogue = epilogue;
   request.allow_swap = epilogue == Epilogue::Plain;
   request.sm_count = target.sm_count;
+  request.sm80_on_sm90 = target.sm80_on_sm90;
   const std::string error = plan_gemm(request, &plan);
   TORCH_CHECK(error.empty(), error);
   return plan;
+}
+
+bool sm80_on_sm90_from_env() {
+  const char* value = std::getenv("OPS_CUTLASS_SM80_ON_SM90");
+  return value != nullptr && std::string(value) == "1";
 }
 
 namespace {
@@ -211,6 +231,14 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
     return plan;
   }
   plan = plan_for(A, B, out, target, epilogue);
+  if (!plan.aten_fallback.empty()) {  // no CUTLASS kernel may run here (plan.h): ATen, same semantics
+    at::Tensor result = out;
+    at::mm_out(result, A, B);
+    if (bias.defined()) out.add_(bias);
+    at::Tensor view = out;
+    apply_activation_(view, epilogue);
+    return plan;
+  }
   select_tactic(plan, target, A.scalar_type());
 
   // The kernel's operands before padding: with swap, D^T = B^T A^T.

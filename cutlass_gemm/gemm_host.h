@@ -22,7 +22,12 @@ struct DeviceTarget {
   // The device model (cudaDeviceProp::name; "emulated" for the CPU emulation): tuning-cache keys name
   // the model, not the ordinal, so a saved cache applies to every GPU of that model.
   std::string name = "emulated";
+  // GemmRequest::sm80_on_sm90 (the environment variable OPS_CUTLASS_SM80_ON_SM90=1: sm80_on_sm90_from_env).
+  bool sm80_on_sm90 = false;
 };
+
+// Whether the environment asks for the SM80 kernels on Hopper (OPS_CUTLASS_SM80_ON_SM90=1).
+bool sm80_on_sm90_from_env();
 
 using LaunchFn = std::function<void(const GemmPlan&, const GemmLaunchArgs&)>;
 

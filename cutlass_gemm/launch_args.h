@@ -34,6 +34,18 @@ struct GemmLaunchArgs {
   int swizzle = 1;
 };
 
+// The problem a kernel's parameters hold for one GemmLaunchArgs, computed on the host the way the
+// launch computes them (no GPU needed): `known` only for CUTLASS 2.x kernels (a 3.x kernel keeps its
+// operands in TMA descriptors). Tests check it equals the launch descriptor: a device-level wrapper
+// that rewrites the problem (the 2.x GemmUniversalAdapter transposes it for a row-major C) shows.
+struct KernelProblem {
+  bool known = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* d = nullptr;
+};
+
 // Result of a launch. `message` is a static string (never owned).
 struct LaunchStatus {
   bool ok = true;

@@ -20,13 +20,15 @@ using RunFn = LaunchStatus (*)(const GemmLaunchArgs&, void* workspace, size_t wo
 struct KernelEntry {
   WorkspaceSizeFn workspace_size;
   RunFn run;
+  KernelProblem (*kernel_problem)(const GemmLaunchArgs&);
 };
 
 // Defined by the kernel TUs, one pair per line of OPS_CUTLASS_GEMM_KERNELS.
 #define OPS_DECLARE_CUTLASS_GEMM(name, ...)                                              \
   size_t name##_workspace_size(const GemmLaunchArgs& args);                             \
   LaunchStatus name##_run(const GemmLaunchArgs& args, void* workspace, size_t workspace_bytes, \
-                          cudaStream_t stream);
+                          cudaStream_t stream);                                                \
+  KernelProblem name##_kernel_problem(const GemmLaunchArgs& args);
 OPS_CUTLASS_GEMM_KERNELS(OPS_DECLARE_CUTLASS_GEMM)
 #undef OPS_DECLARE_CUTLASS_GEMM
 

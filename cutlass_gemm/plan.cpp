@@ -155,16 +155,18 @@ Math math_for(DType dtype, bool allow_tf32) {
 }
 
 bool kernel_runs_on(const KernelInfo& info, int cc_major, int cc_minor,
-                    const std::vector<BuiltArch>& built) {
+                    const std::vector<BuiltArch>& built, bool sm80_on_sm90) {
   for (const BuiltArch& arch : built) {
     if (info.sm == 90) {
       // wgmma/TMA kernels exist only in an sm_90a image, which runs only on cc 9.0.
       if (cc_major == 9 && cc_minor == 0 && arch.major == 9 && arch.minor == 0 && arch.arch_specific)
         return true;
     } else {
-      // SM80 kernels: an 8.x image runs on 8.y >= x; an sm_90 image holds them only if on_sm90.
+      // SM80 kernels: an 8.x image runs on 8.y >= x; an sm_90 image holds them only if on_sm90, and
+      // they run there only when asked for (sm80_on_sm90: they gave wrong results on an H200).
       if (cc_major == 8 && arch.major == 8 && arch.minor <= cc_minor) return true;
-      if (info.on_sm90 && cc_major == 9 && cc_minor == 0 && arch.major == 9 && arch.minor == 0)
+      if (info.on_sm90 && sm80_on_sm90 && cc_major == 9 && cc_minor == 0 && arch.major == 9 &&
+          arch.minor == 0)
         return true;
     }
   }
@@ -184,7 +186,7 @@ constexpr bool alignments_divide_16() {
 static_assert(alignments_divide_16(), "the plan cache keys addresses by address % 16");
 
 struct PlanKey {
-  int64_t values[25];
+  int64_t values[26];
   std::vector<BuiltArch> built;
 
   explicit PlanKey(const GemmRequest& r)
@@ -192,7 +194,7 @@ struct PlanKey {
                r.a.rows, r.a.cols, r.a.stride0, r.a.stride1, static_cast<int64_t>(r.a.address % 16),
                r.b.rows, r.b.cols, r.b.stride0, r.b.stride1, static_cast<int64_t>(r.b.address % 16),
                r.c.rows, r.c.cols, r.c.stride0, r.c.stride1, static_cast<int64_t>(r.c.address % 16),
-               static_cast<int64_t>(r.epilogue), r.allow_swap, r.sm_count},
+               static_cast<int64_t>(r.epilogue), r.allow_swap, r.sm_count, r.sm80_on_sm90},
         built(r.built) {}
 
   bool operator==(const PlanKey& o) const {
@@ -251,8 +253,25 @@ std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan) {
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
     if (info.dtype == req.dtype && info.math == math && info.epilogue == req.epilogue &&
-        kernel_runs_on(info, req.cc_major, req.cc_minor, req.built)) {
+        kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, req.sm80_on_sm90)) {
       candidates.push_back(static_cast<KernelId>(i));
+    }
+  }
+  if (candidates.empty() && !req.sm80_on_sm90) {
+    // Kernels exist for this device but are withheld (SM80 kernels on Hopper): ATen computes it.
+    for (const KernelInfo& info : kKernels) {
+      if (info.dtype == req.dtype && info.math == math && info.epilogue == req.epilogue &&
+          kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, /*sm80_on_sm90=*/true)) {
+        *plan = GemmPlan{};
+        plan->m = req.m;
+        plan->n = req.n;
+        plan->k = req.k;
+        plan->aten_fallback = std::string("the CUTLASS 2.x (SM80) kernels for ") + dtype_name(req.dtype) +
+                              " (" + math_name(math) +
+                              ") gave wrong results on Hopper (H200) and are not run there; ATen computes "
+                              "this GEMM (OPS_CUTLASS_SM80_ON_SM90=1 runs them anyway)";
+        return "";
+      }
     }
   }
   if (candidates.empty()) {

@@ -71,6 +71,10 @@ struct GemmRequest {
   Epilogue epilogue = Epilogue::Plain;  // Bias<Act> (ops.linear): a per-column bias of C
   bool allow_swap = true;            // false for Bias<Act>: a swap would make the bias per-row
   int sm_count = 132;                // the device's multiprocessors (the tactic heuristic's wave size)
+  // Run the SM80 (CUTLASS 2.x) kernels on Hopper too (OPS_CUTLASS_SM80_ON_SM90=1). Off by default: on an
+  // H200 they gave wrong, partly unwritten results (benchmarks/results/2026-11-30-h200/SUMMARY.md), so
+  // Hopper computes the GEMMs only they serve (fp32 without TF32, fp64) with ATen instead.
+  bool sm80_on_sm90 = false;
 };
 
 enum class Source : int8_t {
@@ -102,6 +106,9 @@ struct GemmPlan {
   // Set when the launcher should autotune this GEMM before running it (autotuning on, no forced
   // tactic, no cached choice, more than one candidate): the tuning-cache key to store the choice under.
   std::string autotune_key;
+  // Non-empty: no CUTLASS kernel serves this request on this device because its kernels are withheld
+  // there (GemmRequest::sm80_on_sm90); ATen computes the GEMM instead. The reason, for plan().
+  std::string aten_fallback;
 };
 
 // Returns "" and fills *plan, or returns an error message (naming the op) when no kernel can run.
@@ -112,8 +119,9 @@ std::string plan_gemm(const GemmRequest& request, GemmPlan* plan);
 Math math_for(DType dtype, bool allow_tf32);
 
 // Whether an instantiation has machine code that runs on a device of this compute capability.
+// SM80 kernels on a cc 9.0 device only with sm80_on_sm90 (GemmRequest).
 bool kernel_runs_on(const KernelInfo& info, int cc_major, int cc_minor,
-                    const std::vector<BuiltArch>& built);
+                    const std::vector<BuiltArch>& built, bool sm80_on_sm90 = false);
 
 const char* dtype_name(DType dtype);
 const char* math_name(Math math);

@@ -5,7 +5,7 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
 #include <cutlass/epilogue/thread/linear_combination_generic.h>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/device/gemm_universal_base.h>
 #include <cutlass/gemm/gemm.h>
 #include <cutlass/gemm/kernel/default_gemm_universal.h>
 #include <cutlass/gemm/threadblock/threadblock_swizzle.h>
@@ -49,7 +49,13 @@ struct Sm80GemmConfig {
       ThreadblockShape, WarpShape, InstructionShape, EpilogueOp,
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, kStages,
       MathOperator>::GemmKernel;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm80Family<Kernel, Traits::info.on_sm90>>;
+  // GemmUniversalBase, not the 2.x GemmUniversalAdapter: for a row-major C the adapter passes the
+  // kernel the transposed problem (m<->n, A<->B, lda<->ldb; kInternalTranspose) and expects a kernel
+  // built for it, as CUTLASS's generator builds them; this kernel is built for D = A B as given. Through
+  // the adapter it computed (AB)^T into a row-major D: partly unwritten outputs, writes past the end of
+  // D, wrong values (found on an H200, benchmarks/results/2026-11-30-h200). Arguments go to the kernel
+  // unchanged here (kernel_side_problem checks that on CPU).
+  using Gemm = cutlass::gemm::device::GemmUniversalBase<OnlyOnSm80Family<Kernel, Traits::info.on_sm90>>;
 
   static typename Gemm::Arguments arguments(const GemmLaunchArgs& args) {
     // beta = 0: the epilogue does not read C (is_source_needed() is false).

@@ -131,6 +131,10 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
         ``tactic_source`` ("heuristic"), ``tuning_key`` (its key in the tuning cache), ``candidates`` (every
         tactic name ``set_tactic`` accepts for this GEMM), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
         how each operand is read (``a``, ``b``, ``d``: in place or copied, layout, leading dimension).
+        Where no CUTLASS kernel may run for this dtype on this GPU (fp32 without TF32 and fp64 on Hopper,
+        until the SM80 kernels are confirmed there: README), ``{"kernel": "aten", "tactic": {"name":
+        "aten"}, "tactic_source": "fallback", "fallback": <reason>, "candidates": [], "m", "n", "k"}``:
+        the GEMM runs through ATen (cuBLAS) with torch.mm's precision rules.
 
     Raises:
         RuntimeError: bad inputs (as ``cutlass_gemm``), an empty problem, CPU tensors (no CUTLASS

@@ -88,6 +88,23 @@ def test_out_layouts(dtype, out_layout):
     check(dtype, A, B, out)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("la,lb", [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")])
+def test_nothing_is_written_outside_out(fp32_precision, dtype, la, lb):
+    # out sits between NaN guard regions of one buffer: every element of out written, no guard element
+    # touched. (Through CUTLASS's 2.x GemmUniversalAdapter the SM80 kernels computed the transposed
+    # problem: half of out unwritten and rows written past its end, on an H200 on 2026-11-30.)
+    M, N, K = 136, 264, 72
+    A, B = make(M, K, dtype, la), make(K, N, dtype, lb)
+    guard = 4096
+    buffer = torch.full((guard + M * N + guard,), float("nan"), device="cuda", dtype=dtype)
+    out = buffer[guard:guard + M * N].view(M, N)
+    ops.cutlass_gemm(A, B, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(buffer[:guard]).all() and torch.isnan(buffer[guard + M * N:]).all()
+    check(dtype, A, B, out)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("offset", [1, 2, 3, 5])
 def test_misaligned_pointers(dtype, offset):

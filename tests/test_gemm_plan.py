@@ -40,6 +40,13 @@ def strided(rows, cols, dtype, layout, offset=0, pad=0, seed=0):
     return base.as_strided(shape, strides, offset)
 
 
+@pytest.fixture(autouse=True)
+def sm80_kernels_on_hopper(monkeypatch):
+    """These tests check the launch descriptor of every instantiation on the emulated targets, including
+    the SM80 kernels on Hopper, which the library withholds there by default (the last tests here)."""
+    monkeypatch.setenv("OPS_CUTLASS_SM80_ON_SM90", "1")
+
+
 def emulate(A, B, out=None, allow_tf32=False, target=HOPPER):
     if out is None:
         out = torch.full((A.shape[0], B.shape[1]), float("nan"), dtype=A.dtype)
@@ -331,3 +338,63 @@ def test_plan_cache_keys_on_alignment_and_strides():
         out, plan = emulate(A, B)
         assert (plan["a"]["source"], plan["a"]["layout"]) == (source, layout)
         reference_check(out, A, B)
+
+
+# ---- SM80 kernels on Hopper: withheld by default ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("la,lb", [("row", "col"), ("col", "row"), ("strided", "row")])
+def test_hopper_computes_fp32_accurate_and_fp64_with_aten_by_default(monkeypatch, dtype, la, lb):
+    # The SM80 kernels gave wrong results on an H200 (benchmarks/results/2026-11-30-h200): unless
+    # OPS_CUTLASS_SM80_ON_SM90=1, Hopper runs the GEMMs only they serve through ATen, and plan() says so.
+    monkeypatch.delenv("OPS_CUTLASS_SM80_ON_SM90")
+    A, B = strided(40, 24, dtype, la), strided(24, 56, dtype, lb, seed=1)
+    out, plan = emulate(A, B)
+    assert plan["kernel"] == "aten" and plan["tactic"] == {"name": "aten"} and plan["candidates"] == []
+    assert plan["tactic_source"] == "fallback" and "OPS_CUTLASS_SM80_ON_SM90=1" in plan["fallback"]
+    assert (plan["m"], plan["n"], plan["k"]) == (40, 56, 24)
+    reference_check(out, A, B)
+    out = torch.full((56, 40), float("nan"), dtype=dtype).t()  # a column-major out: written in place
+    emulate(A, B, out)
+    reference_check(out, A, B)
+
+
+def test_only_the_sm80_kernels_are_withheld_on_hopper(monkeypatch):
+    monkeypatch.delenv("OPS_CUTLASS_SM80_ON_SM90")
+    A32, B32 = strided(16, 32, torch.float32, "row"), strided(32, 8, torch.float32, "col")
+    assert emulate(A32, B32, allow_tf32=True)[1]["kernel"] == "sm90_tf32_rc"
+    assert emulate(A32, B32, target=AMPERE)[1]["kernel"] == "sm80_3xtf32_rc"
+    A16, B16 = strided(16, 32, torch.bfloat16, "row"), strided(32, 8, torch.bfloat16, "col")
+    assert family(emulate(A16, B16)[1]["kernel"]) == "sm90_bf16_rc"
+    # Devices with no kernel at all still get the clear error, not a fallback.
+    with pytest.raises(RuntimeError, match="no CUTLASS kernel for .*compute capability 7.5"):
+        emulate(A32, B32, target=dict(cc_major=7, cc_minor=5, arch_list="8.0;9.0a"))
+
+
+def test_a_forced_tactic_does_not_stop_the_aten_fallback(monkeypatch):
+    monkeypatch.delenv("OPS_CUTLASS_SM80_ON_SM90")
+    A, B = strided(16, 32, torch.float64, "row"), strided(32, 8, torch.float64, "col")
+    previous = ops.gemm.set_tactic("sm90_bf16_rc")
+    try:
+        out, plan = emulate(A, B)
+    finally:
+        ops.gemm.set_tactic(previous)
+    assert plan["kernel"] == "aten"
+    reference_check(out, A, B)
+
+
+def test_sm80_kernels_get_the_problem_of_their_launch_descriptor():
+    # The kernel parameters each CUTLASS 2.x instantiation builds from a launch descriptor, computed on the
+    # host: the problem and pointers must be the descriptor's. Through CUTLASS's 2.x GemmUniversalAdapter
+    # they were transposed (m<->n, A<->B) for a row-major D: the H200 bug of 2026-11-30.
+    if not ops.build_info.WITH_CUDA:
+        pytest.skip("a CPU-only build has no CUTLASS kernels")
+    import json
+    report = json.loads(torch.ops.ops._cutlass_gemm_kernel_problems())
+    expected = report["expected"]
+    known = {k["name"]: k for k in report["kernels"] if k["known"]}
+    assert set(known) == {k["name"] for k in ops._library.kernels() if k["sm"] == 80}
+    for name, problem in known.items():
+        got = {key: problem[key] for key in ("m", "n", "k", "a", "b", "d")}
+        assert got == expected, name
+

@@ -22,6 +22,14 @@ from tests.test_gemm_plan import HOPPER, AMPERE, reference_check, strided
 H200_SMS = 132
 
 
+
+@pytest.fixture(autouse=True)
+def sm80_kernels_on_hopper(monkeypatch):
+    """The tactic tests cover every instantiation on the emulated targets, including the SM80 kernels on
+    Hopper that the library withholds there by default (tests/test_gemm_plan.py)."""
+    monkeypatch.setenv("OPS_CUTLASS_SM80_ON_SM90", "1")
+
+
 def emulate(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain", bias=None):
     out = torch.full((A.shape[0], B.shape[1]), float("nan"), dtype=A.dtype)
     plan = ops._library.gemm_emulate(A, B, out, target["cc_major"], target["cc_minor"], target["arch_list"],
