@@ -102,7 +102,7 @@ fi
 
 if want ops; then
   stage "benchmark: fused ops vs PyTorch"
-  limit 90 "$PY" -m benchmarks.ops --out "$MORE" || status=1
+  limit 120 "$PY" -m benchmarks.ops --candidates --out "$MORE" || status=1
   pack
 fi
 

@@ -82,7 +82,7 @@ def cases(device, quick):
                 refs = [("F.linear + act", lambda: ACT[act](F.linear(x, w, b)))]
                 if act in ("relu", "gelu") and device == "cuda":
                     refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
-                return (lambda: ops.linear(x, w, b, act)), refs, None
+                return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, act)
             out.append((f"linear[{act}]", f"T={t} x {4096 if device == 'cuda' else 1024} -> 4096", lin))
     return out
 
@@ -94,6 +94,9 @@ def main(argv=None):
     mode.add_argument("--quick", action="store_true")
     mode.add_argument("--full", action="store_true")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
+    parser.add_argument("--candidates", action="store_true",
+                        help="(GPU) also time every candidate tactic of the fused linear cases: "
+                             "ops_linear_candidates.{json,md}")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
@@ -102,13 +105,20 @@ def main(argv=None):
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite, "
               f"{torch.get_num_threads()} threads).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
-    results = []
+    results, sweeps = [], []
     todo = [(d, c) for d in dtypes for c in cases(device, quick)]
     done = 0
     try:
         for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
-            fn, refs, nbytes = build(DTYPES[dname])
+            fn, refs, nbytes, *linear_args = build(DTYPES[dname])
             t_ops = timer(fn) if timer else cpu_time(fn)
+            if args.candidates and timer and linear_args:
+                try:
+                    sweeps.append(sweep_linear_tactics(
+                        op, shape, dname, fn, *linear_args[0], timer, t_ops, torch.cuda.get_device_capability(),
+                        torch.cuda.get_device_properties(0).multi_processor_count))
+                except Exception as e:  # noqa: BLE001 - the sweep is extra data: never lose the main table
+                    print(f"  tactic sweep of {op} {shape} {dname} failed: {e!r}", file=sys.stderr)
             copy_GBps = None
             if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
                 src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
@@ -141,7 +151,47 @@ def main(argv=None):
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_interrupted(payload, done, len(todo))
     write_report(args.out, "ops", payload, title, table)
+    if sweeps:
+        report_linear_tactics(sweeps, facts, args.out)
     return 0 if done == len(todo) else 3
+
+
+def sweep_linear_tactics(op, shape, dname, fn, x, w, act, timer, t_heuristic, cc, sm_count):
+    """Times ops.linear (`fn`, of input x and weight w) under every candidate tactic of its GEMM on a
+    device of compute capability `cc` with `sm_count` SMs, forced with ops.gemm.set_tactic: the data for
+    fitting the fused linear's tactic choice (cutlass_gemm/tactic.cpp). Times in ms."""
+    plan = ops._library.gemm_plan_for_target(x, w.t(), *cc, ops.build_info.CUDA_ARCH_LIST,
+                                             allow_tf32=ops._library.allow_tf32(), sm_count=sm_count,
+                                             epilogue=act)
+    times = {}
+    try:
+        for name in plan["candidates"]:
+            ops.gemm.set_tactic(name)
+            try:
+                times[name] = timer(fn) * 1e3
+            except RuntimeError as e:  # a tactic CUTLASS refuses for this shape: recorded, not fatal
+                times[name] = None
+                print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+    finally:
+        ops.gemm.set_tactic(None)
+    valid = {k: v for k, v in times.items() if v}
+    return {"op": op, "shape": shape, "dtype": dname, "heuristic": plan["tactic"]["name"],
+            "heuristic_ms": t_heuristic * 1e3, "best": min(valid, key=valid.get) if valid else None,
+            "times_ms": times}
+
+
+def report_linear_tactics(sweeps, facts, out_dir):
+    """ops_linear_candidates.{json,md}: every tactic's time per fused-linear case, the fastest, the heuristic's."""
+    rows = []
+    for c in sweeps:
+        best = c["times_ms"].get(c["best"]) if c["best"] else None
+        rows.append([c["op"], c["shape"], c["dtype"], c["heuristic"], f"{c['heuristic_ms']:.4f}", c["best"] or "-",
+                     f"{best:.4f}" if best else "-", f"{c['heuristic_ms'] / best:.2f}" if best else "-"])
+    table = markdown_table(["op", "shape", "dtype", "heuristic", "heuristic ms", "best", "best ms",
+                            "heuristic / best"], rows)
+    write_report(out_dir, "ops_linear_candidates",
+                 {"benchmark": "ops_linear_candidates", "machine": facts, "results": sweeps},
+                 f"Fused linear: every candidate tactic on {facts.get('gpu', '?')}", table)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+import ops
+
 from conftest import REPO
 
 
@@ -99,3 +101,23 @@ def test_interrupted_ops_benchmark_reports_what_it_measured(tmp_path, monkeypatc
     assert report["interrupted"] == {"measured": 1, "planned": planned} and planned > 1
     assert len(report["results"]) == 1 and report["results"][0]["op"] == "rms_norm"
     assert f"INTERRUPTED: 1 of {planned} cases measured" in (tmp_path / "ops.md").read_text()
+
+
+def test_linear_tactic_sweep_times_every_candidate_and_reports(tmp_path):
+    # The GPU-only `--candidates` sweep of benchmarks.ops, run with an emulated Hopper plan and a fake timer.
+    if not ops.build_info.WITH_CUDA:
+        pytest.skip("a CPU-only build has no CUTLASS kernels to plan")
+    from benchmarks import ops as ops_benchmark
+
+    x, w = torch.randn(16, 256, dtype=torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+    forced = []
+    sweep = ops_benchmark.sweep_linear_tactics(
+        "linear[silu]", "T=16", "bf16", lambda: forced.append(ops.gemm.get_tactic()), x, w, "silu",
+        lambda fn: (fn(), 1e-3 * len(forced))[1], 2e-3, (9, 0), 132)
+    assert list(sweep["times_ms"]) == forced and len(forced) > 1  # each candidate forced in turn, timed
+    assert sweep["best"] == forced[0]  # the fake timer makes the first candidate the fastest
+    assert sweep["heuristic"] in forced and sweep["heuristic_ms"] == 2.0
+    assert ops.gemm.get_tactic() is None
+    ops_benchmark.report_linear_tactics([sweep], {"gpu": "emulated"}, str(tmp_path))
+    assert "| linear[silu] | T=16 | bf16 |" in (tmp_path / "ops_linear_candidates.md").read_text()
+
