@@ -95,8 +95,9 @@ def main(argv=None):
     mode.add_argument("--full", action="store_true")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     parser.add_argument("--candidates", action="store_true",
-                        help="(GPU) also time every candidate tactic of the fused linear cases: "
-                             "ops_linear_candidates.{json,md}")
+                        help="(GPU) also time every candidate tactic of the fused linear cases "
+                             "(ops_linear_candidates.{json,md}) and each rms_norm kernel variant on long rows "
+                             "(ops_rms_kernels.{json,md})")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
@@ -105,13 +106,15 @@ def main(argv=None):
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite, "
               f"{torch.get_num_threads()} threads).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
-    results, sweeps = [], []
+    results, sweeps, rms_sweeps = [], [], []
     todo = [(d, c) for d in dtypes for c in cases(device, quick)]
     done = 0
     try:
         for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
             fn, refs, nbytes, *linear_args = build(DTYPES[dname])
             t_ops = timer(fn) if timer else cpu_time(fn)
+            if args.candidates and timer and op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
+                rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timer, t_ops, nbytes, copy_GBps))
             if args.candidates and timer and linear_args:
                 try:
                     sweeps.append(sweep_linear_tactics(
@@ -153,6 +156,8 @@ def main(argv=None):
     write_report(args.out, "ops", payload, title, table)
     if sweeps:
         report_linear_tactics(sweeps, facts, args.out)
+    if rms_sweeps:
+        report_rms_kernels(rms_sweeps, facts, args.out)
     return 0 if done == len(todo) else 3
 
 
@@ -178,6 +183,34 @@ def sweep_linear_tactics(op, shape, dname, fn, x, w, act, timer, t_heuristic, cc
     return {"op": op, "shape": shape, "dtype": dname, "heuristic": plan["tactic"]["name"],
             "heuristic_ms": t_heuristic * 1e3, "best": min(valid, key=valid.get) if valid else None,
             "times_ms": times}
+
+
+RMS_PACKS = (0, 1, 2, 4, 8)  # csrc/fused_kernels.h: 0 the default kernel, else packs per thread in registers
+
+
+def sweep_rms_kernels(op, shape, dname, fn, timer, t_default, nbytes, copy_GBps):
+    """Times `fn` (rms_norm or fused_add_rms_norm on long rows) with each CUDA kernel variant of
+    RMS_PACKS, selected with the private op ops::_rms_norm_set_packs_per_thread: which one to make the
+    default. Times in ms; GB/s = the op's bytes over its time; "of copy" against a same-bytes copy."""
+    times = {0: t_default}
+    for packs in RMS_PACKS[1:]:
+        previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
+        try:
+            times[packs] = timer(fn)
+        finally:
+            torch.ops.ops._rms_norm_set_packs_per_thread(previous)
+    return {"op": op, "shape": shape, "dtype": dname, "copy_GBps": copy_GBps,
+            "times_ms": {str(p): t * 1e3 for p, t in times.items()},
+            "GBps": {str(p): nbytes / t / 1e9 for p, t in times.items()}}
+
+
+def report_rms_kernels(sweeps, facts, out_dir):
+    """ops_rms_kernels.{json,md}: each rms_norm kernel variant's time and bandwidth per case."""
+    headers = ["op", "shape", "dtype", "copy GB/s"] + [f"packs {p} GB/s" if p else "default GB/s" for p in RMS_PACKS]
+    rows = [[c["op"], c["shape"], c["dtype"], f"{c['copy_GBps']:.0f}"] +
+            [f"{c['GBps'][str(p)]:.0f}" for p in RMS_PACKS] for c in sweeps]
+    write_report(out_dir, "ops_rms_kernels", {"benchmark": "ops_rms_kernels", "machine": facts, "results": sweeps},
+                 f"rms_norm kernels for long rows on {facts.get('gpu', '?')}", markdown_table(headers, rows))
 
 
 def report_linear_tactics(sweeps, facts, out_dir):

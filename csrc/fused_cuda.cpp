@@ -66,8 +66,21 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& input) {
   return out;
 }
 
+// fused::set_rms_norm_packs_per_thread (csrc/fused_kernels.h): which rms_norm kernel serves long rows,
+// for measurements (benchmarks.ops --candidates) and tests. Returns the previous setting.
+int64_t rms_norm_set_packs_per_thread(int64_t packs) {
+  const int previous = packs >= 0 && packs <= 8 ? fused::set_rms_norm_packs_per_thread(static_cast<int>(packs)) : -1;
+  TORCH_CHECK_VALUE(previous >= 0, "_rms_norm_set_packs_per_thread: expected packs to be 0, 1, 2, 4 or 8, got ",
+                    packs);
+  return previous;
+}
+
 }  // namespace
 }  // namespace ops
+
+TORCH_LIBRARY_FRAGMENT(ops, m) {
+  m.def("_rms_norm_set_packs_per_thread(int packs) -> int", &ops::rms_norm_set_packs_per_thread);
+}
 
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {
   m.impl("rms_norm", &ops::rms_norm_cuda);

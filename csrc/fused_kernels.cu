@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -134,6 +135,55 @@ __global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, con
                                         blockDim.x, true);
 }
 
+// One block per row of 16-byte packs, each thread holding up to kPacks packs (indices tid + j * blockDim)
+// in registers between the two passes: its kPacks loads go out back to back, and the second pass
+// reads only the weight. Requires hidden / Pack::kSize <= kPacks * blockDim.x and 16-byte aligned rows.
+template <typename T, bool kAdd, int kPacks>
+__global__ void rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+                                     T* __restrict__ y, int64_t hidden, double eps) {
+  using A = typename Acc<T>::type;
+  using P = Pack<T>;
+  const int64_t row = blockIdx.x;
+  const int64_t n = hidden / P::kSize;
+  const P* xr = reinterpret_cast<const P*>(x + row * hidden);
+  P* rr = kAdd ? reinterpret_cast<P*>(residual + row * hidden) : nullptr;
+  P* out = reinterpret_cast<P*>((kAdd ? x : y) + row * hidden);  // x itself with kAdd (read first)
+  P a[kPacks];
+  A sum_sq = 0;
+#pragma unroll
+  for (int j = 0; j < kPacks; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < n) {
+      a[j] = xr[i];
+      if constexpr (kAdd) {
+        const P b = rr[i];
+#pragma unroll
+        for (int k = 0; k < P::kSize; ++k) a[j].v[k] = from_acc<T>(to_acc(a[j].v[k]) + to_acc(b.v[k]));
+        rr[i] = a[j];
+      }
+#pragma unroll
+      for (int k = 0; k < P::kSize; ++k) {
+        const A v = to_acc(a[j].v[k]);
+        sum_sq += v * v;
+      }
+    }
+  }
+  const A inv = A(1) / sqrt(block_sum(sum_sq) / static_cast<A>(hidden) + static_cast<A>(eps));
+#pragma unroll
+  for (int j = 0; j < kPacks; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < n) {
+      const P w = reinterpret_cast<const P*>(weight)[i];
+      P o;
+#pragma unroll
+      for (int k = 0; k < P::kSize; ++k) o.v[k] = from_acc<T>(to_acc(a[j].v[k]) * inv * to_acc(w.v[k]));
+      out[i] = o;
+    }
+  }
+}
+
+std::atomic<int> rms_packs_per_thread{0};  // set_rms_norm_packs_per_thread
+
 // Short rows (at most 32 packs or elements, e.g. per-head q/k norms of 128 half values = 16 packs): one
 // group of kLanes lanes per row, many rows per block, so that every lane has work and a block is not
 // one mostly idle warp.
@@ -222,6 +272,19 @@ void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int
   if (work <= 8) return launch_rms_lanes<T, kVec, kAdd, 8>(x, residual, weight, y, rows, hidden, eps, stream);
   if (work <= 16) return launch_rms_lanes<T, kVec, kAdd, 16>(x, residual, weight, y, rows, hidden, eps, stream);
   if (work <= 32) return launch_rms_lanes<T, kVec, kAdd, 32>(x, residual, weight, y, rows, hidden, eps, stream);
+  const int packs = kVec ? rms_packs_per_thread.load(std::memory_order_relaxed) : 0;
+  if constexpr (kVec) {
+    if (packs > 0 && work <= 1024LL * packs) {
+      const int threads = static_cast<int>(((work + packs - 1) / packs + 31) / 32 * 32);
+      const unsigned grid = static_cast<unsigned>(rows);
+      switch (packs) {
+        case 1: rms_norm_regs_kernel<T, kAdd, 1><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
+        case 2: rms_norm_regs_kernel<T, kAdd, 2><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
+        case 4: rms_norm_regs_kernel<T, kAdd, 4><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
+        default: rms_norm_regs_kernel<T, kAdd, 8><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
+      }
+    }
+  }
   rms_norm_kernel<T, kVec, kAdd><<<static_cast<unsigned>(rows), threads_for(work), 0, stream>>>(
       x, residual, weight, y, hidden, eps);
 }
@@ -310,6 +373,11 @@ cudaError_t fused_add_rms_norm(int dtype, void* x, void* residual, const void* w
 
 cudaError_t silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int64_t d, cudaStream_t stream) {
   return dispatch<SiluFn>(dtype, x, out, rows, d, stream);
+}
+
+int set_rms_norm_packs_per_thread(int packs) {
+  if (packs != 0 && packs != 1 && packs != 2 && packs != 4 && packs != 8) return -1;
+  return rms_packs_per_thread.exchange(packs);
 }
 
 }  // namespace ops::fused

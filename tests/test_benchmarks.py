@@ -121,3 +121,26 @@ def test_linear_tactic_sweep_times_every_candidate_and_reports(tmp_path):
     ops_benchmark.report_linear_tactics([sweep], {"gpu": "emulated"}, str(tmp_path))
     assert "| linear[silu] | T=16 | bf16 |" in (tmp_path / "ops_linear_candidates.md").read_text()
 
+
+def test_rms_kernel_sweep_selects_each_variant_and_restores_the_default(tmp_path):
+    # The GPU-only `--candidates` sweep of the rms_norm kernels, with a fake timer that records which
+    # variant (packs per thread) is selected while it times.
+    if not hasattr(torch.ops.ops, "_rms_norm_set_packs_per_thread"):
+        pytest.skip("a CPU-only build has no CUDA rms_norm kernels")
+    from benchmarks import ops as ops_benchmark
+
+    selected = []
+
+    def timer(fn):
+        current = torch.ops.ops._rms_norm_set_packs_per_thread(0)
+        torch.ops.ops._rms_norm_set_packs_per_thread(current)
+        selected.append(current)
+        return 1e-6 * (10 - len(selected))
+
+    sweep = ops_benchmark.sweep_rms_kernels("rms_norm", "T=4 x 4096", "bf16", lambda: None, timer, 2e-5,
+                                            4 * 4096 * 2 * 2, 4000.0)
+    assert selected == [1, 2, 4, 8] and torch.ops.ops._rms_norm_set_packs_per_thread(0) == 0
+    assert sweep["times_ms"] == pytest.approx({"0": 0.02, "1": 0.009, "2": 0.008, "4": 0.007, "8": 0.006})
+    ops_benchmark.report_rms_kernels([sweep], {"gpu": "emulated"}, str(tmp_path))
+    assert "| rms_norm | T=4 x 4096 | bf16 | 4000 |" in (tmp_path / "ops_rms_kernels.md").read_text()
+

@@ -61,6 +61,32 @@ def test_fused_add_rms_norm_values_and_in_place(device, dtype, shape):
     close(x, F.rms_norm(summed.double(), (shape[-1],), w.double(), 1e-6), dtype)
 
 
+@pytest.fixture
+def rms_packs_per_thread(request):
+    """Selects the CUDA rms_norm kernel for long rows (csrc/fused_kernels.h): 0, the default, or the
+    register-resident kernel with up to 1, 2, 4 or 8 16-byte packs per thread; restored afterwards."""
+    previous = torch.ops.ops._rms_norm_set_packs_per_thread(request.param)
+    yield request.param
+    torch.ops.ops._rms_norm_set_packs_per_thread(previous)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rms_packs_per_thread", [0, 1, 2, 4, 8], indirect=True)
+@pytest.mark.parametrize("dtype", DTYPES)
+# Rows of 33..4100 packs: one and several packs per thread, a partial last pack round, and (16384 bf16 =
+# 2048 packs with 1 per thread) a row too long for the register kernel, which keeps the default one.
+@pytest.mark.parametrize("shape", [(33, 4096), (5, 5120), (3, 264), (2, 16384), (4, 8200)], ids=str)
+def test_rms_norm_kernels_for_long_rows(rms_packs_per_thread, dtype, shape):
+    x = randn(*shape, dtype=dtype, device="cuda")
+    r = randn(*shape, dtype=dtype, device="cuda", seed=2)
+    w = randn(shape[-1], dtype=dtype, device="cuda", seed=1)
+    close(ops.rms_norm(x, w, eps=1e-5), F.rms_norm(x.double(), (shape[-1],), w.double(), 1e-5), dtype)
+    summed = (x.double() + r.double()).to(dtype)
+    ops.fused_add_rms_norm(x, r, w, 1e-6)
+    close(r, summed, dtype)
+    close(x, F.rms_norm(summed.double(), (shape[-1],), w.double(), 1e-6), dtype)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fused_add_rms_norm_non_contiguous_written_back(device):
     base_x = randn(8, 32, dtype=torch.float32, device=device)
