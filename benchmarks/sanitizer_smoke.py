@@ -75,6 +75,13 @@ def main():
     if DEVICE == "cuda":
         tactics()
     fused()
+    if DEVICE == "cuda":  # the register-resident rms_norm kernels too (csrc/fused_kernels.h)
+        for packs in (1, 8):
+            previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
+            try:
+                fused()
+            finally:
+                torch.ops.ops._rms_norm_set_packs_per_thread(previous)
     if DEVICE == "cuda":
         torch.cuda.synchronize()
     print("sanitizer smoke: ok")
