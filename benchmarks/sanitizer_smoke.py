@@ -1,8 +1,8 @@
 """A small set of op calls for compute-sanitizer (memcheck, racecheck) in device_check.sh, each result
 checked against float64: cutlass_gemm for each dtype, row/column-major and misaligned operands and an
 out variant; every candidate tactic (split-K, stream-K, swap-AB) of a decode and a ragged shape; the
-fused linear epilogues; rms_norm (one-block-per-row and lanes kernels), fused_add_rms_norm and
-silu_and_mul at ragged sizes."""
+fused linear epilogues; rms_norm (one-block-per-row, register-resident and lanes kernels),
+fused_add_rms_norm and silu_and_mul at ragged sizes."""
 
 import torch
 import torch.nn.functional as F
