@@ -33,13 +33,26 @@ template <Layout L>
 using CutlassLayout = std::conditional_t<L == Layout::Row, cutlass::layout::RowMajor,
                                          cutlass::layout::ColumnMajor>;
 
+// x / (1 + e^t), the logistic form of the activations below, without dividing by an infinity that a
+// finite t produced: for a finite t above 80 the quotient is below |x| * 1.8e-35 and this returns
+// x * 0 (a signed zero, what PyTorch's float formula gives once e^t overflows, t > 88.7), dividing by the
+// finite 1 + e^80 instead. An infinite divisor sends the IEEE division down its slow path, and large
+// negative pre-activations make one often: on unnormalised random inputs (a GEMM output of std ~64) up
+// to half the elements of gelu_tanh, whose epilogue the H200 run of 2026-11-30 measured (with silu's)
+// at 4-5x erf-GELU's cost; this is the suspected cause. Infinite and NaN t pass through unchanged.
+CUTLASS_HOST_DEVICE float logistic_quotient(float x, float t) {
+  const bool vanishes = t > 80.0f && t <= 3.4028235e38f;
+  const float q = x / (1.0f + cutlass::fast_exp(vanishes ? 80.0f : t));
+  return vanishes ? x * 0.0f : q;
+}
+
 // GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")) as z * sigmoid(2u) =
 // z / (1 + exp(-2u)), u = sqrt(2/pi) (z + 0.044715 z^3): equal to 0.5 z (1 + tanh(u)) without its
 // cancellation for negative z. CUTLASS's GELU_taylor evaluates 1 + tanh(u) with tanh.approx.f32, whose
 // absolute error (~2^-11 near tanh = -1) is a large relative error of 1 + tanh(u): ~20% at z = -3,
 // where the result is -0.0036, far more than the output's rounding. This form's error is that of expf
-// (relative ~1e-5 at most, for z near -10). Large finite negative z gives -0; +inf gives +inf; -inf and
-// NaN give NaN, as PyTorch's formula does.
+// (relative ~1e-5 at most, for z near -10). Large finite negative z gives -0; +inf gives +inf; -inf
+// and NaN give NaN, as PyTorch's formula does.
 template <typename T>
 struct GeluTanh {
   static const bool kIsHeavy = true;
@@ -47,29 +60,46 @@ struct GeluTanh {
   CUTLASS_HOST_DEVICE T operator()(T const& z) const {
     const float x = static_cast<float>(z);
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return static_cast<T>(x / (1.0f + cutlass::fast_exp(-2.0f * u)));
+    return static_cast<T>(logistic_quotient(x, -2.0f * u));
   }
 };
 
-template <typename T, int N>
-struct GeluTanh<cutlass::Array<T, N>> {
+// SiLU, x * sigmoid(x) = x / (1 + exp(-x)) (PyTorch's F.silu), through logistic_quotient: CUTLASS's SiLu
+// divides 1 by 1 + inf for x < -88.7. +inf gives +inf; -inf and NaN give NaN, as PyTorch's formula does.
+template <typename T>
+struct Silu {
+  static const bool kIsHeavy = true;
+
+  CUTLASS_HOST_DEVICE T operator()(T const& z) const {
+    const float x = static_cast<float>(z);
+    return static_cast<T>(logistic_quotient(x, -x));
+  }
+};
+
+// Element-wise application of a scalar functor above to a CUTLASS Array (the epilogue's fragments).
+template <template <typename> class Fn, typename T, int N>
+struct ArrayOf {
   static const bool kIsHeavy = true;
 
   CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& z) const {
-    GeluTanh<T> op;
+    Fn<T> op;
     cutlass::Array<T, N> y;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < N; ++i) y[i] = op(z[i]);
     return y;
   }
 };
+template <typename T, int N>
+struct GeluTanh<cutlass::Array<T, N>> : ArrayOf<GeluTanh, T, N> {};
+template <typename T, int N>
+struct Silu<cutlass::Array<T, N>> : ArrayOf<Silu, T, N> {};
 
 // The activation functor of a Bias<Act> epilogue (kernel_list.h); Identity for Plain.
 template <Epilogue E, typename T> struct ActivationFor { using type = cutlass::epilogue::thread::Identity<T>; };
 template <typename T> struct ActivationFor<Epilogue::BiasReLU, T> { using type = cutlass::epilogue::thread::ReLu<T>; };
 template <typename T> struct ActivationFor<Epilogue::BiasGELU, T> { using type = cutlass::epilogue::thread::GELU<T>; };
 template <typename T> struct ActivationFor<Epilogue::BiasGELUTanh, T> { using type = GeluTanh<T>; };
-template <typename T> struct ActivationFor<Epilogue::BiasSiLU, T> { using type = cutlass::epilogue::thread::SiLu<T>; };
+template <typename T> struct ActivationFor<Epilogue::BiasSiLU, T> { using type = Silu<T>; };
 
 template <Epilogue E>
 struct ActivationTemplate {
