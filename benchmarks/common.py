@@ -5,9 +5,12 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 
 import torch
 import torch.utils.benchmark as benchmark
+
+import ops
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -93,6 +96,24 @@ def mark_interrupted(payload, measured, planned):
         return ""
     payload["interrupted"] = {"measured": measured, "planned": planned}
     return f" (INTERRUPTED: {measured} of {planned} cases measured)"
+
+
+def sweep_tactics(fn, names, timer):
+    """{tactic name: seconds per call of `fn`, or None where CUTLASS refuses that tactic for the shape}
+    for each name in `names`, forced one at a time with ops.gemm.set_tactic (restored to the heuristic
+    afterwards). `fn` runs the GEMM (cutlass_gemm, or a linear on top of one)."""
+    times = {}
+    try:
+        for name in names:
+            ops.gemm.set_tactic(name)
+            try:
+                times[name] = timer(fn)
+            except RuntimeError as e:  # a tactic CUTLASS refuses for this shape: recorded, not fatal
+                times[name] = None
+                print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+    finally:
+        ops.gemm.set_tactic(None)
+    return times
 
 
 def markdown_table(headers, rows):

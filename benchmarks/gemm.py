@@ -38,7 +38,8 @@ import torch
 from tqdm import tqdm
 
 import ops
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table, write_json
+from benchmarks.common import (RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table,
+                               sweep_tactics, write_json)
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -84,22 +85,6 @@ def call_time(fn, rounds=7):
 
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
     return min(timer.blocked_autorange(min_run_time=0.2).median for _ in range(rounds))
-
-
-def sweep_candidates(A, B, candidates, timer):
-    """{tactic name: seconds} for every candidate tactic of A @ B (forced one at a time)."""
-    times = {}
-    try:
-        for name in candidates:
-            ops.gemm.set_tactic(name)
-            try:
-                times[name] = timer(lambda: ops.cutlass_gemm(A, B))
-            except RuntimeError as e:  # a tactic CUTLASS refuses for this shape: recorded, not fatal
-                times[name] = None
-                print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
-    finally:
-        ops.gemm.set_tactic(None)
-    return times
 
 
 def run(args):
@@ -171,7 +156,7 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
     plan = ops.gemm.plan(A, B) if device == "cuda" else None
     tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
     if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
-        times = sweep_candidates(A, B, plan["candidates"], timer)
+        times = sweep_tactics(lambda: ops.cutlass_gemm(A, B), plan["candidates"], timer)
         valid = {k: v for k, v in times.items() if v}
         best = min(valid, key=valid.get) if valid else None
         candidates.append({

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import ops
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table, write_report
+from benchmarks.common import (RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table,
+                               sweep_tactics, write_report)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -132,14 +133,13 @@ def main(argv=None):
                 t_copy = timer(lambda: dst.copy_(src)) if timer else cpu_time(lambda: dst.copy_(src))
                 copy_GBps = 2 * src.numel() / t_copy / 1e9
                 del src, dst
+            ops_GBps = nbytes / t_ops / 1e9 if nbytes else None
             for ref_name, ref in refs:
                 t_ref = timer(ref) if timer else cpu_time(ref)
                 results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
                                 "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
-                                "ops_GBps": nbytes / t_ops / 1e9 if nbytes else None,
-                                "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
-                                "copy_GBps": copy_GBps,
-                                "ops_of_copy": nbytes / t_ops / 1e9 / copy_GBps if nbytes else None})
+                                "ops_GBps": ops_GBps, "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
+                                "copy_GBps": copy_GBps, "ops_of_copy": ops_GBps / copy_GBps if nbytes else None})
             done += 1
     except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's `timeout -s INT`: report what was measured
         print(f"\ninterrupted: reporting the {done} of {len(todo)} cases measured so far", file=sys.stderr)
@@ -171,17 +171,8 @@ def sweep_linear_tactics(op, shape, dname, fn, x, w, act, timer, t_heuristic, cc
     plan = ops._library.gemm_plan_for_target(x, w.t(), *cc, ops.build_info.CUDA_ARCH_LIST,
                                              allow_tf32=ops._library.allow_tf32(), sm_count=sm_count,
                                              epilogue=act)
-    times = {}
-    try:
-        for name in plan["candidates"]:
-            ops.gemm.set_tactic(name)
-            try:
-                times[name] = timer(fn) * 1e3
-            except RuntimeError as e:  # a tactic CUTLASS refuses for this shape: recorded, not fatal
-                times[name] = None
-                print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
-    finally:
-        ops.gemm.set_tactic(None)
+    times = {name: (t * 1e3 if t is not None else None)
+             for name, t in sweep_tactics(fn, plan["candidates"], timer).items()}
     valid = {k: v for k, v in times.items() if v}
     return {"op": op, "shape": shape, "dtype": dname, "heuristic": plan["tactic"]["name"],
             "heuristic_ms": t_heuristic * 1e3, "best": min(valid, key=valid.get) if valid else None,
