@@ -9,18 +9,19 @@
 # and call, from the repository root:   bash benchmarks/device_check.sh       (carry: [".whl"])
 #
 # Files written to $OUT: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
-# build.log, tests.xml and tests_sm80.xml (JUnit), gemm_half/ and gemm_fp32/ (stage gemm: gemm.{json,md,png},
-# gemm_candidates.{json,md}), gemm_overhead.{json,md} (overhead), ops.*, model.*, allocator.* (their stages). results.tgz is
-# rewritten after every stage, so a call cut off at its time limit still returns the stages that ended
-# (the device tool returns at most 8 files per call: one archive fits any number of reports).
+# build.log, tests.xml and tests_sm80.xml (JUnit), gemm_half/ and gemm_fp32/ (stage gemm:
+# gemm.{json,md,png}, gemm_candidates.{json,md}), sanitizer_*.log, gemm_overhead.{json,md} (overhead),
+# ops*.{json,md}, model.*, allocator.* (their stages). results.tgz is rewritten after every stage, so a
+# call cut off at its time limit still returns the stages that ended (the device tool returns at most
+# 8 files per call: one archive fits any number of reports).
 #
 # STAGES picks what runs (default: all): build sm80 gemm tests sanitizer diag ops model overhead allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
 # 9-minute device call: run two calls on one warm machine (benchmarks/GPU_PLAN.md), the second at once
 # (a machine goes back 30 s after a call): STAGES="build sm80 gemm tests" (the test stage, last, gets
 # what is left of 560 s), then STAGES="sanitizer diag ops model overhead allocator" (its build is a
-# ninja no-op; its limits add up to ~10 minutes, so the later stages may be cut: they come last). Each stage has its own time limit; a failing stage does
-# not stop the others.
+# ninja no-op; its limits add up to ~10 minutes, so the later stages may be cut: they come last). Each
+# stage has its own time limit; a failing stage does not stop the others.
 # The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
 # data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
 # GEMM_ARGS passes options to benchmarks.gemm (e.g. "--quick"); TEST_JOBS the pytest-xdist workers

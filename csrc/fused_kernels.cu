@@ -272,8 +272,8 @@ void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int
   if (work <= 8) return launch_rms_lanes<T, kVec, kAdd, 8>(x, residual, weight, y, rows, hidden, eps, stream);
   if (work <= 16) return launch_rms_lanes<T, kVec, kAdd, 16>(x, residual, weight, y, rows, hidden, eps, stream);
   if (work <= 32) return launch_rms_lanes<T, kVec, kAdd, 32>(x, residual, weight, y, rows, hidden, eps, stream);
-  const int packs = kVec ? rms_packs_per_thread.load(std::memory_order_relaxed) : 0;
   if constexpr (kVec) {
+    const int packs = rms_packs_per_thread.load(std::memory_order_relaxed);
     if (packs > 0 && work <= 1024LL * packs) {
       const int threads = static_cast<int>(((work + packs - 1) / packs + 31) / 32 * 32);
       const unsigned grid = static_cast<unsigned>(rows);

@@ -229,25 +229,25 @@ std::string kernel_problems_json() {
   args.b = reinterpret_cast<const void*>(uintptr_t{0x200000});
   args.d = reinterpret_cast<void*>(uintptr_t{0x300000});
   args.ldd = args.n;
-  JsonObject expected;
-  expected.add("m", args.m).add("n", args.n).add("k", args.k)
-      .add("a", static_cast<int64_t>(0x100000)).add("b", static_cast<int64_t>(0x200000))
-      .add("d", static_cast<int64_t>(0x300000));
+  // {m, n, k, a, b, d} of a problem as JSON (addresses as integers).
+  const auto problem_json = [](int64_t m, int64_t n, int64_t k, const void* a, const void* b, const void* d) {
+    const auto address = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
+    JsonObject o;
+    o.add("m", m).add("n", n).add("k", k).add("a", address(a)).add("b", address(b)).add("d", address(d));
+    return o;
+  };
   std::string list = "[";
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
     args.lda = info.a == Layout::Row ? args.k : args.m;
     args.ldb = info.b == Layout::Row ? args.n : args.k;
     const KernelProblem p = kernel_entry(i).kernel_problem(args);
-    JsonObject o;
-    o.add("name", info.name).add("known", p.known).add("m", p.m).add("n", p.n).add("k", p.k)
-        .add("a", static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.a)))
-        .add("b", static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.b)))
-        .add("d", static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.d)));
+    JsonObject o = problem_json(p.m, p.n, p.k, p.a, p.b, p.d);
+    o.add("name", info.name).add("known", p.known);
     list += (i ? "," : "") + o.str();
   }
   JsonObject result;
-  result.add("expected", expected).raw("kernels", list + "]");
+  result.add("expected", problem_json(args.m, args.n, args.k, args.a, args.b, args.d)).raw("kernels", list + "]");
   return result.str();
 }
 

@@ -125,14 +125,15 @@ Epilogue epilogue_for_activation(const char* op, c10::string_view activation) {
                     "\"gelu_tanh\", \"silu\", got \"", std::string(activation), "\"");
 }
 
-void apply_activation_(at::Tensor& x, Epilogue epilogue) {
+void apply_activation_(const at::Tensor& x, Epilogue epilogue) {
+  at::Tensor self = x;  // the same tensor: at::gelu_ and at::silu_ take a non-const reference
   switch (epilogue) {
     case Epilogue::Plain:
     case Epilogue::BiasIdentity: return;
-    case Epilogue::BiasReLU: x.relu_(); return;
-    case Epilogue::BiasGELU: at::gelu_(x, "none"); return;
-    case Epilogue::BiasGELUTanh: at::gelu_(x, "tanh"); return;
-    case Epilogue::BiasSiLU: at::silu_(x); return;
+    case Epilogue::BiasReLU: self.relu_(); return;
+    case Epilogue::BiasGELU: at::gelu_(self, "none"); return;
+    case Epilogue::BiasGELUTanh: at::gelu_(self, "tanh"); return;
+    case Epilogue::BiasSiLU: at::silu_(self); return;
   }
 }
 
@@ -226,17 +227,15 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
     } else {
       out.zero_();
     }
-    at::Tensor view = out;
-    apply_activation_(view, epilogue);
+    apply_activation_(out, epilogue);
     return plan;
   }
   plan = plan_for(A, B, out, target, epilogue);
   if (!plan.aten_fallback.empty()) {  // no CUTLASS kernel may run here (plan.h): ATen, same semantics
+    // Only plain GEMMs are withheld: the Bias<Act> kernels are half-precision ones, SM90 on Hopper.
+    TORCH_INTERNAL_ASSERT(epilogue == Epilogue::Plain, "cutlass_gemm: a withheld kernel with a bias epilogue");
     at::Tensor result = out;
     at::mm_out(result, A, B);
-    if (bias.defined()) out.add_(bias);
-    at::Tensor view = out;
-    apply_activation_(view, epilogue);
     return plan;
   }
   select_tactic(plan, target, A.scalar_type());

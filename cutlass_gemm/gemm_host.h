@@ -53,7 +53,7 @@ GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& ou
 std::string plan_json(const GemmPlan& plan, const DeviceTarget& target);
 
 // act(x) for a Bias<Act> epilogue, with ATen ops (in place); identity for Plain and BiasIdentity.
-void apply_activation_(at::Tensor& x, Epilogue epilogue);
+void apply_activation_(const at::Tensor& x, Epilogue epilogue);
 
 // A LaunchFn that computes the described GEMM with at::mm on CPU memory, reading and writing exactly
 // the memory a CUTLASS kernel would (from the raw pointers, leading dimensions and layouts).

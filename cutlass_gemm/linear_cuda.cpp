@@ -37,8 +37,7 @@ at::Tensor linear_cuda(const at::Tensor& input, const at::Tensor& weight, const 
   } else {
     gemm_into(x2d, weight.t(), out2d, target, launch);
     if (b.defined()) out2d.add_(b);
-    at::Tensor view = out2d;
-    apply_activation_(view, epilogue);
+    apply_activation_(out2d, epilogue);
   }
   return out;
 }

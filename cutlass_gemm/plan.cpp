@@ -250,29 +250,26 @@ std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan) {
   }
   const Math math = math_for(req.dtype, req.allow_tf32);
   std::vector<KernelId> candidates;
+  bool withheld = false;  // a kernel would run here but for sm80_on_sm90 (SM80 kernels on Hopper)
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
-    if (info.dtype == req.dtype && info.math == math && info.epilogue == req.epilogue &&
-        kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, req.sm80_on_sm90)) {
+    if (info.dtype != req.dtype || info.math != math || info.epilogue != req.epilogue) continue;
+    if (kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, req.sm80_on_sm90)) {
       candidates.push_back(static_cast<KernelId>(i));
+    } else if (kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, /*sm80_on_sm90=*/true)) {
+      withheld = true;
     }
   }
-  if (candidates.empty() && !req.sm80_on_sm90) {
-    // Kernels exist for this device but are withheld (SM80 kernels on Hopper): ATen computes it.
-    for (const KernelInfo& info : kKernels) {
-      if (info.dtype == req.dtype && info.math == math && info.epilogue == req.epilogue &&
-          kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, /*sm80_on_sm90=*/true)) {
-        *plan = GemmPlan{};
-        plan->m = req.m;
-        plan->n = req.n;
-        plan->k = req.k;
-        plan->aten_fallback = std::string("the CUTLASS 2.x (SM80) kernels for ") + dtype_name(req.dtype) +
-                              " (" + math_name(math) +
-                              ") gave wrong results on Hopper (H200) and are not run there; ATen computes "
-                              "this GEMM (OPS_CUTLASS_SM80_ON_SM90=1 runs them anyway)";
-        return "";
-      }
-    }
+  if (candidates.empty() && withheld) {  // ATen computes it
+    *plan = GemmPlan{};
+    plan->m = req.m;
+    plan->n = req.n;
+    plan->k = req.k;
+    plan->aten_fallback = std::string("the CUTLASS 2.x (SM80) kernels for ") + dtype_name(req.dtype) + " (" +
+                          math_name(math) +
+                          ") gave wrong results on Hopper (H200) and are not run there; ATen computes "
+                          "this GEMM (OPS_CUTLASS_SM80_ON_SM90=1 runs them anyway)";
+    return "";
   }
   if (candidates.empty()) {
     std::ostringstream msg;
