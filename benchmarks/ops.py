@@ -117,15 +117,6 @@ def main(argv=None):
         for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
             fn, refs, nbytes, *linear_args = build(DTYPES[dname])
             t_ops = timer(fn) if timer else cpu_time(fn)
-            if args.candidates and timer and op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
-                rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timer, t_ops, nbytes, copy_GBps))
-            if args.candidates and timer and linear_args:
-                try:
-                    sweeps.append(sweep_linear_tactics(
-                        op, shape, dname, fn, *linear_args[0], timer, t_ops, torch.cuda.get_device_capability(),
-                        torch.cuda.get_device_properties(0).multi_processor_count))
-                except Exception as e:  # noqa: BLE001 - the sweep is extra data: never lose the main table
-                    print(f"  tactic sweep of {op} {shape} {dname} failed: {e!r}", file=sys.stderr)
             copy_GBps = None
             if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
                 src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
@@ -133,6 +124,16 @@ def main(argv=None):
                 t_copy = timer(lambda: dst.copy_(src)) if timer else cpu_time(lambda: dst.copy_(src))
                 copy_GBps = 2 * src.numel() / t_copy / 1e9
                 del src, dst
+            if args.candidates and timer:
+                try:
+                    if op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
+                        rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timer, t_ops, nbytes, copy_GBps))
+                    if linear_args:
+                        sweeps.append(sweep_linear_tactics(
+                            op, shape, dname, fn, *linear_args[0], timer, t_ops, torch.cuda.get_device_capability(),
+                            torch.cuda.get_device_properties(0).multi_processor_count))
+                except Exception as e:  # noqa: BLE001 - the sweeps are extra data: never lose the main table
+                    print(f"  sweep of {op} {shape} {dname} failed: {e!r}", file=sys.stderr)
             ops_GBps = nbytes / t_ops / 1e9 if nbytes else None
             for ref_name, ref in refs:
                 t_ref = timer(ref) if timer else cpu_time(ref)
