@@ -6,7 +6,6 @@ checks that path within one output rounding.)"""
 
 import importlib.util
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -46,9 +45,11 @@ def cutlass_include():
 def functors(tmp_path_factory):
     """Runs the functors on a list of floats: a (len, 4) float64 tensor of gelu_tanh, silu, and the
     same two through their Array specialisations."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    from torch.utils.cpp_extension import CUDA_HOME  # the toolkit the extension is built with
+
+    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
     include = cutlass_include()
-    if include is None or not os.path.exists(nvcc):
+    if include is None or nvcc is None or not os.path.exists(nvcc):
         pytest.skip("needs nvcc and the CUTLASS headers (nvidia-cutlass)")
     folder = tmp_path_factory.mktemp("functors")
     source, binary = folder / "functors.cu", folder / "functors"
