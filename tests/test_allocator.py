@@ -199,6 +199,42 @@ def test_side_stream_reader_is_not_overwritten():
 
 
 @pytest.mark.cuda
+def test_one_stream_frees_are_stream_ordered():
+    # While one stream has used the pool, frees run on it directly (no internal stream): a block freed
+    # while queued kernels still read it is reused only after them, in stream order.
+    _run_gpu("""
+        ops.allocator.install()
+        n = 1 << 24
+        a = torch.full((n,), 3.0, device="cuda")
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)   # the kernels below run later than the host frees
+        b = a * 2
+        del a
+        c = torch.full((n,), -1.0, device="cuda")
+        d = b + 1
+        del b
+        e = torch.zeros(n, device="cuda")
+        torch.cuda.synchronize()
+        assert torch.all(c == -1.0).item() and torch.all(d == 7.0).item() and torch.all(e == 0).item()
+        assert ops.allocator.stats()["frees"] >= 2
+    """)
+
+
+@pytest.mark.cuda
+def test_trim_waits_for_frees_queued_on_a_busy_stream():
+    _run_gpu("""
+        ops.allocator.install()
+        big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        torch.cuda._sleep(200_000_000)
+        big.fill_(1)
+        del big                           # the free is queued behind the sleep
+        ops.allocator.trim()
+        reserved = ops.allocator.stats()["bytes_reserved"]
+        assert reserved < (256 << 20), f"trim left {reserved} bytes reserved"
+    """)
+
+
+@pytest.mark.cuda
 def test_record_stream_orders_frees_after_a_stream_that_never_allocated():
     # The side stream only writes in place: the allocator knows of it through record_stream alone.
     _run_gpu("""

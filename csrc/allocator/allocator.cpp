@@ -8,6 +8,8 @@
 // cudaFreeAsync runs on the internal stream. The pool hands a block out again only once that free has
 // executed, so memory freed on the host while a kernel on a side stream still reads it is not reused
 // early. (The pool may make a later allocation wait on that free, as cudaMallocAsync pools do.)
+// While a device has seen one stream only, a free runs on that stream directly (the same order, with
+// no event and no cross-stream dependency for the next allocation).
 //
 // CUDA graph capture (what CUDA allows, and what PyTorch's cudaMallocAsync backend does):
 //  * an allocation on a capturing stream becomes a graph allocation (a memory node of the graph) for
@@ -132,12 +134,18 @@ bool is_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// Frees `ptr`, allocated on `stream`, on the internal stream after the work queued so far on every
-// remembered stream and on `stream` (which a MemPool segment allocated during a capture never was).
+// Frees `ptr`, allocated on `stream`, after the work queued so far on every remembered stream and on
+// `stream` (which a MemPool segment allocated during a capture never was): on the internal stream, or
+// on `stream` itself when it is the only stream seen.
 // Caller holds state.mu, device current, and no capture runs on `stream`.
 cudaError_t free_ordered(DeviceState& state, void* ptr, cudaStream_t stream) {
-  cudaStream_t free_stream = state.free_stream;
   remember_stream(state, stream);
+  // `stream` is the only stream seen using our memory (one-stream programs, the common case): a free
+  // on it is already ordered after all that work. No event, no wait on the internal stream, and the
+  // next allocation on `stream` can reuse the block in stream order, with no cross-stream dependency
+  // (as PyTorch's cudaMallocAsync backend frees).
+  if (state.streams.size() == 1 && state.streams.front().first == stream) return cudaFreeAsync(ptr, stream);
+  cudaStream_t free_stream = state.free_stream;
   for (auto it = state.streams.begin(); it != state.streams.end();) {
     // A stream that is being captured now cannot be waited on from outside the capture: its work
     // queued before the capture was waited on by earlier frees, its captured work is in a graph.
@@ -300,20 +308,27 @@ int ops_allocator_trim(int device, size_t keep_bytes) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidValue;
   DeviceState& state = states()[device];
   cudaMemPool_t pool = nullptr;
-  cudaStream_t free_stream = nullptr;
+  std::vector<cudaStream_t> free_streams;  // where frees may be queued: the internal and the seen streams
   {
     std::lock_guard<std::mutex> lock(state.mu);
     pool = state.pool;
-    free_stream = state.free_stream;
     // Frees deferred past a capture that has ended since (no allocation or free has run them yet).
     if (pool != nullptr && !state.deferred.empty()) on_device(device, [&] { flush_deferred(state); return cudaSuccess; });
+    free_streams.push_back(state.free_stream);
+    for (const auto& entry : state.streams) free_streams.push_back(entry.first);
   }
   if (pool == nullptr) return cudaSuccess;
-  // Frees queued on the internal stream must have run before their memory can be released. Waited
-  // for without the lock, so allocations and frees of other threads go on meanwhile.
+  // Queued frees must have run before their memory can be released. Waited for without the lock, so
+  // allocations and frees of other threads go on meanwhile. A capturing stream cannot be synchronised
+  // (and its frees wait for the capture anyway).
   return on_device(device, [&] {
-    const cudaError_t err = cudaStreamSynchronize(free_stream);
-    if (err != cudaSuccess) return err;
+    for (size_t i = 0; i < free_streams.size(); ++i) {
+      if (i > 0 && is_capturing(free_streams[i])) continue;
+      const cudaError_t err = cudaStreamSynchronize(free_streams[i]);
+      if (err == cudaSuccess) continue;
+      if (i == 0) return err;
+      (void)cudaGetLastError();  // a seen stream destroyed since, as free_ordered forgets them
+    }
     return cudaMemPoolTrimTo(pool, keep_bytes);
   });
 }

@@ -40,7 +40,8 @@ struct OpsAllocatorStats {
 // Each returns 0 on success, or a CUDA error code (message: ops_allocator_error_string).
 int ops_allocator_stats(int device, OpsAllocatorStats* out);
 int ops_allocator_reset_peak(int device);
-// Returns free pool memory above `keep_bytes` to the driver (cudaMemPoolTrimTo).
+// Returns free pool memory above `keep_bytes` to the driver (cudaMemPoolTrimTo), after waiting for the
+// frees queued so far (on the internal stream and on the streams seen).
 int ops_allocator_trim(int device, size_t keep_bytes);
 // Bytes a pool keeps cached at synchronisation points before releasing to the driver
 // (cudaMemPoolAttrReleaseThreshold); applies to existing pools and to pools created later.
