@@ -7,6 +7,10 @@
 # nvidia-cutlass and no registry. Carry the wheel (about 6 MB) in .whl/ (git-ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl nvidia-cutlass==4.2.0.0
 # and call, from the repository root:   bash benchmarks/device_check.sh       (carry: [".whl"])
+# To skip the build on the device (~2 minutes of device time), prebuild the library here for its torch
+# and sm_90a (benchmarks/prebuilt.py says how) into .prebuilt/ (git-ignored) and carry it too
+# (carry: [".whl", ".prebuilt"]). It is used only if built from these very sources against the same
+# torch build; PREBUILT=0 builds anyway.
 #
 # Files written to $OUT: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
 # build.log, tests.xml and tests_sm80.xml (JUnit), gemm_half/ and gemm_fp32/ (stage gemm:
@@ -43,7 +47,7 @@ limit() { timeout -s INT -k 20 "$@"; }
 
 stage "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
-"$PY" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))"
+"$PY" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.version.git_version[:12], 'cuda', torch.version.cuda, 'gpu', torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))"
 nvcc --version | tail -2
 echo "cores: $(nproc --all)"
 
@@ -62,11 +66,18 @@ trap pack EXIT
 stage "build (MAX_JOBS=$(nproc --all), TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-default 8.0;9.0a})"
 export MAX_JOBS="$(nproc --all)"
 start=$(date +%s)
-if ! timeout 360 "$PY" setup.py build_ext --inplace > "$MORE/build.log" 2>&1; then
-  tail -40 "$MORE/build.log"; echo "BUILD FAILED"; exit 1
+# A library prebuilt on a CPU machine for this torch and sm_90a (benchmarks/prebuilt.py; carry
+# .prebuilt) saves the build's ~2 minutes, if it was built from these very sources; else, build.
+if [ -d .prebuilt ] && [ "${PREBUILT:-1}" != 0 ] && "$PY" -m benchmarks.prebuilt use .prebuilt > "$MORE/build.log" 2>&1; then
+  cat "$MORE/build.log"
+else
+  [ -s "$MORE/build.log" ] && cat "$MORE/build.log"
+  if ! timeout 360 "$PY" setup.py build_ext --inplace >> "$MORE/build.log" 2>&1; then
+    tail -40 "$MORE/build.log"; echo "BUILD FAILED"; exit 1
+  fi
+  grep -i "warning" "$MORE/build.log" | grep -v "Wno\|deprecated" | sort | uniq -c | sort -rn | head -10 || true
 fi
 echo "build took $(( $(date +%s) - start )) s"
-grep -i "warning" "$MORE/build.log" | grep -v "Wno\|deprecated" | sort | uniq -c | sort -rn | head -10 || true
 pack
 
 want() { [[ " ${STAGES} " == *" $1 "* ]]; }
@@ -127,9 +138,22 @@ fi
 
 if want diag; then
   # The allocator's out-of-memory path segfaulted on 2026-11-30 (test_out_of_memory_raises_and_pool_stays_usable):
-  # which step dies (faulthandler prints the Python line; A-D mark the steps).
+  # which step dies. faulthandler prints the Python line; segv_backtrace.so (LD_PRELOAD) the native
+  # frames, named by symbolize_backtrace.sh. A-D: the test's steps; E-F: our pool's null-return path
+  # with the same size, no exception; G: PyTorch's own cudaMallocAsync backend asking the driver for
+  # the same 64 TiB (a driver fault would crash it too).
   stage "diagnostic: ops allocator out of memory"
-  timeout 60 "$PY" -X faulthandler -c '
+  preload=""
+  if cc -shared -fPIC -O1 -o /tmp/segv_backtrace.so benchmarks/diag/segv_backtrace.c 2>&1; then preload=/tmp/segv_backtrace.so; fi
+  diag() {  # diag NAME [ENV=VALUE ...] -- CODE
+    local name="$1"; shift
+    local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+    echo "--- $name"
+    env "${envs[@]}" LD_PRELOAD="$preload" timeout 60 "$PY" -X faulthandler -c "$1" > "$MORE/diag_$name.log" 2>&1
+    echo "exit status $?" >> "$MORE/diag_$name.log"
+    benchmarks/diag/symbolize_backtrace.sh ops/_C.abi3.so < "$MORE/diag_$name.log" | tail -60
+  }
+  diag throw -- '
 import torch, ops
 ops.allocator.install(); print("A installed", flush=True)
 try:
@@ -137,12 +161,19 @@ try:
 except torch.cuda.OutOfMemoryError as e:
     print("B raised:", str(e)[:80], flush=True)
 print("C stats:", ops.allocator.stats(), flush=True)
-x = torch.ones(1 << 20, device="cuda"); print("D", x.sum().item(), flush=True)' 2>&1 | tail -30
-  timeout 60 "$PY" -X faulthandler -c '
+x = torch.ones(1 << 20, device="cuda"); print("D", x.sum().item(), flush=True)'
+  diag null -- '
 import ctypes, torch, ops
 torch.cuda.init(); lib = ops.allocator._lib(); lib.ops_pool_alloc.restype = ctypes.c_void_p
 lib.ops_pool_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]  # else 1 << 46 passes as int 0
-print("E null path:", lib.ops_pool_alloc(1 << 46, 0, None), flush=True); print("F", ops.allocator.stats(), flush=True)' 2>&1 | tail -30
+print("E null path:", lib.ops_pool_alloc(1 << 46, 0, None), flush=True); print("F", ops.allocator.stats(), flush=True)'
+  diag driver PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- '
+import torch
+try:
+    torch.empty(1 << 46, dtype=torch.uint8, device="cuda")
+except torch.cuda.OutOfMemoryError as e:
+    print("G cudaMallocAsync backend raised:", str(e)[:80], flush=True)'
+  pack
 fi
 
 if want ops; then

@@ -59,6 +59,24 @@ def test_sanitizer_smoke_runs_as_device_check_runs_it():
     assert "sanitizer smoke: ok" in result.stdout
 
 
+@pytest.mark.skipif(not ops.build_info.WITH_CUDA, reason="the allocator functions exist in CUDA builds only")
+def test_device_check_diag_names_the_native_frame_of_a_crash(tmp_path):
+    """The diag stage's tools: segv_backtrace.so prints the native frames of a crashing process and
+    symbolize_backtrace.sh names them. Crash inside ops' library on purpose: stats written to address 8."""
+    preload = tmp_path / "segv_backtrace.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(preload),
+                    os.path.join(REPO, "benchmarks", "diag", "segv_backtrace.c")], check=True)
+    code = ("import ctypes, ops; lib = ops.allocator._lib(); "
+            "lib.ops_allocator_stats(0, ctypes.cast(ctypes.c_void_p(8), ctypes.POINTER(ops.allocator._Stats)))")
+    crash = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], cwd=REPO, capture_output=True,
+                           text=True, timeout=120, env=dict(os.environ, LD_PRELOAD=str(preload)))
+    assert crash.returncode == -11, crash.stderr[-2000:]
+    assert "=== native backtrace" in crash.stderr and "ops_allocator_stats" in crash.stderr, crash.stderr[-3000:]
+    named = subprocess.run([os.path.join(REPO, "benchmarks", "diag", "symbolize_backtrace.sh"), ops.library_path()],
+                           input=crash.stderr, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "ops_allocator_stats" in named and "_Py" in named  # our frame and the interpreter's below it
+
+
 def test_interrupted_gemm_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
     from benchmarks import gemm
 

@@ -1,0 +1,184 @@
+"""A library built on a CPU machine for the device machine's software stack, so that a device call can
+skip its build (about 2 minutes of a 15-minute GPU budget; DESIGN.md, "The GPU check").
+
+    # here, in a checkout whose sources are the ones to test, against the device's torch:
+    TORCH_CUDA_ARCH_LIST=9.0a PYTHONPATH=<torch 2.11 cu130> python setup.py build_ext --inplace
+    PYTHONPATH=<torch 2.11 cu130> python -m benchmarks.prebuilt make .prebuilt
+    # on the device (benchmarks/device_check.sh does this; carry .prebuilt, git-ignored):
+    python -m benchmarks.prebuilt use .prebuilt      # exit 0: installed into ops/; 1: build instead
+
+The library (`ops/_C.abi3.so`) is built against CPython's limited API and calls no Python API at all
+(torch.ops.load_library dlopens it), so a Python 3.11 build loads under the device's Python 3.12. What
+must match is torch's C++ ABI (the exact torch build) and the GPU's architecture.
+
+`make` stores the library, its `_build_info.py` and a manifest: the SHA-256 of the sources (every file
+under csrc/ and cutlass_gemm/, and setup.py), torch's version and git commit, and the arch list.
+`use` installs them into ops/ only if all of these hold, and says which one did not otherwise:
+the sources here hash the same; torch here is the same build (version and git commit); the GPU's
+compute capability is in the arch list (9.0 needs 9.0a: the SM90 kernels exist only there); the
+library then loads in a fresh interpreter (`import ops`). On any failure it leaves ops/ as it was.
+"""
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = ("csrc", "cutlass_gemm", "setup.py")
+LIBRARY = "_C.abi3.so"
+BUILD_INFO = "_build_info.py"
+MANIFEST = "manifest.json"
+
+
+def source_digest(root=REPO):
+    """SHA-256 over the relative path and bytes of every build input (SOURCES), in sorted order."""
+    digest = hashlib.sha256()
+    paths = []
+    for entry in SOURCES:
+        top = os.path.join(root, entry)
+        if os.path.isfile(top):
+            paths.append(entry)
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            paths += [os.path.relpath(os.path.join(folder, f), root) for f in files]
+    for rel in sorted(paths):
+        digest.update(rel.encode() + b"\0")
+        with open(os.path.join(root, rel), "rb") as f:
+            digest.update(f.read() + b"\0")
+    return digest.hexdigest()
+
+
+def _read_build_info(path):
+    """The NAME = literal assignments of a generated _build_info.py, without importing ops."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+
+
+def make(directory):
+    """Store ops/_C.abi3.so, ops/_build_info.py and a manifest in `directory` (replacing what is there).
+
+    Raises:
+        SystemExit: no built library in ops/, or it was built against another torch than the one
+            imported now (build and run this with the same PYTHONPATH).
+    """
+    import torch
+
+    library = os.path.join(REPO, "ops", LIBRARY)
+    info_path = os.path.join(REPO, "ops", BUILD_INFO)
+    if not (os.path.exists(library) and os.path.exists(info_path)):
+        sys.exit(f"prebuilt make: no built library in {os.path.dirname(library)}: run setup.py build_ext --inplace first")
+    info = _read_build_info(info_path)
+    if info.get("TORCH_VERSION") != torch.__version__:
+        sys.exit(f"prebuilt make: ops was built against torch {info.get('TORCH_VERSION')}, but torch "
+                 f"{torch.__version__} is imported; use the same PYTHONPATH for both")
+    os.makedirs(directory, exist_ok=True)
+    for name in (LIBRARY, BUILD_INFO, MANIFEST):
+        if os.path.exists(os.path.join(directory, name)):
+            os.remove(os.path.join(directory, name))
+    shutil.copy2(library, os.path.join(directory, LIBRARY))
+    shutil.copy2(info_path, os.path.join(directory, BUILD_INFO))
+    manifest = {
+        "source_sha256": source_digest(),
+        "torch_version": torch.__version__,
+        "torch_git_version": torch.version.git_version,
+        "cuda_arch_list": info.get("CUDA_ARCH_LIST"),
+        "build_info": info,
+    }
+    with open(os.path.join(directory, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"prebuilt make: {directory}: torch {manifest['torch_version']} ({manifest['torch_git_version'][:12]}), "
+          f"arch {manifest['cuda_arch_list']}, sources {manifest['source_sha256'][:16]}")
+
+
+def arch_covers(arch_list, capability):
+    """Whether a TORCH_CUDA_ARCH_LIST string ("8.0;9.0a", "9.0a") has code for a (major, minor) GPU:
+    a real-arch entry of the same major and a minor at most the GPU's (9.0 needs "9.0a" itself: only
+    that image has the SM90 kernels)."""
+    major, minor = capability
+    for entry in arch_list.replace(",", ";").replace(" ", ";").split(";"):
+        entry = entry.strip().removesuffix("+PTX")
+        if not entry:
+            continue
+        arch_specific = entry.endswith("a")
+        m, _, n = entry.rstrip("a").partition(".")
+        if int(m) != major:
+            continue
+        if (major, minor) == (9, 0) and not arch_specific:
+            continue
+        if int(n or 0) <= minor:
+            return True
+    return False
+
+
+def mismatch(manifest, torch_version, torch_git_version, capability, digest):
+    """Why the prebuilt library cannot be used here (a sentence), or None if it can."""
+    if manifest.get("source_sha256") != digest:
+        return "the sources differ from those it was built from"
+    if manifest.get("torch_version") != torch_version or manifest.get("torch_git_version") != torch_git_version:
+        return (f"it was built against torch {manifest.get('torch_version')} "
+                f"({str(manifest.get('torch_git_version'))[:12]}), this is torch {torch_version} ({torch_git_version[:12]})")
+    if capability is not None and not arch_covers(manifest.get("cuda_arch_list") or "", capability):
+        return f"its arch list {manifest.get('cuda_arch_list')!r} has no code for compute capability {capability[0]}.{capability[1]}"
+    return None
+
+
+def use(directory):
+    """Install the prebuilt library into ops/ if it fits this machine (see the module docstring).
+    Returns 0 if installed, 1 if not (with the reason printed)."""
+    import torch
+
+    try:
+        with open(os.path.join(directory, MANIFEST)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"prebuilt use: no usable manifest in {directory} ({exc})")
+        return 1
+    capability = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None
+    reason = mismatch(manifest, torch.__version__, torch.version.git_version, capability, source_digest())
+    if reason:
+        print(f"prebuilt use: not used: {reason}")
+        return 1
+    targets = {name: os.path.join(REPO, "ops", name) for name in (LIBRARY, BUILD_INFO)}
+    saved = {name: path + ".before-prebuilt" for name, path in targets.items()}
+    for name, path in targets.items():
+        if os.path.exists(path):
+            os.replace(path, saved[name])
+    for name, path in targets.items():
+        shutil.copy2(os.path.join(directory, name), path)
+    check = subprocess.run([sys.executable, "-c", "import ops; print(ops.build_info.TORCH_VERSION, ops.build_info.CUDA_ARCH_LIST)"],
+                           cwd=REPO, capture_output=True, text=True)
+    if check.returncode != 0:
+        for name, path in targets.items():
+            os.remove(path)
+            if os.path.exists(saved[name]):
+                os.replace(saved[name], path)
+        print(f"prebuilt use: not used: `import ops` failed with it:\n{check.stderr[-2000:]}")
+        return 1
+    for path in saved.values():
+        if os.path.exists(path):
+            os.remove(path)
+    print(f"prebuilt use: installed ({check.stdout.strip()}; sources {manifest['source_sha256'][:16]})")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["make", "use"])
+    parser.add_argument("directory")
+    args = parser.parse_args(argv)
+    if args.command == "make":
+        make(args.directory)
+        return 0
+    return use(args.directory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
