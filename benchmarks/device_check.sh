@@ -111,7 +111,7 @@ fi
 if want tests; then
   stage "tests: CUDA, torch.export + AOTInductor with cutlass_gemm (CPU tests run in CI)"
   left=$(( 560 - ($(date +%s) - t0) ))  # ends inside a 590 s device call, with pytest's summary
-  limit $(( left > 200 ? 200 : (left < 30 ? 30 : left) )) "$PY" -m pytest tests -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
+  limit $(( left > 300 ? 300 : (left < 30 ? 30 : left) )) "$PY" -m pytest tests -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
     -k "not test_export or cutlass_gemm" --junitxml="$MORE/tests.xml" || status=1
   pack
 fi
