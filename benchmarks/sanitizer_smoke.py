@@ -1,7 +1,7 @@
 """A small set of op calls for compute-sanitizer (memcheck, racecheck) in device_check.sh, each result
 checked against float64: cutlass_gemm for each dtype, row/column-major and misaligned operands and an
-out variant; every candidate tactic (split-K, stream-K, swap-AB) of a decode and a ragged shape; the
-fused linear epilogues; rms_norm (one-block-per-row, register-resident and lanes kernels),
+out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of two decode shapes and a
+ragged one; the fused linear epilogues; rms_norm (one-block-per-row, register-resident and lanes kernels),
 fused_add_rms_norm and silu_and_mul at ragged sizes."""
 
 import torch
@@ -31,7 +31,7 @@ def gemms():
 
 
 def tactics():
-    for M, N, K in ((4, 4096, 4096), (200, 136, 1000)):
+    for M, N, K in ((4, 4096, 4096), (13, 1000, 1032), (200, 136, 1000)):  # decode, ragged decode, ragged
         A = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
         B = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16).t()
         ref = A.double() @ B.double()

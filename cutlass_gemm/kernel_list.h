@@ -41,6 +41,11 @@
 //                            is the kernel's N and the weight streams through the 128-row side. The
 //                            layout columns are those of the GEMM served: the kernel reads B^T
 //                            (flipped layout of B) as its A and A^T as its B. No bias epilogue.
+//             SimtGemv       not CUTLASS: a hand-written CUDA-core kernel (simt_gemv.cuh) for M <= 16
+//                            with B column-major (x @ W^T), each weight byte loaded once by one warp
+//                            of 4 output columns, fp32 FMAs with every row of A: decode-sized GEMMs
+//                            stream the weight, and this streams it with no wasted tile rows and no
+//                            K-split reduction. Same epilogues (bias + activation functors), sm_90a.
 //
 // What each group is for:
 //   sm90_{f16,bf16}_*   Hopper half-precision GEMMs (wgmma, TMA, 128x128x64 tile, 2x1 cluster,
@@ -62,6 +67,9 @@
 //                       stream-K config, so a GEMM with few output tiles still fills the GPU.
 //   sm90_{f16,bf16}_{rr,rc}_swap  swap-AB candidates for small M (decode), to be measured against the
 //                       stream-K kernels (tactic.h); the heuristic does not choose them by default.
+//   sm90_{f16,bf16}_rc[_<act>]_gemv  the SIMT GEMV candidates for M <= 16 (decode), plain GEMM and
+//                       ops.linear: only the rc layout, which the decode GEMMs of a model have (x @ W^T);
+//                       measured against the tensor-core kernels, not chosen by default.
 #pragma once
 
 #include <cstdint>
@@ -144,7 +152,19 @@
   X(sm90_bf16_rc_relu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU, StreamK128x128) \
   X(sm90_bf16_rc_gelu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, StreamK128x128) \
   X(sm90_bf16_rc_gelu_tanh_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, StreamK128x128) \
-  X(sm90_bf16_rc_silu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, StreamK128x128)
+  X(sm90_bf16_rc_silu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, StreamK128x128) \
+  X(sm90_f16_rc_gemv, 90, Half, Standard, Row, Col, 8, 1, Plain, SimtGemv) \
+  X(sm90_bf16_rc_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, SimtGemv) \
+  X(sm90_f16_rc_none_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, SimtGemv) \
+  X(sm90_f16_rc_relu_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, SimtGemv) \
+  X(sm90_f16_rc_gelu_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasGELU, SimtGemv) \
+  X(sm90_f16_rc_gelu_tanh_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasGELUTanh, SimtGemv) \
+  X(sm90_f16_rc_silu_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasSiLU, SimtGemv) \
+  X(sm90_bf16_rc_none_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, BiasIdentity, SimtGemv) \
+  X(sm90_bf16_rc_relu_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU, SimtGemv) \
+  X(sm90_bf16_rc_gelu_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, SimtGemv) \
+  X(sm90_bf16_rc_gelu_tanh_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, SimtGemv) \
+  X(sm90_bf16_rc_silu_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, SimtGemv)
 
 
 namespace ops::cutlass_gemm {
@@ -153,7 +173,7 @@ enum class DType : int8_t { Half, BFloat16, Float, Double };
 enum class Math : int8_t { Standard, TF32, Fast3xTF32 };
 enum class Layout : int8_t { Row, Col };
 enum class Epilogue : int8_t { Plain, BiasIdentity, BiasReLU, BiasGELU, BiasGELUTanh, BiasSiLU };
-enum class TileConfig : int8_t { Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128, SwapStreamK128x32 };
+enum class TileConfig : int8_t { Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128, SwapStreamK128x32, SimtGemv };
 
 enum class KernelId : int {
 #define OPS_KERNEL_ENUM(name, ...) name,

@@ -27,6 +27,9 @@ constexpr int64_t kMinStreamKIterations = 8;
 // tile columns.
 constexpr int64_t kSwapAbMaxM = 64;
 
+// The largest M of the SIMT GEMV kernel (simt_gemv.cuh: 16 rows of accumulators per lane).
+constexpr int64_t kSimtGemvMaxM = 16;
+
 // Split-K slice counts worth trying: each slice keeps at least 4 mainloop iterations.
 std::vector<int> split_counts(int64_t k_iterations) {
   std::vector<int> splits;
@@ -50,6 +53,7 @@ const char* config_name(TileConfig config) {
     case TileConfig::Ping64x128: return "pingpong_64x128_c1x1";
     case TileConfig::StreamK128x128: return "streamk_128x128_c1x1";
     case TileConfig::SwapStreamK128x32: return "swap_ab_streamk_128x32_c1x1";
+    case TileConfig::SimtGemv: return "simt_gemv_m16";
   }
   return "?";
 }
@@ -68,6 +72,7 @@ TileMN tile_of(TileConfig config) {
     case TileConfig::Coop128x256: return {128, 256};
     case TileConfig::Ping64x128: return {64, 128};
     case TileConfig::SwapStreamK128x32: return {32, 128};  // the kernel's 128x32 tile of D^T
+    case TileConfig::SimtGemv: return {16, 16};  // a block: 4 warps of 4 columns, every row (M <= 16)
     case TileConfig::Sm80:
     case TileConfig::Coop128x128:
     case TileConfig::StreamK128x128: return {128, 128};
@@ -102,6 +107,11 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
     // Swap-AB serves small M only (M is its 32-wide tile side): elsewhere it cannot win and would only
     // lengthen autotuning.
     if (info.config == TileConfig::SwapStreamK128x32 && plan.m > kSwapAbMaxM) continue;
+    // The SIMT GEMV kernel takes M <= 16 only (simt_gemv.cuh), and has no scheduler settings.
+    if (info.config == TileConfig::SimtGemv) {
+      if (plan.m <= kSimtGemvMaxM) out.push_back(Tactic{id});
+      continue;
+    }
     if (info.sm != 90) {  // CUTLASS 2.x kernels: no run-time scheduler settings
       out.push_back(Tactic{id});
       continue;

@@ -48,7 +48,8 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count);
 // config supports (stream-K kernels: data-parallel; stream-K where the last wave is partial and the K
 // loop has more than 8 iterations; split-K into 2, 4, 8 slices of at least 4 iterations, for problems
 // under two waves; persistent kernels: swizzle 1, and 8 for problems of four waves or more; the
-// swap-AB kernels only for M <= 64). The heuristic's choice is always among them.
+// swap-AB kernels only for M <= 64; the SIMT GEMV kernels only for M <= 16). The heuristic's choice
+// is always among them.
 std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count);
 
 // A stable, readable name: the kernel's name, then "/dp", "/streamk" or "/splitk<n>" for stream-K

@@ -208,6 +208,56 @@ def test_linear_every_tactic(restore_tactic_settings, M, activation):
         assert normwise_error(y, ref) < 8e-3, name
 
 
+def simt_gemv_available():
+    return torch.cuda.get_device_capability() == (9, 0) and "9.0a" in ops.build_info.CUDA_ARCH_LIST
+
+
+def assert_elementwise(out, ref, dtype):
+    # Exact inputs, fp32 accumulation: the output's rounding (half an ulp, 2^-9 relative for bf16, 2^-12
+    # for fp16) dominates; allow twice that of the largest entry, for every element.
+    assert not torch.isnan(out).any()
+    bound = (2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11) * ref.abs().max().item()
+    worst = (out.double() - ref).abs().max().item()
+    assert worst <= bound, (worst, bound)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_simt_gemv_every_row_count(restore_tactic_settings, dtype):
+    # The SIMT GEMV candidate (simt_gemv.cuh) forced for every M it takes (each row-count variant, and
+    # the rows it rounds up past), N not a multiple of a block's 16 columns or of a warp's 4, K not a
+    # multiple of a warp's 256-element step: every output written (NaN-poisoned), every element right.
+    if not simt_gemv_available():
+        pytest.skip("the SIMT GEMV kernels are built for sm_90a")
+    name = f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_gemv"
+    for M in range(1, 17):
+        for N, K in [(1000, 4104), (44, 264), (8, 8)]:
+            A, B = make(M, K, dtype, "row"), make(K, N, dtype, "col")
+            assert name in ops.gemm.plan(A, B)["candidates"], (M, N, K)
+            ops.gemm.set_tactic(name)
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            ops.cutlass_gemm(A, B, out=out)
+            torch.cuda.synchronize()
+            assert_elementwise(out, torch.mm(A.double(), B.double()), dtype)
+            ops.gemm.set_tactic(None)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+def test_simt_gemv_linear_epilogues(restore_tactic_settings, activation):
+    if not simt_gemv_available():
+        pytest.skip("the SIMT GEMV kernels are built for sm_90a")
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(5, 2056, device="cuda", dtype=dtype)
+        weight = (torch.randn(1004, 2056, device="cuda") / 2056 ** 0.5).to(dtype)
+        bias = torch.randn(1004, device="cuda", dtype=dtype)
+        ops.gemm.set_tactic(f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_{activation}_gemv")
+        for b in (bias, None):
+            y = ops.linear(x, weight, b, activation)
+            ref = ops.linear(x.double().cpu(), weight.double().cpu(), None if b is None else b.double().cpu(),
+                             activation).cuda()
+            assert_elementwise(y, ref, dtype)
+        ops.gemm.set_tactic(None)
+
+
 def tunable_operands(M, K, N):
     """bf16 A (M, K) row-major and B (K, N) column-major, with autotuning on and an empty cache; skips
     on GPUs where the GEMM has a single candidate (nothing to tune)."""

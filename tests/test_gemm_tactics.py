@@ -70,8 +70,13 @@ def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
             assert kernels[f"sm90_{dt}_{layout}_ping"]["config"] == "pingpong_64x128_c1x1"
             assert kernels[f"sm90_{dt}_{layout}_streamk"]["config"] == "streamk_128x128_c1x1"
             assert kernels[f"sm90_{dt}_{layout}_swap"]["config"] == "swap_ab_streamk_128x32_c1x1"
+        assert kernels[f"sm90_{dt}_rc_gemv"]["config"] == "simt_gemv_m16"
         for act in ("none", "relu", "gelu", "gelu_tanh", "silu"):
             assert kernels[f"sm90_{dt}_rc_{act}_streamk"]["config"] == "streamk_128x128_c1x1"
+            assert kernels[f"sm90_{dt}_rc_{act}_gemv"]["config"] == "simt_gemv_m16"
+    # The SIMT GEMV kernels serve x @ W^T only (both operands K-contiguous).
+    assert {(k["layout_a"], k["layout_b"]) for k in kernels.values() if k["config"] == "simt_gemv_m16"} == \
+        {("row", "col")}
     assert {k["config"] for k in kernels.values() if k["sm"] == 80} == {"sm80"}
 
 
@@ -167,7 +172,7 @@ def test_candidates(M, N, K):
     # Every config of the family is a candidate (swap-AB for small M only).
     configs = {kernels[n.split("/")[0]]["config"] for n in names}
     assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1"} \
-        | ({"swap_ab_streamk_128x32_c1x1"} if M <= 64 else set())
+        | ({"swap_ab_streamk_128x32_c1x1"} if M <= 64 else set()) | ({"simt_gemv_m16"} if M <= 16 else set())
 
 
 @pytest.mark.parametrize("b_layout", ["col", "row"])
@@ -181,6 +186,24 @@ def test_swap_ab_kernels_are_decode_candidates_but_not_the_default(b_layout):
     # 32 tiles of 32x128 (in M x N terms) on 132 SMs, 64 K iterations: every decomposition applies.
     assert sorted(swap) == sorted(f"sm90_bf16_{layout}_swap/{s}" for s in ["dp", "streamk", "splitk2", "splitk4",
                                                                            "splitk8"])
+
+
+@pytest.mark.parametrize("M", [1, 3, 8, 16, 17, 64])
+@pytest.mark.parametrize("epilogue", ["plain", "silu"])
+def test_simt_gemv_is_a_decode_candidate_but_not_the_default(M, epilogue):
+    # The hand-written SIMT GEMV kernel (simt_gemv.cuh) takes M <= 16 with B column-major (x @ W^T): a
+    # candidate to measure there, never the heuristic's choice until measured; rr GEMMs have none.
+    x = strided(M, 4096, torch.bfloat16, "row")
+    weight = strided(4096, 4096, torch.bfloat16, "row")
+    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue=epilogue)
+    gemv = "sm90_bf16_rc_gemv" if epilogue == "plain" else f"sm90_bf16_rc_{epilogue}_gemv"
+    assert (gemv in plan["candidates"]) == (M <= 16)
+    assert plan["tactic"]["config"] != "simt_gemv_m16"
+    rr = plan_only(*operands(M, 4096, 4096, b_layout="row", values=False))
+    assert not [n for n in rr["candidates"] if "_gemv" in n]
+    # Ampere has no SIMT GEMV kernel (sm_90a only, like the other SM90 configs).
+    ampere = ops._library.gemm_plan_for_target(x, weight.t(), 8, 0, "8.0;9.0a", epilogue=epilogue)
+    assert not [n for n in ampere["candidates"] if "_gemv" in n]
 
 
 def test_linear_epilogues_have_no_swap_ab_candidates():

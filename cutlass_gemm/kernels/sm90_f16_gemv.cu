@@ -1,0 +1,10 @@
+// SIMT GEMV candidates for decode-sized GEMMs (M <= 16, x @ W^T), f16: the plain GEMM and the ops.linear
+// epilogues (kernel_list.h, simt_gemv.cuh).
+#include "../simt_gemv.cuh"
+
+OPS_DEFINE_SIMT_GEMV(sm90_f16_rc_gemv)
+OPS_DEFINE_SIMT_GEMV(sm90_f16_rc_none_gemv)
+OPS_DEFINE_SIMT_GEMV(sm90_f16_rc_relu_gemv)
+OPS_DEFINE_SIMT_GEMV(sm90_f16_rc_gelu_gemv)
+OPS_DEFINE_SIMT_GEMV(sm90_f16_rc_gelu_tanh_gemv)
+OPS_DEFINE_SIMT_GEMV(sm90_f16_rc_silu_gemv)
