@@ -17,6 +17,11 @@
 // M x kColumnsPerWarp partial dot products, combined at the end by a reduce-scatter across the warp
 // (each shuffle step halves the values a lane holds: V - 1 shuffles for V = M x 4 partial sums, instead
 // of 5 V for a butterfly per value). kWarps warps per block, on different columns.
+//
+// Host emulation: with OPS_SIMT_GEMV_HOST_EMULATION defined, and tests/cpp/warp_emulation.h included
+// first (threadIdx, blockIdx, __ldcs, __ldg, __shfl_xor_sync, emulate_launch), this file compiles with a
+// host C++ compiler and the kernel runs on emulated lock-step warps: tests/test_simt_gemv_emulation.py
+// checks it without a GPU (every row-count variant, ragged N and K, epilogues, bounds of every load).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +30,14 @@
 #include <cuda_fp16.h>
 
 #include "cutlass_common.cuh"
+
+#if defined(OPS_SIMT_GEMV_HOST_EMULATION)
+#define OPS_GEMV_DEVICE inline
+#define OPS_GEMV_KERNEL(threads) void
+#else
+#define OPS_GEMV_DEVICE __device__ __forceinline__
+#define OPS_GEMV_KERNEL(threads) __global__ void __launch_bounds__(threads)
+#endif
 
 namespace ops::cutlass_gemm::simt_gemv {
 
@@ -36,21 +49,21 @@ constexpr int kChunk = 8;  // elements per 16-byte load
 
 // Two 16-bit values packed in a 32-bit word, to floats.
 template <typename Element>
-__device__ __forceinline__ float2 unpack2(uint32_t bits);
+OPS_GEMV_DEVICE float2 unpack2(uint32_t bits);
 template <>
-__device__ __forceinline__ float2 unpack2<cutlass::bfloat16_t>(uint32_t bits) {
+OPS_GEMV_DEVICE float2 unpack2<cutlass::bfloat16_t>(uint32_t bits) {
   // bfloat16 is the upper half of a float32.
   return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));
 }
 template <>
-__device__ __forceinline__ float2 unpack2<cutlass::half_t>(uint32_t bits) {
+OPS_GEMV_DEVICE float2 unpack2<cutlass::half_t>(uint32_t bits) {
   __half2 h;
   memcpy(&h, &bits, sizeof h);
   return __half22float2(h);
 }
 
 template <typename Element>
-__device__ __forceinline__ void unpack8(const uint4& v, float (&out)[kChunk]) {
+OPS_GEMV_DEVICE void unpack8(const uint4& v, float (&out)[kChunk]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -64,7 +77,7 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&out)[kChunk]) {
 // the sums of indices first_index(l) + j, j < max(V / 32, 1) (for V < 32, lanes that differ only in
 // their low 5 - log2(V) bits hold the same sums).
 template <int V>
-__device__ __forceinline__ int reduce_scatter(float (&v)[V], int lane) {
+OPS_GEMV_DEVICE int reduce_scatter(float (&v)[V], int lane) {
   static_assert(V > 0 && (V & (V - 1)) == 0, "V must be a power of two");
   int first = 0;
   int width = V;
@@ -95,7 +108,7 @@ constexpr int values_per_lane() { return V >= 32 ? V / 32 : 1; }
 
 // Lanes that write: for V < 32 one lane per group of lanes holding the same sums.
 template <int V>
-__device__ __forceinline__ bool writes(int lane) {
+OPS_GEMV_DEVICE bool writes(int lane) {
   if constexpr (V >= 32) {
     return true;
   } else {
@@ -104,10 +117,10 @@ __device__ __forceinline__ bool writes(int lane) {
 }
 
 template <typename Element, Epilogue kEpilogue, int kRows, int kUnroll>
-__global__ void __launch_bounds__(kThreads) kernel(const Element* __restrict__ a, const Element* __restrict__ b,
+OPS_GEMV_KERNEL(kThreads) kernel(const Element* __restrict__ a, const Element* __restrict__ b,
                                                    Element* __restrict__ d, const Element* __restrict__ bias,
                                                    int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldd) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#if defined(OPS_SIMT_GEMV_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900)
   const int lane = threadIdx.x & 31;
   const int64_t column0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kColumnsPerWarp;
   if (column0 >= n) return;  // the whole warp
@@ -182,7 +195,12 @@ void launch(const GemmLaunchArgs& args, cudaStream_t stream) {
   constexpr int kUnroll = kRows <= 4 ? 4 : 2;  // registers: weight prefetch vs accumulators
   const int64_t columns_per_block = kWarps * kColumnsPerWarp;
   const dim3 grid(static_cast<unsigned>((args.n + columns_per_block - 1) / columns_per_block));
+#if defined(OPS_SIMT_GEMV_HOST_EMULATION)
+  (void)stream;
+  emulate_launch(grid, kThreads, kernel<Element, kEpilogue, kRows, kUnroll>,
+#else
   kernel<Element, kEpilogue, kRows, kUnroll><<<grid, kThreads, 0, stream>>>(
+#endif
       static_cast<const Element*>(args.a), static_cast<const Element*>(args.b), static_cast<Element*>(args.d),
       static_cast<const Element*>(args.bias), static_cast<int>(args.m), static_cast<int>(args.n),
       static_cast<int>(args.k), args.lda, args.ldb, args.ldd);
@@ -215,8 +233,10 @@ LaunchStatus run(const GemmLaunchArgs& args, cudaStream_t stream) {
   } else {
     launch<Element, kEpilogue, 16>(args, stream);
   }
+#if !defined(OPS_SIMT_GEMV_HOST_EMULATION)
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {false, cudaGetErrorString(err)};
+#endif
   return {};
 }
 

@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import subprocess
 import sys
@@ -45,3 +46,11 @@ def run_python(code, *, cwd=None, env=None, timeout=300):
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", code], cwd=cwd or os.getcwd(), env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def cutlass_include():
+    """CUTLASS's include folder, from the nvidia-cutlass package (as setup.py finds it), or None."""
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(list(spec.submodule_search_locations)[0], "source", "include")

@@ -4,7 +4,6 @@ with nvcc runs them here without a GPU. Checked against PyTorch's formulas in fl
 float range, special values included. (On the GPU the same code runs with a faster exp; tests/test_linear.py
 checks that path within one output rounding.)"""
 
-import importlib.util
 import os
 import subprocess
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO
+from conftest import REPO, cutlass_include
 
 PROGRAM = r"""
 #include <cstdio>
@@ -31,14 +30,6 @@ int main(int argc, char** argv) {
   }
 }
 """
-
-
-def cutlass_include():
-    """CUTLASS's include folder, from the nvidia-cutlass package (as setup.py finds it), or None."""
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.join(list(spec.submodule_search_locations)[0], "source", "include")
 
 
 @pytest.fixture(scope="module")

@@ -127,9 +127,14 @@ void remember_stream(DeviceState& state, cudaStream_t stream) {
 
 bool is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    (void)cudaGetLastError();  // e.g. a stream destroyed since: not capturing, and no error left behind
-    return false;
+  const cudaError_t err = cudaStreamIsCapturing(stream, &status);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    // The legacy default stream while a blocking stream captures: any work on it (an event record, a
+    // free, a synchronize) would join and invalidate that capture, so treat it as capturing (the free
+    // is deferred, trim skips it).
+    if (err == cudaErrorStreamCaptureImplicit) return true;
+    return false;  // e.g. a stream destroyed since: not capturing, and no error left behind
   }
   return status != cudaStreamCaptureStatusNone;
 }
