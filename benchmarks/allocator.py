@@ -6,8 +6,11 @@ allocator is chosen before CUDA starts).
 
 Per configuration: host time of one allocation + free for a mix of sizes (512 B .. 64 MiB, median and
 p99, microseconds), and the step time (median, ms) and peak memory (MiB) of a small transformer
-training step (4-layer encoder, d_model 512, batch 16 x 256 tokens, AdamW). Peak memory is what the
-configuration's own statistics report (torch.cuda.max_memory_reserved, or ops.allocator.stats()).
+training step (4-layer encoder, d_model 512, batch 16 x 256 tokens, AdamW). Peak memory is the peak
+reserved from the driver, from each configuration's own statistics: torch.cuda.max_memory_reserved;
+for ops global the pool's high-water mark (stats()["peak_bytes_reserved"]); for ops MemPool the
+segments the caching allocator took from the pool (stats()["peak_bytes_in_use"]). (Before 2026-11-30's
+session 7, ops global reported its peak bytes in use, which is not comparable.)
 Needs an NVIDIA GPU; without one it says so and exits.
 """
 
@@ -64,7 +67,9 @@ for i in range(13):
 if "{name}".startswith("torch"):
     peak = torch.cuda.max_memory_reserved()
 else:
-    peak = ops.allocator.stats()["peak_bytes_in_use"]
+    # Reserved, as torch.cuda.max_memory_reserved: the global install's pool; a MemPool's segments are
+    # what the caching allocator reserved from it (our bytes in use).
+    peak = ops.allocator.stats()["peak_bytes_reserved" if "{name}" == "ops global" else "peak_bytes_in_use"]
 print("RESULT " + json.dumps({{"alloc_free_us_median": statistics.median(lat), "alloc_free_us_p99": lat[int(0.99 * len(lat))],
        "step_ms_median": statistics.median(steps[3:]), "peak_mib": peak / 2**20}}))
 """

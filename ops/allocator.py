@@ -35,7 +35,8 @@ FREE_FN = "ops_free"
 
 class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in (
-        "bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "allocations", "frees", "failed_allocations")]
+        "bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "allocations", "frees", "failed_allocations",
+        "peak_bytes_reserved")]  # the order and types of OpsAllocatorStats (csrc/allocator/allocator.h)
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,7 +115,8 @@ def pool() -> "torch.cuda.MemPool":
 
 def stats(device=None) -> Dict[str, int]:
     """Per-device statistics: bytes_in_use, peak_bytes_in_use, bytes_reserved (held by the pool),
-    allocations, frees, failed_allocations. Bytes are bytes; counts are calls."""
+    peak_bytes_reserved (the pool's high-water mark, what torch.cuda.max_memory_reserved is for the
+    caching allocator), allocations, frees, failed_allocations. Bytes are bytes; counts are calls."""
     lib = _require_gpu()
     out = _Stats()
     _check(lib.ops_allocator_stats(_device_index(device), ctypes.byref(out)), "stats")
@@ -122,7 +124,8 @@ def stats(device=None) -> Dict[str, int]:
 
 
 def reset_peak(device=None) -> None:
-    """Reset peak_bytes_in_use to the current bytes_in_use."""
+    """Reset peak_bytes_in_use to the current bytes_in_use, and peak_bytes_reserved to the current
+    bytes_reserved."""
     _check(_require_gpu().ops_allocator_reset_peak(_device_index(device)), "reset_peak")
 
 

@@ -27,6 +27,19 @@ def test_library_exports_the_allocator_functions():
     assert not missing, f"not exported as functions: {missing}"
 
 
+def _stats_layout_asserts():
+    """static_asserts that ops.allocator's ctypes mirror of OpsAllocatorStats has the C struct's fields,
+    in order, at the same offsets, with the same size (ctypes reads the struct by position)."""
+    import ctypes
+
+    lines = [f"static_assert(sizeof(OpsAllocatorStats) == {ctypes.sizeof(ops.allocator._Stats)});"]
+    for name, ctype in ops.allocator._Stats._fields_:
+        offset = getattr(ops.allocator._Stats, name).offset
+        lines.append(f"static_assert(offsetof(OpsAllocatorStats, {name}) == {offset});")
+        lines.append(f"static_assert(sizeof(OpsAllocatorStats::{name}) == {ctypes.sizeof(ctype)});")
+    return "\n        ".join(["#include <cstddef>"] + lines)
+
+
 @needs_cuda_build
 def test_allocator_signatures_match_what_pytorch_calls(tmp_path):
     # PyTorch stores the functions as std::function<void*(size_t, int, cudaStream_t)> and
@@ -41,8 +54,9 @@ def test_allocator_signatures_match_what_pytorch_calls(tmp_path):
         static_assert(std::is_same_v<decltype(&ops_pool_alloc), void* (*)(size_t, int, cudaStream_t)>);
         static_assert(std::is_same_v<decltype(&ops_free), void (*)(void*, size_t, int, cudaStream_t)>);
         static_assert(std::is_same_v<decltype(&ops_allocator_record_stream), void (*)(void*, cudaStream_t)>);
+        @STATS@
         int main() { return 0; }
-    """))
+    """).replace("@STATS@", _stats_layout_asserts()))
     cuda_include = os.path.join(ops.build_info.CUDA_HOME, "include")
     result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", f"-I{REPO}", f"-I{cuda_include}", str(src)],
                             capture_output=True, text=True)
@@ -99,12 +113,14 @@ def test_global_install_stats_and_ops():
         assert s1["allocations"] >= s0["allocations"] + 3
         assert s1["bytes_in_use"] >= s0["bytes_in_use"] + (256 * 512 + 512 * 128 + 256 * 128) * 2
         assert s1["peak_bytes_in_use"] >= s1["bytes_in_use"] and s1["bytes_reserved"] >= s1["bytes_in_use"]
+        assert s1["peak_bytes_reserved"] >= s1["bytes_reserved"]
         del A, B, C
         torch.cuda.synchronize()
         s2 = ops.allocator.stats()
         assert s2["frees"] >= s0["frees"] + 3 and s2["bytes_in_use"] <= s1["bytes_in_use"] - 2 * 256 * 512
         ops.allocator.reset_peak()
-        assert ops.allocator.stats()["peak_bytes_in_use"] == ops.allocator.stats()["bytes_in_use"]
+        s3 = ops.allocator.stats()
+        assert s3["peak_bytes_in_use"] == s3["bytes_in_use"] and s3["peak_bytes_reserved"] == s3["bytes_reserved"]
         ops.allocator.trim()
         assert ops.allocator.stats()["bytes_reserved"] <= s1["bytes_reserved"]
     """)

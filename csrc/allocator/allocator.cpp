@@ -292,12 +292,15 @@ int ops_allocator_stats(int device, OpsAllocatorStats* out) {
   out->frees = state.frees.load();
   out->failed_allocations = state.failed.load();
   out->bytes_reserved = 0;
+  out->peak_bytes_reserved = 0;
   std::lock_guard<std::mutex> lock(state.mu);
   if (state.pool != nullptr) {
-    uint64_t reserved = 0;
-    const cudaError_t err = cudaMemPoolGetAttribute(state.pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+    uint64_t reserved = 0, high = 0;
+    cudaError_t err = cudaMemPoolGetAttribute(state.pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+    if (err == cudaSuccess) err = cudaMemPoolGetAttribute(state.pool, cudaMemPoolAttrReservedMemHigh, &high);
     if (err != cudaSuccess) return err;
     out->bytes_reserved = static_cast<int64_t>(reserved);
+    out->peak_bytes_reserved = static_cast<int64_t>(high);
   }
   return cudaSuccess;
 }
@@ -306,6 +309,11 @@ int ops_allocator_reset_peak(int device) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidValue;
   DeviceState& state = states()[device];
   state.peak.store(state.in_use.load());
+  std::lock_guard<std::mutex> lock(state.mu);
+  if (state.pool != nullptr) {
+    uint64_t zero = 0;  // resets the high-water mark to the current reservation
+    return cudaMemPoolSetAttribute(state.pool, cudaMemPoolAttrReservedMemHigh, &zero);
+  }
   return cudaSuccess;
 }
 

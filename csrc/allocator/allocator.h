@@ -35,6 +35,8 @@ struct OpsAllocatorStats {
   int64_t allocations;        // successful allocations
   int64_t frees;
   int64_t failed_allocations;
+  int64_t peak_bytes_reserved;  // the pool's high-water mark (cudaMemPoolAttrReservedMemHigh), since
+                                // start or the last reset_peak
 };
 
 // Each returns 0 on success, or a CUDA error code (message: ops_allocator_error_string).
