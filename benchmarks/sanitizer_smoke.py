@@ -1,8 +1,8 @@
 """A small set of op calls for compute-sanitizer (memcheck, racecheck) in device_check.sh, each result
 checked against float64: cutlass_gemm for each dtype, row/column-major and misaligned operands and an
 out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of two decode shapes and a
-ragged one; the fused linear epilogues; rms_norm (one-block-per-row, register-resident and lanes kernels),
-fused_add_rms_norm and silu_and_mul at ragged sizes."""
+ragged one, and of the fused linear at two M; the fused linear epilogues; rms_norm (one-block-per-row,
+register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes."""
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,22 @@ def tactics():
             ops.gemm.set_tactic(name)
             try:
                 check(("tactic", name, M, N, K), ops.cutlass_gemm(A, B), ref, 1e-2)
+            finally:
+                ops.gemm.set_tactic(None)
+    # The fused linear's candidates (128x128, 128x256, stream-K, SIMT GEMV epilogues) at a decode and
+    # a ragged M.
+    for M in (3, 200):
+        x = torch.randn(M, 264, device=DEVICE, dtype=torch.bfloat16)
+        w = torch.randn(136, 264, device=DEVICE, dtype=torch.bfloat16) / 264 ** 0.5
+        b = torch.randn(136, device=DEVICE, dtype=torch.bfloat16)
+        ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
+        names = ops._library.gemm_plan_for_target(
+            x, w.t(), *torch.cuda.get_device_capability(), ops.build_info.CUDA_ARCH_LIST,
+            sm_count=torch.cuda.get_device_properties(0).multi_processor_count, epilogue="gelu")["candidates"]
+        for name in names:
+            ops.gemm.set_tactic(name)
+            try:
+                check(("linear tactic", name, M), ops.linear(x, w, b, "gelu"), ref, 2e-2)
             finally:
                 ops.gemm.set_tactic(None)
 

@@ -65,6 +65,9 @@
 //                       kernels instead of 24: each SM90 instantiation costs ~15 s of nvcc per core.
 //   sm90_{f16,bf16}_rc_<act>_streamk  ops.linear at small M (decode): the fused epilogue on the
 //                       stream-K config, so a GEMM with few output tiles still fills the GPU.
+//   sm90_{f16,bf16}_rc_<act>_coop256  ops.linear at large M and N (prefill, training): the fused
+//                       epilogue on 128x256 tiles, as the plain GEMM gets (on 128x128 tiles the fused
+//                       linear ran at 0.88-0.96x of torch._addmm_activation at T = 1024-4096, 2026-11-30).
 //   sm90_{f16,bf16}_{rr,rc}_swap  swap-AB candidates for small M (decode), to be measured against the
 //                       stream-K kernels (tactic.h); the heuristic does not choose them by default.
 //   sm90_{f16,bf16}_rc[_<act>]_gemv  the SIMT GEMV candidates for M <= 16 (decode), plain GEMM and
@@ -153,6 +156,16 @@
   X(sm90_bf16_rc_gelu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, StreamK128x128) \
   X(sm90_bf16_rc_gelu_tanh_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, StreamK128x128) \
   X(sm90_bf16_rc_silu_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, StreamK128x128) \
+  X(sm90_f16_rc_none_coop256, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, Coop128x256) \
+  X(sm90_f16_rc_relu_coop256, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, Coop128x256) \
+  X(sm90_f16_rc_gelu_coop256, 90, Half, Standard, Row, Col, 8, 1, BiasGELU, Coop128x256) \
+  X(sm90_f16_rc_gelu_tanh_coop256, 90, Half, Standard, Row, Col, 8, 1, BiasGELUTanh, Coop128x256) \
+  X(sm90_f16_rc_silu_coop256, 90, Half, Standard, Row, Col, 8, 1, BiasSiLU, Coop128x256) \
+  X(sm90_bf16_rc_none_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasIdentity, Coop128x256) \
+  X(sm90_bf16_rc_relu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU, Coop128x256) \
+  X(sm90_bf16_rc_gelu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, Coop128x256) \
+  X(sm90_bf16_rc_gelu_tanh_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, Coop128x256) \
+  X(sm90_bf16_rc_silu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, Coop128x256) \
   X(sm90_f16_rc_gemv, 90, Half, Standard, Row, Col, 8, 1, Plain, SimtGemv) \
   X(sm90_bf16_rc_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, SimtGemv) \
   X(sm90_f16_rc_none_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, SimtGemv) \

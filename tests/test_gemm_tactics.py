@@ -73,6 +73,7 @@ def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
         assert kernels[f"sm90_{dt}_rc_gemv"]["config"] == "simt_gemv_m16"
         for act in ("none", "relu", "gelu", "gelu_tanh", "silu"):
             assert kernels[f"sm90_{dt}_rc_{act}_streamk"]["config"] == "streamk_128x128_c1x1"
+            assert kernels[f"sm90_{dt}_rc_{act}_coop256"]["config"] == "coop_128x256_c2x1"
             assert kernels[f"sm90_{dt}_rc_{act}_gemv"]["config"] == "simt_gemv_m16"
     # The SIMT GEMV kernels serve x @ W^T only (both operands K-contiguous).
     assert {(k["layout_a"], k["layout_b"]) for k in kernels.values() if k["config"] == "simt_gemv_m16"} == \
@@ -106,6 +107,21 @@ def test_heuristic_choice(M, N, K, b_layout, config, decomposition):
     assert plan["tactic"]["config"] == config, plan["tactic"]
     assert plan["tactic"]["decomposition"] == decomposition
     assert plan["tactic"]["name"] in plan["candidates"]
+
+
+@pytest.mark.parametrize("M,N,K,config", [
+    (4096, 4096, 4096, "coop_128x256_c2x1"),    # prefill / training: 128x256 tiles, as plain GEMMs
+    (4096, 14336, 4096, "coop_128x256_c2x1"),
+    (1024, 4096, 4096, "coop_128x128_c2x1"),    # a full wave of 128x128 tiles, not of 128x256
+    (16, 4096, 4096, "streamk_128x128_c1x1"),   # decode
+])
+def test_linear_heuristic_choice(M, N, K, config):
+    x = strided(M, K, torch.bfloat16, "row")
+    weight = strided(N, K, torch.bfloat16, "row")
+    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue="gelu")
+    assert plan["tactic"]["config"] == config, plan["tactic"]
+    assert plan["kernel"].endswith("_gelu" + {"coop_128x256_c2x1": "_coop256", "coop_128x128_c2x1": "",
+                                              "streamk_128x128_c1x1": "_streamk"}[config])
 
 
 def test_sm_count_is_the_wave_size():
