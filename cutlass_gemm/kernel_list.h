@@ -188,6 +188,10 @@ enum class Layout : int8_t { Row, Col };
 enum class Epilogue : int8_t { Plain, BiasIdentity, BiasReLU, BiasGELU, BiasGELUTanh, BiasSiLU };
 enum class TileConfig : int8_t { Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128, SwapStreamK128x32, SimtGemv };
 
+// The largest M the SimtGemv kernels take (simt_gemv.cuh: that many rows of accumulators per lane); the
+// planner offers them up to it (tactic.cpp).
+inline constexpr int kSimtGemvMaxRows = 16;
+
 enum class KernelId : int {
 #define OPS_KERNEL_ENUM(name, ...) name,
   OPS_CUTLASS_GEMM_KERNELS(OPS_KERNEL_ENUM)

@@ -41,7 +41,6 @@
 
 namespace ops::cutlass_gemm::simt_gemv {
 
-constexpr int kMaxRows = 16;
 constexpr int kColumnsPerWarp = 4;
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -73,9 +72,9 @@ OPS_GEMV_DEVICE void unpack8(const uint4& v, float (&out)[kChunk]) {
   }
 }
 
-// Sums v[] over the 32 lanes of the warp, spreading the V sums across lanes: afterwards lane l holds
-// the sums of indices first_index(l) + j, j < max(V / 32, 1) (for V < 32, lanes that differ only in
-// their low 5 - log2(V) bits hold the same sums).
+// Sums v[] over the 32 lanes of the warp, spreading the V sums across lanes: afterwards the lane holds
+// the sums of indices first + j in v[j], j < max(V / 32, 1), where first is the value returned (for
+// V < 32, lanes that differ only in their low 5 - log2(V) bits hold the same sums).
 template <int V>
 OPS_GEMV_DEVICE int reduce_scatter(float (&v)[V], int lane) {
   static_assert(V > 0 && (V & (V - 1)) == 0, "V must be a power of two");
@@ -118,8 +117,8 @@ OPS_GEMV_DEVICE bool writes(int lane) {
 
 template <typename Element, Epilogue kEpilogue, int kRows, int kUnroll>
 OPS_GEMV_KERNEL(kThreads) kernel(const Element* __restrict__ a, const Element* __restrict__ b,
-                                                   Element* __restrict__ d, const Element* __restrict__ bias,
-                                                   int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldd) {
+                                 Element* __restrict__ d, const Element* __restrict__ bias, int m, int n, int k,
+                                 int64_t lda, int64_t ldb, int64_t ldd) {
 #if defined(OPS_SIMT_GEMV_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900)
   const int lane = threadIdx.x & 31;
   const int64_t column0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kColumnsPerWarp;
@@ -213,8 +212,8 @@ LaunchStatus run(const GemmLaunchArgs& args, cudaStream_t stream) {
                 Traits::info.b == Layout::Col && sizeof(typename Traits::Element) == 2);
   using Element = typename Traits::Element;
   constexpr Epilogue kEpilogue = Traits::info.epilogue;
-  if (args.m < 1 || args.m > kMaxRows || args.n < 1 || args.k < 1 || args.k > INT32_MAX - kChunk * 32 * 4 ||
-      args.n > INT32_MAX) {
+  if (args.m < 1 || args.m > kSimtGemvMaxRows || args.n < 1 || args.k < 1 ||
+      args.k > INT32_MAX - kChunk * 32 * 4 || args.n > INT32_MAX) {
     return {false, "the SIMT GEMV kernel takes 1 <= M <= 16 (and N, K below 2^31)"};
   }
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -222,6 +221,7 @@ LaunchStatus run(const GemmLaunchArgs& args, cudaStream_t stream) {
       !aligned16(args.b)) {
     return {false, "the SIMT GEMV kernel needs K, lda and ldb multiples of 8 and 16-byte aligned A and B"};
   }
+  static_assert(kSimtGemvMaxRows == 16, "the row-count dispatch below ends at 16 rows");
   if (args.m == 1) {
     launch<Element, kEpilogue, 1>(args, stream);
   } else if (args.m == 2) {

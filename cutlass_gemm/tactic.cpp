@@ -27,9 +27,6 @@ constexpr int64_t kMinStreamKIterations = 8;
 // tile columns.
 constexpr int64_t kSwapAbMaxM = 64;
 
-// The largest M of the SIMT GEMV kernel (simt_gemv.cuh: 16 rows of accumulators per lane).
-constexpr int64_t kSimtGemvMaxM = 16;
-
 // Split-K slice counts worth trying: each slice keeps at least 4 mainloop iterations.
 std::vector<int> split_counts(int64_t k_iterations) {
   std::vector<int> splits;
@@ -109,7 +106,7 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
     if (info.config == TileConfig::SwapStreamK128x32 && plan.m > kSwapAbMaxM) continue;
     // The SIMT GEMV kernel takes M <= 16 only (simt_gemv.cuh), and has no scheduler settings.
     if (info.config == TileConfig::SimtGemv) {
-      if (plan.m <= kSimtGemvMaxM) out.push_back(Tactic{id});
+      if (plan.m <= kSimtGemvMaxRows) out.push_back(Tactic{id});
       continue;
     }
     if (info.sm != 90) {  // CUTLASS 2.x kernels: no run-time scheduler settings
