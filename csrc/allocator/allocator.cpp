@@ -321,26 +321,28 @@ int ops_allocator_trim(int device, size_t keep_bytes) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidValue;
   DeviceState& state = states()[device];
   cudaMemPool_t pool = nullptr;
-  std::vector<cudaStream_t> free_streams;  // where frees may be queued: the internal and the seen streams
+  cudaStream_t free_stream = nullptr;
+  std::vector<cudaStream_t> seen;  // one-stream frees are queued on the stream itself (free_ordered)
   {
     std::lock_guard<std::mutex> lock(state.mu);
     pool = state.pool;
+    free_stream = state.free_stream;
     // Frees deferred past a capture that has ended since (no allocation or free has run them yet).
     if (pool != nullptr && !state.deferred.empty()) on_device(device, [&] { flush_deferred(state); return cudaSuccess; });
-    free_streams.push_back(state.free_stream);
-    for (const auto& entry : state.streams) free_streams.push_back(entry.first);
+    for (const auto& entry : state.streams) seen.push_back(entry.first);
   }
   if (pool == nullptr) return cudaSuccess;
   // Queued frees must have run before their memory can be released. Waited for without the lock, so
   // allocations and frees of other threads go on meanwhile. A capturing stream cannot be synchronised
   // (and its frees wait for the capture anyway).
   return on_device(device, [&] {
-    for (size_t i = 0; i < free_streams.size(); ++i) {
-      if (i > 0 && is_capturing(free_streams[i])) continue;
-      const cudaError_t err = cudaStreamSynchronize(free_streams[i]);
-      if (err == cudaSuccess) continue;
-      if (i == 0) return err;
-      (void)cudaGetLastError();  // a seen stream destroyed since, as free_ordered forgets them
+    const cudaError_t err = cudaStreamSynchronize(free_stream);
+    if (err != cudaSuccess) return err;
+    for (cudaStream_t stream : seen) {
+      if (is_capturing(stream)) continue;
+      if (cudaStreamSynchronize(stream) != cudaSuccess) {
+        (void)cudaGetLastError();  // a seen stream destroyed since, as free_ordered forgets them
+      }
     }
     return cudaMemPoolTrimTo(pool, keep_bytes);
   });
