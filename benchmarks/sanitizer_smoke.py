@@ -30,17 +30,23 @@ def gemms():
             check(("gemm out", dtype, M, N, K), out[1:], ref[1:], 1e-2)
 
 
+def check_each_tactic(names, label, fn, ref, tol):
+    """check(fn()) with each tactic of `names` forced in turn (errors propagate: under the sanitizer a
+    refused tactic is a finding too)."""
+    for name in names:
+        ops.gemm.set_tactic(name)
+        try:
+            check((label, name), fn(), ref, tol)
+        finally:
+            ops.gemm.set_tactic(None)
+
+
 def tactics():
     for M, N, K in ((4, 4096, 4096), (13, 1000, 1032), (200, 136, 1000)):  # decode, ragged decode, ragged
         A = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
         B = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16).t()
-        ref = A.double() @ B.double()
-        for name in ops.gemm.plan(A, B)["candidates"]:
-            ops.gemm.set_tactic(name)
-            try:
-                check(("tactic", name, M, N, K), ops.cutlass_gemm(A, B), ref, 1e-2)
-            finally:
-                ops.gemm.set_tactic(None)
+        check_each_tactic(ops.gemm.plan(A, B)["candidates"], ("tactic", M, N, K), lambda: ops.cutlass_gemm(A, B),
+                          A.double() @ B.double(), 1e-2)
     # The fused linear's candidates (128x128, 128x256, stream-K, SIMT GEMV epilogues) at a decode and
     # a ragged M.
     for M in (3, 200):
@@ -51,12 +57,7 @@ def tactics():
         names = ops._library.gemm_plan_for_target(
             x, w.t(), *torch.cuda.get_device_capability(), ops.build_info.CUDA_ARCH_LIST,
             sm_count=torch.cuda.get_device_properties(0).multi_processor_count, epilogue="gelu")["candidates"]
-        for name in names:
-            ops.gemm.set_tactic(name)
-            try:
-                check(("linear tactic", name, M), ops.linear(x, w, b, "gelu"), ref, 2e-2)
-            finally:
-                ops.gemm.set_tactic(None)
+        check_each_tactic(names, ("linear tactic", M), lambda: ops.linear(x, w, b, "gelu"), ref, 2e-2)
 
 
 def fused():
