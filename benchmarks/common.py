@@ -6,9 +6,11 @@ import platform
 import statistics
 import subprocess
 import sys
+import traceback
 
 import torch
 import torch.utils.benchmark as benchmark
+from tqdm import tqdm
 
 import ops
 
@@ -88,32 +90,144 @@ def write_report(out_dir, name, payload, title, table):
         f.write(f"# {title}\n\n{table}\n")
 
 
-def mark_interrupted(payload, measured, planned):
-    """For a run stopped before its last case (Ctrl-C, or device_check.sh's `timeout -s INT`): records
-    {"measured", "planned"} in the JSON payload and returns the note for the report's text; "" (and the
-    payload unchanged) for a complete run."""
+def mark_stopped(payload, measured, planned, aborted=None):
+    """For a run that stopped before its last case: records {"measured", "planned"} in the JSON payload
+    under "interrupted" (Ctrl-C, or device_check.sh's `timeout -s INT`) or, given `aborted` (the error
+    that stopped it, from measure_all), under "aborted" with that error; returns the note for the report's
+    text. "" (and the payload unchanged) for a complete run."""
+    if aborted is not None:
+        payload["aborted"] = {"measured": measured, "planned": planned, "error": aborted}
+        return f" (ABORTED after {measured} of {planned} cases: {aborted})"
     if measured >= planned:
         return ""
     payload["interrupted"] = {"measured": measured, "planned": planned}
     return f" (INTERRUPTED: {measured} of {planned} cases measured)"
 
 
-def sweep_tactics(fn, names, timer):
-    """{tactic name: seconds per call of `fn`, or None where CUTLASS refuses that tactic for the shape}
-    for each name in `names`, forced one at a time with ops.gemm.set_tactic (restored to the heuristic
-    afterwards). `fn` runs the GEMM (cutlass_gemm, or a linear on top of one)."""
-    times = {}
+def first_line(error):
+    """An exception's message, first line (CUDA and c10 errors append pages of context)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def measure_all(cases, measure, desc, label=str):
+    """Calls measure(case) for each case under a progress bar, until the end or until something stops
+    the run. Returns (number of cases measured, aborted): aborted is None for a complete or an
+    interrupted run (Ctrl-C, or device_check.sh's `timeout -s INT`: a KeyboardInterrupt), else the error
+    that stopped it, naming its case (`label(case)`); the traceback goes to stderr. Either way the caller
+    still reports the cases measured: a kernel that fails on one shape must not cost the timings of the
+    shapes before it (a crash lost every bf16/fp16 timing of the first GPU run)."""
+    done = 0
+    bar = tqdm(cases, desc=desc, file=sys.stderr, dynamic_ncols=True)
+    case = None
+    try:
+        for case in bar:
+            bar.set_postfix_str(label(case))
+            measure(case)
+            done += 1
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"\ninterrupted: reporting the {done} of {len(cases)} cases measured so far", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - reported with its traceback; the caller exits non-zero
+        bar.close()
+        traceback.print_exc()
+        aborted = f"{label(case)}: {type(e).__name__}: {first_line(e)}"
+        print(f"\naborted at {aborted}\nreporting the {done} of {len(cases)} cases measured so far",
+              file=sys.stderr)
+        return done, aborted
+    return done, None
+
+
+class PartialLog:
+    """<out_dir>/<stem>.partial.jsonl: each measured record as one JSON line ({"kind": kind, ...}), written
+    and flushed as it is measured. A process that dies without reporting (a segfault in a kernel under
+    test) leaves what it measured there; once the full report is written, finish() deletes the file."""
+
+    def __init__(self, out_dir, stem):
+        os.makedirs(out_dir, exist_ok=True)
+        self.path = os.path.join(out_dir, f"{stem}.partial.jsonl")
+        self._file = open(self.path, "w")
+
+    def write(self, kind, record):
+        self._file.write(json.dumps({"kind": kind, **record}) + "\n")
+        self._file.flush()
+
+    def finish(self):
+        self._file.close()
+        os.remove(self.path)
+
+
+class DeviceUnusable(RuntimeError):
+    """A CUDA error that leaves the context unusable (an illegal address, a launch failure): every later
+    CUDA call of the process fails too, so the run stops there (measure_all reports it)."""
+
+
+def cuda_context_usable():
+    """False after a sticky CUDA error (torch.cuda.synchronize raises); True without CUDA."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
+        return True
+    except RuntimeError:
+        return False
+
+
+def max_rel_error(c, ref):
+    """max |c - ref| / max |ref|, computed in float64 (ref: a float64 tensor)."""
+    return ((c.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def output_check(reference, dtype, trusted_errors=()):
+    """A `check` for sweep_tactics: what is wrong with an output, or None. The output must be finite and
+    within max(4 x the largest of `trusted_errors`, 2 x the dtype's machine epsilon) of `reference`
+    (float64) in max relative error (max_rel_error). trusted_errors: that error for results already
+    checked in this dtype (torch's, the heuristic tactic's), so that a tactic which only rounds or sums
+    in another order (split-K, stream-K) passes and one that computes something else (errors of order 1,
+    NaN, an unwritten tile) does not."""
+    limit = max([4 * e for e in trusted_errors] + [2 * torch.finfo(dtype).eps])
+
+    def check(out):
+        if not bool(torch.isfinite(out).all()):
+            return "non-finite values in the output"
+        err = max_rel_error(out, reference)
+        return None if err <= limit else f"max relative error {err:.2e} > {limit:.2e}"
+    return check
+
+
+def sweep_tactics(fn, names, timer, check=None):
+    """Forces each tactic of `names` in turn (ops.gemm.set_tactic; the heuristic is restored afterwards),
+    checks its output with `check` (fn's return value -> None, or what is wrong: see output_check) and
+    times `fn` (cutlass_gemm, or a linear on top of one) with `timer`.
+
+    Returns (times, problems): times {name: seconds per call, or None where there is no time}, problems
+    {name: why not: "refused: ..." where CUTLASS refuses the tactic for the shape (not fatal), "WRONG
+    RESULT: ..." where its output failed the check (then it is not timed: a fast wrong kernel must not
+    come out "best")}. Raises DeviceUnusable when a tactic leaves the CUDA context unusable."""
+    times, problems = {}, {}
     try:
         for name in names:
             ops.gemm.set_tactic(name)
             try:
-                times[name] = timer(fn)
-            except RuntimeError as e:  # a tactic CUTLASS refuses for this shape: recorded, not fatal
-                times[name] = None
-                print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+                problem = check(fn()) if check else None
+                times[name] = timer(fn) if problem is None else None
+            except RuntimeError as e:
+                if not cuda_context_usable():
+                    raise DeviceUnusable(f"tactic {name} left the CUDA context unusable: {first_line(e)}") from e
+                times[name], problem = None, None
+                problems[name] = f"refused: {first_line(e)}"
+                print(f"  {name}: {problems[name]}", file=sys.stderr)
+            if problem is not None:
+                problems[name] = f"WRONG RESULT: {problem}"
+                print(f"  {name}: {problems[name]}", file=sys.stderr)
     finally:
         ops.gemm.set_tactic(None)
-    return times
+    return times, problems
+
+
+def wrong_results(problems):
+    """The tactics whose output failed the check, from sweep_tactics' problems (a column of the reports)."""
+    return sorted(name for name, why in problems.items() if why.startswith("WRONG RESULT"))
 
 
 def markdown_table(headers, rows):

@@ -32,7 +32,10 @@
 # (default 8; 0 runs the tests in one process). CPU tests run in CI, not here.
 # Time limits send SIGINT first (`limit`): pytest then prints its summary of what ran, and the
 # benchmarks write the cases measured so far (marked INTERRUPTED); a process still alive 20 s later is
-# killed.
+# killed. A benchmark that hits an error (a kernel failing on one shape) reports the cases before it
+# (marked ABORTED, with the error) and exits non-zero; one that dies outright (a segfault) leaves them in
+# <report>.partial.jsonl, one JSON line per case. The candidate sweeps check each tactic's output
+# against a float64 reference before timing it: a wrong one is listed under "wrong results", not timed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/local/device-check}"

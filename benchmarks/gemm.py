@@ -35,11 +35,10 @@ import sys
 import time
 
 import torch
-from tqdm import tqdm
 
 import ops
-from benchmarks.common import (RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table,
-                               sweep_tactics, write_json)
+from benchmarks.common import (RESULTS, CudaTimer, PartialLog, cpu_time, machine_facts, mark_stopped, markdown_table,
+                               max_rel_error, measure_all, output_check, sweep_tactics, write_json, wrong_results)
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -74,10 +73,6 @@ def shapes(suite, quick, device):
     return rows
 
 
-def max_rel_error(c, ref):
-    return ((c.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-
-
 def call_time(fn, rounds=7):
     """Seconds per call of back-to-back calls (host-bound for tiny problems): min over interleaved
     rounds of torch.utils.benchmark's median (it synchronizes CUDA around each timed block)."""
@@ -87,7 +82,10 @@ def call_time(fn, rounds=7):
     return min(timer.blocked_autorange(min_run_time=0.2).median for _ in range(rounds))
 
 
-def run(args):
+def run(args, log=None):
+    """Measures every case of the chosen suite. Returns (device, quick, results, candidates, tuning cache
+    or None, number of cases planned, aborted: None, or the error that stopped the run). Each result (and
+    candidate sweep) also goes to `log` (a PartialLog) as it is measured."""
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
     if device == "cpu":
@@ -108,26 +106,29 @@ def run(args):
         ops.gemm.set_autotune(True)
     saved_precision = torch.get_float32_matmul_precision()
     gen = torch.Generator(device=device).manual_seed(0)
-    bar = tqdm(cases, desc="gemm", unit="shape", file=sys.stderr, dynamic_ncols=True)
+
+    def measure(case):
+        n_results, n_candidates = len(results), len(candidates)
+        measure_case(args, device, timer, gen, overhead, case, results, candidates)
+        if log is not None:
+            for r in results[n_results:]:
+                log.write("result", r)
+            for c in candidates[n_candidates:]:
+                log.write("candidates", c)
+
     try:
-        for case in bar:
-            bar.set_postfix_str(f"{case[0]} {case[1]}")
-            measure_case(args, device, timer, gen, overhead, case, results, candidates)
-    except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's `timeout -s INT`: report what was measured
-        bar.close()
-        print(f"\ninterrupted: reporting the {len(results)} of {len(cases)} cases measured so far",
-              file=sys.stderr)
+        _, aborted = measure_all(cases, measure, "gemm", label=lambda case: f"{case[0]} {case[1]}")
     finally:
         torch.set_float32_matmul_precision(saved_precision)
         if args.autotune:
             tuning = ops.gemm.tuning_cache()
             ops.gemm.set_autotune(False)
-    return device, quick, results, candidates, tuning, len(cases)
+    return device, quick, results, candidates, tuning, len(cases), aborted
 
 
 def measure_case(args, device, timer, gen, overhead, case, results, candidates):
     """Measures one (dtype, shape) case: appends its row to results (and, with --candidates, every
-    tactic's time to candidates)."""
+    tactic's time to candidates, each tactic's output first checked against the float64 reference)."""
     dname, name, M, N, K, b_layout = case
     dtype = DTYPES[dname]
     torch.set_float32_matmul_precision("high" if dname == "tf32" else "highest")
@@ -140,7 +141,7 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
     ours = ops.cutlass_gemm(A, B)
     theirs = torch.mm(A, B)
     err_ours, err_torch = max_rel_error(ours, ref), max_rel_error(theirs, ref)
-    del ref, ours, theirs
+    del ours, theirs
     extra = {}
     if overhead:
         t_ours = call_time(lambda: ops.cutlass_gemm(A, B))
@@ -156,14 +157,17 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
     plan = ops.gemm.plan(A, B) if device == "cuda" else None
     tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
     if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
-        times = sweep_tactics(lambda: ops.cutlass_gemm(A, B), plan["candidates"], timer)
+        # torch's error is the scale of the check: the heuristic's own output is one of the candidates.
+        times, problems = sweep_tactics(lambda: ops.cutlass_gemm(A, B), plan["candidates"], timer,
+                                        check=output_check(ref, dtype, [err_torch]))
         valid = {k: v for k, v in times.items() if v}
         best = min(valid, key=valid.get) if valid else None
         candidates.append({
             "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
             "heuristic": tactic, "best": best,
-            "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()},
+            "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()}, "problems": problems,
         })
+    del ref
     flops = 2.0 * M * N * K
     results.append({
         "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "tactic": tactic,
@@ -179,9 +183,10 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all", planned=None):
+def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all", planned=None, aborted=None):
     """Prints the table and writes {stem}.json, {stem}.md (and gemm.png, gemm_candidates.*). planned: the
-    number of cases the run set out to measure, when it was interrupted before measuring them all."""
+    number of cases the run set out to measure, when it stopped before measuring them all; aborted: the
+    error that stopped it (measure_all)."""
     headers = ["dtype", "shape", "M", "N", "K", "ops ms", "torch.mm ms", "ops TFLOP/s",
                "torch.mm TFLOP/s", "ratio", "ops err", "torch.mm err", "tactic"]
     rows = [[r["dtype"], r["shape"], r["M"], r["N"], r["K"], f"{r['ops_ms']:.4f}", f"{r['torch_ms']:.4f}",
@@ -212,7 +217,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "results": results}
     if tuning is not None:
         payload["tuning_cache"] = tuning
-    interrupted = mark_interrupted(payload, len(results), len(results) if planned is None else planned)
+    interrupted = mark_stopped(payload, len(results), len(results) if planned is None else planned, aborted)
     write_json(os.path.join(out_dir, f"{stem}.json"), payload)
     if candidates:
         report_candidates(candidates, facts, out_dir)
@@ -243,18 +248,20 @@ def report_candidates(candidates, facts, out_dir):
     write_json(os.path.join(out_dir, "gemm_candidates.json"),
                {"benchmark": "gemm_candidates", "machine": facts, "results": candidates})
     headers = ["dtype", "shape", "torch.mm ms", "heuristic", "heuristic ms", "best", "best ms",
-               "heuristic / best"]
+               "heuristic / best", "wrong results"]
     rows = []
     for c in candidates:
         h = c["times_ms"].get(c["heuristic"])
         b = c["times_ms"].get(c["best"]) if c["best"] else None
         rows.append([c["dtype"], c["shape"], f"{c['torch_ms']:.4f}", c["heuristic"],
                      f"{h:.4f}" if h else "-", c["best"] or "-", f"{b:.4f}" if b else "-",
-                     f"{h / b:.3f}" if h and b else "-"])
+                     f"{h / b:.3f}" if h and b else "-", ", ".join(wrong_results(c["problems"])) or "-"])
     with open(os.path.join(out_dir, "gemm_candidates.md"), "w") as f:
         f.write(f"# cutlass_gemm tactics per shape on {facts.get('gpu', 'CPU')}\n\n")
         f.write("heuristic / best > 1: the heuristic (cutlass_gemm/tactic.cpp) left that much on the table. "
-                "All times: gemm_candidates.json.\n\n")
+                "wrong results: tactics whose output failed the check against the float64 reference (not timed: "
+                "a kernel bug to fix before that tactic can be chosen). All times, and why a tactic has none: "
+                "gemm_candidates.json.\n\n")
         f.write(markdown_table(headers, rows) + "\n")
     print(f"wrote {out_dir}/gemm_candidates.json, gemm_candidates.md")
 
@@ -302,11 +309,17 @@ def main(argv=None):
     gpu = torch.cuda.is_available() and not args.cpu
     if args.dtypes is None:
         args.dtypes = "bf16,fp16,fp32,tf32" if gpu else "fp32,bf16"
-    device, quick, results, candidates, tuning, planned = run(args)
+    out_dir = args.out or os.path.join(RESULTS, "local")
+    log = PartialLog(out_dir, "gemm_overhead" if args.suite == "overhead" else "gemm")
+    device, quick, results, candidates, tuning, planned, aborted = run(args, log)
     if not results:
-        sys.exit("interrupted before any case was measured: nothing to report")
-    report(device, quick, results, args.out or os.path.join(RESULTS, "local"), candidates, tuning, args.suite,
-           planned)
+        log.finish()
+        sys.exit(f"aborted before any case was measured: {aborted}" if aborted else
+                 "interrupted before any case was measured: nothing to report")
+    report(device, quick, results, out_dir, candidates, tuning, args.suite, planned, aborted)
+    log.finish()
+    if aborted:
+        sys.exit(f"aborted after {len(results)} of {planned} cases (the reports say so): {aborted}")
     if len(results) < planned:
         sys.exit(f"interrupted: {len(results)} of {planned} cases measured (the reports say so)")
 

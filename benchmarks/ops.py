@@ -17,11 +17,11 @@ import time
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 import ops
-from benchmarks.common import (RESULTS, CudaTimer, cpu_time, machine_facts, mark_interrupted, markdown_table,
-                               sweep_tactics, write_report)
+from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, machine_facts, mark_stopped,
+                               markdown_table, max_rel_error, measure_all, output_check, sweep_tactics, write_report,
+                               wrong_results)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -86,7 +86,7 @@ def cases(device, quick):
                 refs = [("F.linear + act", lambda: ACT[act](F.linear(x, w, b)))]
                 if act in ("relu", "gelu") and device == "cuda":
                     refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
-                return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, act)
+                return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, b, act)
             out.append((f"linear[{act}]", f"T={t} x {4096 if device == 'cuda' else 1024} -> 4096", lin))
     return out
 
@@ -112,38 +112,43 @@ def main(argv=None):
     timer = CudaTimer() if device == "cuda" else None
     results, sweeps, rms_sweeps = [], [], []
     todo = [(d, c) for d in dtypes for c in cases(device, quick)]
-    done = 0
-    try:
-        for dname, (op, shape, build) in tqdm(todo, desc="ops", file=sys.stderr, dynamic_ncols=True):
-            fn, refs, nbytes, *linear_args = build(DTYPES[dname])
-            t_ops = timer(fn) if timer else cpu_time(fn)
-            copy_GBps = None
-            if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
-                src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
-                dst = torch.empty_like(src)
-                t_copy = timer(lambda: dst.copy_(src)) if timer else cpu_time(lambda: dst.copy_(src))
-                copy_GBps = 2 * src.numel() / t_copy / 1e9
-                del src, dst
-            if args.candidates and timer:
-                try:
-                    if op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
-                        rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timer, t_ops, nbytes, copy_GBps))
-                    if linear_args:
-                        sweeps.append(sweep_linear_tactics(
-                            op, shape, dname, fn, *linear_args[0], timer, t_ops, torch.cuda.get_device_capability(),
-                            torch.cuda.get_device_properties(0).multi_processor_count))
-                except Exception as e:  # noqa: BLE001 - the sweeps are extra data: never lose the main table
-                    print(f"  sweep of {op} {shape} {dname} failed: {e!r}", file=sys.stderr)
-            ops_GBps = nbytes / t_ops / 1e9 if nbytes else None
-            for ref_name, ref in refs:
-                t_ref = timer(ref) if timer else cpu_time(ref)
-                results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
-                                "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
-                                "ops_GBps": ops_GBps, "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
-                                "copy_GBps": copy_GBps, "ops_of_copy": ops_GBps / copy_GBps if nbytes else None})
-            done += 1
-    except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's `timeout -s INT`: report what was measured
-        print(f"\ninterrupted: reporting the {done} of {len(todo)} cases measured so far", file=sys.stderr)
+    log = PartialLog(args.out, "ops")
+
+    def measure(case):
+        dname, (op, shape, build) = case
+        fn, refs, nbytes, *linear_args = build(DTYPES[dname])
+        t_ops = timer(fn) if timer else cpu_time(fn)
+        copy_GBps = None
+        if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+            dst = torch.empty_like(src)
+            t_copy = timer(lambda: dst.copy_(src)) if timer else cpu_time(lambda: dst.copy_(src))
+            copy_GBps = 2 * src.numel() / t_copy / 1e9
+            del src, dst
+        if args.candidates and timer:
+            try:
+                if op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
+                    rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timer, t_ops, nbytes, copy_GBps))
+                    log.write("rms_kernels", rms_sweeps[-1])
+                if linear_args:
+                    sweeps.append(sweep_linear_tactics(
+                        op, shape, dname, fn, *linear_args[0], timer, t_ops, torch.cuda.get_device_capability(),
+                        torch.cuda.get_device_properties(0).multi_processor_count))
+                    log.write("linear_candidates", sweeps[-1])
+            except DeviceUnusable:
+                raise  # nothing after it can run: measure_all reports it
+            except Exception as e:  # noqa: BLE001 - the sweeps are extra data: never lose the main table
+                print(f"  sweep of {op} {shape} {dname} failed: {e!r}", file=sys.stderr)
+        ops_GBps = nbytes / t_ops / 1e9 if nbytes else None
+        for ref_name, ref in refs:
+            t_ref = timer(ref) if timer else cpu_time(ref)
+            results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
+                            "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
+                            "ops_GBps": ops_GBps, "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
+                            "copy_GBps": copy_GBps, "ops_of_copy": ops_GBps / copy_GBps if nbytes else None})
+            log.write("result", results[-1])
+
+    done, aborted = measure_all(todo, measure, "ops", label=lambda case: f"{case[1][0]} {case[1][1]} {case[0]}")
     headers = ["op", "shape", "dtype", "reference", "ops ms", "ref ms", "ratio", "ops GB/s", "ref GB/s",
                "copy GB/s", "ops / copy"]
     rows = [[r["op"], r["shape"], r["dtype"], r["reference"], f"{r['ops_ms']:.4f}", f"{r['ref_ms']:.4f}",
@@ -156,28 +161,33 @@ def main(argv=None):
     facts = machine_facts(device)
     payload = {"benchmark": "ops", "device": device, "quick": quick, "machine": facts, "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_interrupted(payload, done, len(todo))
+    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_stopped(payload, done, len(todo), aborted)
     write_report(args.out, "ops", payload, title, table)
     if sweeps:
         report_linear_tactics(sweeps, facts, args.out)
     if rms_sweeps:
         report_rms_kernels(rms_sweeps, facts, args.out)
+    log.finish()
     return 0 if done == len(todo) else 3
 
 
-def sweep_linear_tactics(op, shape, dname, fn, x, w, act, timer, t_heuristic, cc, sm_count):
-    """Times ops.linear (`fn`, of input x and weight w) under every candidate tactic of its GEMM on a
-    device of compute capability `cc` with `sm_count` SMs, forced with ops.gemm.set_tactic: the data for
-    fitting the fused linear's tactic choice (cutlass_gemm/tactic.cpp). Times in ms."""
+def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic, cc, sm_count):
+    """Times ops.linear (`fn`: act(x @ w^T + b)) under every candidate tactic of its GEMM on a device of
+    compute capability `cc` with `sm_count` SMs, forced with ops.gemm.set_tactic, each tactic's output
+    first checked against a float64 reference (output_check, at the scale of F.linear + act's own error):
+    the data for fitting the fused linear's tactic choice (cutlass_gemm/tactic.cpp). Times in ms."""
     plan = ops._library.gemm_plan_for_target(x, w.t(), *cc, ops.build_info.CUDA_ARCH_LIST,
                                              allow_tf32=ops._library.allow_tf32(), sm_count=sm_count,
                                              epilogue=act)
-    times = {name: (t * 1e3 if t is not None else None)
-             for name, t in sweep_tactics(fn, plan["candidates"], timer).items()}
+    reference = ACT[act](F.linear(x.double(), w.double(), b.double()))
+    torch_error = max_rel_error(ACT[act](F.linear(x, w, b)), reference)
+    times, problems = sweep_tactics(fn, plan["candidates"], timer,
+                                    check=output_check(reference, x.dtype, [torch_error]))
+    times = {name: (t * 1e3 if t is not None else None) for name, t in times.items()}
     valid = {k: v for k, v in times.items() if v}
     return {"op": op, "shape": shape, "dtype": dname, "heuristic": plan["tactic"]["name"],
             "heuristic_ms": t_heuristic * 1e3, "best": min(valid, key=valid.get) if valid else None,
-            "times_ms": times}
+            "times_ms": times, "problems": problems}
 
 
 RMS_PACKS = (0, 1, 2, 4, 8)  # csrc/fused_kernels.h: 0 the default kernel, else packs per thread in registers
@@ -214,9 +224,10 @@ def report_linear_tactics(sweeps, facts, out_dir):
     for c in sweeps:
         best = c["times_ms"].get(c["best"]) if c["best"] else None
         rows.append([c["op"], c["shape"], c["dtype"], c["heuristic"], f"{c['heuristic_ms']:.4f}", c["best"] or "-",
-                     f"{best:.4f}" if best else "-", f"{c['heuristic_ms'] / best:.2f}" if best else "-"])
+                     f"{best:.4f}" if best else "-", f"{c['heuristic_ms'] / best:.2f}" if best else "-",
+                     ", ".join(wrong_results(c["problems"])) or "-"])
     table = markdown_table(["op", "shape", "dtype", "heuristic", "heuristic ms", "best", "best ms",
-                            "heuristic / best"], rows)
+                            "heuristic / best", "wrong results (not timed)"], rows)
     write_report(out_dir, "ops_linear_candidates",
                  {"benchmark": "ops_linear_candidates", "machine": facts, "results": sweeps},
                  f"Fused linear: every candidate tactic on {facts.get('gpu', '?')}", table)

@@ -127,17 +127,118 @@ def test_linear_tactic_sweep_times_every_candidate_and_reports(tmp_path):
         pytest.skip("a CPU-only build has no CUTLASS kernels to plan")
     from benchmarks import ops as ops_benchmark
 
-    x, w = torch.randn(16, 256, dtype=torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+    x, w = torch.randn(16, 256, dtype=torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16) / 16
+    b = torch.randn(512, dtype=torch.bfloat16)
     forced = []
+
+    def fn():  # on CPU the forced tactic changes nothing: every candidate's output is right
+        forced.append(ops.gemm.get_tactic())
+        return ops.linear(x, w, b, "silu")
+
+    timed = []
     sweep = ops_benchmark.sweep_linear_tactics(
-        "linear[silu]", "T=16", "bf16", lambda: forced.append(ops.gemm.get_tactic()), x, w, "silu",
-        lambda fn: (fn(), 1e-3 * len(forced))[1], 2e-3, (9, 0), 132)
-    assert list(sweep["times_ms"]) == forced and len(forced) > 1  # each candidate forced in turn, timed
-    assert sweep["best"] == forced[0]  # the fake timer makes the first candidate the fastest
-    assert sweep["heuristic"] in forced and sweep["heuristic_ms"] == 2.0
+        "linear[silu]", "T=16", "bf16", fn, x, w, b, "silu",
+        lambda fn: (timed.append(fn()), 1e-3 * len(timed))[1], 2e-3, (9, 0), 132)
+    names = list(sweep["times_ms"])
+    assert len(names) > 1 and forced == [n for n in names for _ in range(2)]  # each one checked, then timed
+    assert sweep["best"] == names[0] and sweep["problems"] == {}  # the fake timer: the first is the fastest
+    assert sweep["heuristic"] in names and sweep["heuristic_ms"] == 2.0
     assert ops.gemm.get_tactic() is None
     ops_benchmark.report_linear_tactics([sweep], {"gpu": "emulated"}, str(tmp_path))
     assert "| linear[silu] | T=16 | bf16 |" in (tmp_path / "ops_linear_candidates.md").read_text()
+
+
+def test_tactic_sweep_flags_a_wrong_result_and_does_not_time_it():
+    """A candidate kernel that is fast and wrong must not come out "best": each output is checked
+    against the float64 reference first. The sweep runs a real CPU GEMM; one tactic name stands for a
+    broken kernel (its output is off in one element, or NaN), one for a tactic CUTLASS refuses."""
+    from benchmarks.common import output_check, sweep_tactics, wrong_results
+
+    A, B = torch.randn(64, 96, dtype=torch.bfloat16), torch.randn(96, 80, dtype=torch.bfloat16)
+    reference = A.double() @ B.double()
+    broken = {"off_by_one_element": lambda C: C.index_put_((torch.tensor(3), torch.tensor(7)), C[3, 7] + 1.0),
+              "nan": lambda C: C.fill_(float("nan"))}
+
+    def fn():
+        C = torch.mm(A, B)
+        tactic = ops.gemm.get_tactic()
+        if tactic == "refused":
+            raise RuntimeError("ops.cutlass_gemm: tactic 'refused' cannot run this problem\nmore context")
+        return broken[tactic](C) if tactic in broken else C
+
+    timed = []
+    torch_error = (torch.mm(A, B).double() - reference).abs().max().item() / reference.abs().max().item()
+    times, problems = sweep_tactics(fn, ["good", "off_by_one_element", "nan", "refused"],
+                                    lambda f: (timed.append(ops.gemm.get_tactic()), 1e-6)[1],
+                                    check=output_check(reference, torch.bfloat16, [torch_error]))
+    assert times == {"good": 1e-6, "off_by_one_element": None, "nan": None, "refused": None}
+    assert timed == ["good"] and ops.gemm.get_tactic() is None
+    assert problems["off_by_one_element"].startswith("WRONG RESULT: max relative error")
+    assert problems["nan"] == "WRONG RESULT: non-finite values in the output"
+    assert problems["refused"] == "refused: ops.cutlass_gemm: tactic 'refused' cannot run this problem"
+    assert wrong_results(problems) == ["nan", "off_by_one_element"]
+
+
+def test_a_tactic_that_breaks_the_cuda_context_stops_the_sweep(monkeypatch):
+    """After a sticky CUDA error (an illegal address) every later call fails: the sweep stops there with
+    DeviceUnusable naming the tactic, instead of recording every later tactic as refused."""
+    from benchmarks import common
+
+    monkeypatch.setattr(common, "cuda_context_usable", lambda: False)  # what synchronize() then says
+
+    def fn():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors ...")
+
+    with pytest.raises(common.DeviceUnusable, match="tactic first left the CUDA context unusable: CUDA error: an "
+                                                    "illegal memory access was encountered$"):
+        common.sweep_tactics(fn, ["first", "second"], lambda f: (f(), 1.0)[1])
+    assert ops.gemm.get_tactic() is None
+
+
+def test_aborted_gemm_benchmark_reports_what_it_measured_and_fails(tmp_path, monkeypatch):
+    from benchmarks import gemm
+
+    real, calls = gemm.measure_case, []
+
+    def measure_then_fail(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+        real(*args)
+
+    monkeypatch.setattr(gemm, "measure_case", measure_then_fail)
+    with pytest.raises(SystemExit, match="aborted after 1 of 3 cases"):
+        gemm.main(["--cpu", "--suite", "square", "--dtypes", "fp32", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "gemm.json").read_text())
+    error = "fp32 square 512: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert report["aborted"] == {"measured": 1, "planned": 3, "error": error}
+    assert [r["M"] for r in report["results"]] == [256]
+    assert f"ABORTED after 1 of 3 cases: {error}" in (tmp_path / "gemm.md").read_text()
+    assert not (tmp_path / "gemm.partial.jsonl").exists()  # the report holds everything it had
+
+
+def test_a_benchmark_that_dies_leaves_what_it_measured(tmp_path):
+    """A segfault in a kernel under test kills the process before any report: the cases measured before
+    it are in <stem>.partial.jsonl, one JSON line each. A real process, killed by a real SIGSEGV."""
+    code = f"""
+import os, signal
+from benchmarks import gemm
+real, calls = gemm.measure_case, []
+def measure_then_crash(*args):
+    calls.append(args)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    real(*args)
+gemm.measure_case = measure_then_crash
+gemm.main(["--cpu", "--suite", "square", "--dtypes", "fp32", "--out", {str(tmp_path)!r}])
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == -11, result.stderr[-2000:]
+    assert not (tmp_path / "gemm.json").exists()
+    lines = [json.loads(line) for line in (tmp_path / "gemm.partial.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["M"]) for r in lines] == [("result", 256), ("result", 512)]
+    assert all(r["ops_ms"] > 0 and r["ops_max_rel_err"] < 1e-5 for r in lines)
 
 
 def test_rms_kernel_sweep_selects_each_variant_and_restores_the_default(tmp_path):
