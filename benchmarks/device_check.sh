@@ -13,9 +13,10 @@
 # torch build; PREBUILT=0 builds anyway.
 #
 # Files written to $OUT: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
-# build.log, tests.xml and tests_sm80.xml (JUnit), gemm_half/, gemm_candidates/ and gemm_fp32/ (stage
-# gemm: gemm.{json,md,png}; gemm_candidates.{json,md} in gemm_candidates/), sanitizer_*.log, gemm_overhead.{json,md} (overhead),
-# ops*.{json,md}, model.*, allocator.* (their stages). results.tgz is rewritten after every stage, so a
+# build.log, tests.xml and tests_sm80.xml (JUnit); stage gemm: gemm_half/ and gemm_fp32/
+# (gemm.{json,md,png}) and gemm_candidates/ (gemm_candidates.{json,md}); sanitizer_*.log;
+# gemm_overhead.{json,md} (overhead); ops.{json,md} and ops_candidates/ (ops_linear_candidates.*,
+# ops_rms_kernels.*); model.*, allocator.* (their stages). results.tgz is rewritten after every stage, so a
 # call cut off at its time limit still returns the stages that ended (the device tool returns at most
 # 8 files per call: one archive fits any number of reports).
 #
@@ -192,7 +193,11 @@ fi
 
 if want ops; then
   stage "benchmark: fused ops vs PyTorch"
-  limit 120 "$PY" -m benchmarks.ops --candidates --out "$MORE" || status=1
+  limit 60 "$PY" -m benchmarks.ops --out "$MORE" || status=1
+  pack
+  # The sweeps in their own process, as for the GEMM (ops_candidates/ also gets its own ops.md).
+  stage "benchmark: every fused-linear tactic and rms_norm kernel variant"
+  limit 120 "$PY" -m benchmarks.ops --candidates --out "$MORE/ops_candidates" || status=1
   pack
 fi
 
