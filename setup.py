@@ -15,8 +15,9 @@ Environment knobs: OPS_WITH_CUDA=0|1 (default: auto), TORCH_CUDA_ARCH_LIST, MAX_
 capped at one compile job per 4 GB of memory: a CUTLASS SM90 job peaks near 3.8 GB), CUDA_HOME
 (default: the folder holding the nvcc on PATH, else /usr/local/cuda).
 
-Build facts (torch, CUDA, arch list, CUTLASS version) are written to ops/_build_info.py beside the
-compiled library, so `import ops` can refuse a torch it was not built against with a readable error.
+Build facts (torch, CUDA, arch list, CUTLASS version, the SHA-256 of the sources) are written to
+ops/_build_info.py beside the compiled library, so `import ops` can refuse a torch it was not built
+against with a readable error.
 """
 
 import glob
@@ -216,14 +217,25 @@ def _extension():
                          extra_compile_args={"cxx": cxx, "nvcc": nvcc}, py_limited_api=True)
 
 
+def _source_digest():
+    """ops/_source_digest.py's SHA-256 of the build inputs, loaded by path (importing ops needs the
+    library this builds)."""
+    spec = importlib.util.spec_from_file_location("_ops_source_digest", os.path.join(ROOT, "ops", "_source_digest.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.source_digest(ROOT)
+
+
 class BuildExt(BuildExtension):
-    """Records the build facts beside the compiled library (ops/_build_info.py)."""
+    """Records the build facts beside the compiled library (ops/_build_info.py), with the digest of the
+    sources as the build started (SOURCE_SHA256: which sources a library was built from)."""
 
     def run(self):
+        facts = dict(BUILD_INFO, source_sha256=_source_digest())
         super().run()
         target = os.path.join(os.path.dirname(self.get_ext_fullpath("ops._C")), "_build_info.py")
         lines = ['"""Facts recorded by setup.py when ops._C was built. Generated; do not edit."""', ""]
-        lines += [f"{k.upper()} = {v!r}" for k, v in BUILD_INFO.items()]
+        lines += [f"{k.upper()} = {v!r}" for k, v in facts.items()]
         _write_if_changed(target, "\n".join(lines) + "\n")
 
 

@@ -12,16 +12,19 @@ The library (`ops/_C.abi3.so`) is built against CPython's limited API and calls 
 must match is torch's C++ ABI (the exact torch build) and the GPU's architecture.
 
 `make` stores the library, its `_build_info.py` and a manifest: the SHA-256 of the sources (every file
-under csrc/ and cutlass_gemm/, and setup.py), torch's version and git commit, and the arch list.
+under csrc/ and cutlass_gemm/, and setup.py; ops/_source_digest.py), torch's version and git commit,
+and the arch list. It refuses a library that setup.py built from other sources than the checkout's now
+(setup.py records the digest of the sources it built, SOURCE_SHA256 in _build_info.py).
 `use` installs them into ops/ only if all of these hold, and says which one did not otherwise:
-the sources here hash the same; torch here is the same build (version and git commit); the GPU's
-compute capability is in the arch list (9.0 needs 9.0a: the SM90 kernels exist only there); the
-library then loads in a fresh interpreter (`import ops`). On any failure it leaves ops/ as it was.
+the sources here hash the same, as the library's own record does; torch here is the same build
+(version and git commit); the GPU's compute capability is in the arch list (9.0 needs 9.0a: the SM90
+kernels exist only there); the library then loads in a fresh interpreter (`import ops`). On any
+failure it leaves ops/ as it was.
 """
 
 import argparse
 import ast
-import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -29,29 +32,26 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = ("csrc", "cutlass_gemm", "setup.py")
 LIBRARY = "_C.abi3.so"
 BUILD_INFO = "_build_info.py"
 MANIFEST = "manifest.json"
 
 
+def _digest_module():
+    # By path: importing ops needs the compiled library, which `use` is about to install.
+    spec = importlib.util.spec_from_file_location("_ops_source_digest", os.path.join(REPO, "ops", "_source_digest.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SOURCES = _digest_module().SOURCES
+
+
 def source_digest(root=REPO):
-    """SHA-256 over the relative path and bytes of every build input (SOURCES), in sorted order."""
-    digest = hashlib.sha256()
-    paths = []
-    for entry in SOURCES:
-        top = os.path.join(root, entry)
-        if os.path.isfile(top):
-            paths.append(entry)
-            continue
-        for folder, dirs, files in os.walk(top):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            paths += [os.path.relpath(os.path.join(folder, f), root) for f in files]
-    for rel in sorted(paths):
-        digest.update(rel.encode() + b"\0")
-        with open(os.path.join(root, rel), "rb") as f:
-            digest.update(f.read() + b"\0")
-    return digest.hexdigest()
+    """SHA-256 over the relative path and bytes of every build input (SOURCES), in sorted order: what
+    setup.py records as SOURCE_SHA256 when it builds (ops/_source_digest.py)."""
+    return _digest_module().source_digest(root)
 
 
 def _read_build_info(path):
@@ -66,8 +66,9 @@ def make(directory):
     """Store ops/_C.abi3.so, ops/_build_info.py and a manifest in `directory` (replacing what is there).
 
     Raises:
-        SystemExit: no built library in ops/, or it was built against another torch than the one
-            imported now (build and run this with the same PYTHONPATH).
+        SystemExit: no built library in ops/; it was built from other sources than the checkout's (edited
+            since, or a build that failed after an edit), or by a setup.py that recorded none; or against
+            another torch than the one imported now (build and run this with the same PYTHONPATH).
     """
     import torch
 
@@ -76,6 +77,10 @@ def make(directory):
     if not (os.path.exists(library) and os.path.exists(info_path)):
         sys.exit(f"prebuilt make: no built library in {os.path.dirname(library)}: run setup.py build_ext --inplace first")
     info = _read_build_info(info_path)
+    digest = source_digest()
+    if info.get("SOURCE_SHA256") != digest:
+        sys.exit(f"prebuilt make: the library in ops/ was built from other sources than these (built from "
+                 f"{str(info.get('SOURCE_SHA256'))[:16]}, sources now {digest[:16]}): build it again first")
     if info.get("TORCH_VERSION") != torch.__version__:
         sys.exit(f"prebuilt make: ops was built against torch {info.get('TORCH_VERSION')}, but torch "
                  f"{torch.__version__} is imported; use the same PYTHONPATH for both")
@@ -86,7 +91,7 @@ def make(directory):
     shutil.copy2(library, os.path.join(directory, LIBRARY))
     shutil.copy2(info_path, os.path.join(directory, BUILD_INFO))
     manifest = {
-        "source_sha256": source_digest(),
+        "source_sha256": digest,
         "torch_version": torch.__version__,
         "torch_git_version": torch.version.git_version,
         "cuda_arch_list": info.get("CUDA_ARCH_LIST"),
@@ -99,22 +104,26 @@ def make(directory):
 
 
 def arch_covers(arch_list, capability):
-    """Whether a TORCH_CUDA_ARCH_LIST string ("8.0;9.0a", "9.0a") has code for a (major, minor) GPU:
-    a real-arch entry of the same major and a minor at most the GPU's (9.0 needs "9.0a" itself: only
-    that image has the SM90 kernels)."""
+    """Whether a TORCH_CUDA_ARCH_LIST string ("8.0;9.0a", "9.0a") has code for a (major, minor) GPU: an
+    entry of the same major and a minor at most the GPU's ("8.0" runs on 8.6), except that
+    architecture-specific code ("9.0a", "10.0a") runs on that very compute capability only, and 9.0
+    needs "9.0a" itself (only that image has the SM90 kernels). Entries it cannot read (named
+    architectures such as "Hopper") count as no code."""
     major, minor = capability
     for entry in arch_list.replace(",", ";").replace(" ", ";").split(";"):
         entry = entry.strip().removesuffix("+PTX")
-        if not entry:
+        suffix = entry[-1:] if entry[-1:] in ("a", "f") else ""  # f: family-portable, as a plain entry
+        m, dot, n = entry[:len(entry) - len(suffix)].partition(".")
+        if not (m.isdigit() and dot and n.isdigit()):
             continue
-        arch_specific = entry.endswith("a")
-        m, _, n = entry.rstrip("a").partition(".")
-        if int(m) != major:
+        m, n = int(m), int(n)
+        if m != major or n > minor:
             continue
-        if (major, minor) == (9, 0) and not arch_specific:
+        if suffix == "a" and n != minor:
             continue
-        if int(n or 0) <= minor:
-            return True
+        if (major, minor) == (9, 0) and suffix != "a":
+            continue
+        return True
     return False
 
 
@@ -138,21 +147,40 @@ def use(directory):
     try:
         with open(os.path.join(directory, MANIFEST)) as f:
             manifest = json.load(f)
-    except (OSError, ValueError) as exc:
-        print(f"prebuilt use: no usable manifest in {directory} ({exc})")
+        if not isinstance(manifest, dict):
+            raise ValueError(f"a JSON {type(manifest).__name__}, not an object")
+        info = _read_build_info(os.path.join(directory, BUILD_INFO))
+        if not os.path.isfile(os.path.join(directory, LIBRARY)):
+            raise OSError(f"no {LIBRARY}")
+    except (OSError, ValueError, SyntaxError) as exc:
+        print(f"prebuilt use: no usable prebuilt library in {directory} ({exc})")
         return 1
     capability = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None
-    reason = mismatch(manifest, torch.__version__, torch.version.git_version, capability, source_digest())
+    digest = source_digest()
+    reason = mismatch(manifest, torch.__version__, torch.version.git_version, capability, digest)
+    if reason is None and info.get("SOURCE_SHA256") != digest:
+        reason = "its own build record names other sources than its manifest"
     if reason:
         print(f"prebuilt use: not used: {reason}")
         return 1
     targets = {name: os.path.join(REPO, "ops", name) for name in (LIBRARY, BUILD_INFO)}
     saved = {name: path + ".before-prebuilt" for name, path in targets.items()}
+    staged = {name: path + ".prebuilt-new" for name, path in targets.items()}
+    # Copy both files beside their targets first: a failed copy leaves ops/ untouched. Then swap them
+    # in by rename, keeping the previous files until the import check has passed.
+    try:
+        for name, path in staged.items():
+            shutil.copy2(os.path.join(directory, name), path)
+    except OSError as exc:
+        for path in staged.values():
+            if os.path.exists(path):
+                os.remove(path)
+        print(f"prebuilt use: not used: could not copy it into ops/ ({exc})")
+        return 1
     for name, path in targets.items():
         if os.path.exists(path):
             os.replace(path, saved[name])
-    for name, path in targets.items():
-        shutil.copy2(os.path.join(directory, name), path)
+        os.replace(staged[name], path)
     check = subprocess.run([sys.executable, "-c", "import ops; print(ops.build_info.TORCH_VERSION, ops.build_info.CUDA_ARCH_LIST)"],
                            cwd=REPO, capture_output=True, text=True)
     if check.returncode != 0:

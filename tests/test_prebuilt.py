@@ -27,6 +27,12 @@ from conftest import REPO
     ("9.0a", (10, 0), False),
     ("8.0 9.0a", (9, 0), True),
     ("", (9, 0), False),
+    ("10.0a", (10, 0), True),
+    ("10.0a", (10, 3), False),    # architecture-specific code runs on that compute capability only
+    ("8.6a", (8, 9), False),
+    ("10.0f", (10, 3), True),     # family-portable code runs on later minors of the family
+    ("Hopper", (9, 0), False),    # names it cannot read count as no code, without an exception
+    ("sm_90a;9.0a", (9, 0), True),
 ])
 def test_arch_covers(arch_list, capability, covered):
     assert prebuilt.arch_covers(arch_list, capability) is covered
@@ -80,3 +86,67 @@ def test_make_records_this_build_and_use_refuses_other_sources(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "sources differ" in result.stdout, result.stdout + result.stderr
     assert os.stat(ops.library_path()).st_mtime_ns == before
+
+
+def _tree_with_library(tmp_path):
+    """A copy of the checkout (tracked files) with this build's library and build record in its ops/:
+    prebuilt's `make` and `use` read and write the ops/ beside them, so they run in the copy."""
+    tree = tmp_path / "tree"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        if os.path.isfile(os.path.join(REPO, rel)):
+            os.makedirs(tree / os.path.dirname(rel), exist_ok=True)
+            shutil.copy2(os.path.join(REPO, rel), tree / rel)
+    for name in (prebuilt.LIBRARY, prebuilt.BUILD_INFO):
+        shutil.copy2(os.path.join(REPO, "ops", name), tree / "ops" / name)
+    return tree
+
+
+def _prebuilt(tree, *args):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-m", "benchmarks.prebuilt", *args], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _ops_files(tree):
+    return {name: (tree / "ops" / name).read_bytes() for name in sorted(os.listdir(tree / "ops"))
+            if not name.startswith("__pycache__")}
+
+
+@pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")
+def test_make_refuses_a_library_built_from_other_sources(tmp_path):
+    """Found by a review: `make` stamped the checkout's digest on whatever library ops/ held, so a
+    library older than an edit went to the device labelled as the new sources. setup.py now records
+    the digest of the sources it built (SOURCE_SHA256), and `make` compares."""
+    assert ops.build_info.SOURCE_SHA256 == prebuilt.source_digest()  # this build's record
+    tree = _tree_with_library(tmp_path)
+    checks = tree / "csrc" / "checks.cpp"
+    checks.write_text(checks.read_text() + "// an edit after the build\n")
+    result = _prebuilt(tree, "make", str(tree / ".prebuilt"))
+    assert result.returncode != 0 and "built from other sources than these" in result.stderr, result.stderr
+    assert not (tree / ".prebuilt" / prebuilt.MANIFEST).exists()
+
+
+@pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")
+def test_use_installs_all_or_nothing(tmp_path):
+    tree = _tree_with_library(tmp_path)
+    out = tree / ".prebuilt"
+    assert _prebuilt(tree, "make", str(out)).returncode == 0
+    before = _ops_files(tree)
+    # An incomplete or malformed prebuilt folder: refused before ops/ is touched (a review found `use`
+    # moving the installed files aside first, so a failed copy left ops/ without a library).
+    info = (out / prebuilt.BUILD_INFO).read_bytes()
+    (out / prebuilt.BUILD_INFO).unlink()
+    result = _prebuilt(tree, "use", str(out))
+    assert result.returncode == 1 and "no usable prebuilt library" in result.stdout, result.stdout + result.stderr
+    (out / prebuilt.BUILD_INFO).write_bytes(info)
+    manifest = (out / prebuilt.MANIFEST).read_text()
+    (out / prebuilt.MANIFEST).write_text("[1, 2]")
+    result = _prebuilt(tree, "use", str(out))
+    assert result.returncode == 1 and "not an object" in result.stdout, result.stdout + result.stderr
+    assert _ops_files(tree) == before
+    # Complete and matching: installed, and nothing left beside it.
+    (out / prebuilt.MANIFEST).write_text(manifest)
+    result = _prebuilt(tree, "use", str(out))
+    assert result.returncode == 0 and "installed" in result.stdout, result.stdout + result.stderr
+    assert _ops_files(tree) == before  # the same library and record, and no staged or saved copies
