@@ -105,7 +105,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
-    dtypes = (args.dtypes or ("bf16,fp16" if device == "cuda" else "fp32,bf16")).split(",")
+    dtypes = [d.strip() for d in (args.dtypes or ("bf16,fp16" if device == "cuda" else "fp32,bf16")).split(",")
+              if d.strip()]
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown or not dtypes:  # before anything is measured or written: --out keeps its previous report
+        parser.error(f"--dtypes: {', '.join(map(repr, unknown)) or 'empty'}; choose from {', '.join(DTYPES)}")
     if device == "cpu":
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite, "
               f"{torch.get_num_threads()} threads).", flush=True)

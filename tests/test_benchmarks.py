@@ -263,3 +263,13 @@ def test_rms_kernel_sweep_selects_each_variant_and_restores_the_default(tmp_path
     ops_benchmark.report_rms_kernels([sweep], {"gpu": "emulated"}, str(tmp_path))
     assert "| rms_norm | T=4 x 4096 | bf16 | 4000 |" in (tmp_path / "ops_rms_kernels.md").read_text()
 
+
+
+@pytest.mark.parametrize("dtypes", ["fp64", "bf16,int8", ","])
+def test_ops_benchmark_rejects_unknown_dtypes_before_writing(tmp_path, dtypes, capsys):
+    from benchmarks import ops as ops_benchmark
+
+    with pytest.raises(SystemExit) as info:
+        ops_benchmark.main(["--dtypes", dtypes, "--out", str(tmp_path)])
+    assert info.value.code == 2 and "--dtypes" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # a previous report in --out would have been kept
