@@ -5,7 +5,7 @@ csrc/fused_cpu.cpp, CUDA kernels in csrc/fused_kernels.cu."""
 import torch
 
 from . import _library  # noqa: F401  (loads the op library)
-from . import _overlap
+from . import _nested, _overlap
 from .gemm import _GEMM_DTYPES as _DTYPES  # the floating dtypes every op accepts
 
 
@@ -59,6 +59,9 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
         RuntimeError: a 0-D input, weight not of shape (hidden,), dtypes that differ or are not floating,
             tensors on different devices, a tensor that is not dense and strided (sparse, nested, quantized).
     """
+    # Jagged nested tensors: their __torch_function__ takes any "rms_norm" for torch's (ops/_nested.py).
+    if input.is_nested or weight.is_nested:
+        raise RuntimeError(_nested.message("rms_norm", "input" if input.is_nested else "weight"))
     return torch.ops.ops.rms_norm(input, weight, eps)
 
 
