@@ -4,13 +4,49 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ops {
 namespace {
 
 bool is_gemm_dtype(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble;
+}
+
+// Whether views a and b of one storage, of equal sizes and strides (b is a shifted by `delta` elements),
+// share an element, where ATen's analysis gives up (get_overlap_status: TooHard), e.g. the two halves of
+// x.chunk(2, -1). Decided exactly when the strides nest strictly: sorted by size, each stride exceeds
+// twice the span sum_{j>k} (size_j - 1) stride_j of the smaller ones. Then a shift has at most one
+// representation sum_k d_k stride_k with |d_k| < size_k, and the greedy choice of the nearest d_k finds
+// it. nullopt where it cannot decide (other shapes or strides, or strides that do not nest).
+std::optional<bool> shifted_views_overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.is_alias_of(b) || a.sizes() != b.sizes() || a.strides() != b.strides()) return std::nullopt;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions of size > 1
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) > 1) {
+      if (a.stride(d) <= 0) return std::nullopt;
+      dims.emplace_back(a.stride(d), a.size(d));
+    }
+  }
+  std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<int64_t> span(dims.size() + 1, 0);  // span[k]: sum over j >= k of (size_j - 1) stride_j
+  for (size_t k = dims.size(); k-- > 0;) span[k] = span[k + 1] + (dims[k].second - 1) * dims[k].first;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k].first <= 2 * span[k + 1]) return std::nullopt;
+  }
+  int64_t rest = b.storage_offset() - a.storage_offset();
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t stride = dims[k].first;
+    const int64_t d = (rest >= 0 ? rest + stride / 2 : rest - stride / 2) / stride;  // nearest multiple
+    if (d > dims[k].second - 1 || d < 1 - dims[k].second) return false;
+    rest -= d * stride;
+    if (rest > span[k + 1] || rest < -span[k + 1]) return false;
+  }
+  return rest == 0;
 }
 
 }  // namespace
@@ -134,10 +170,15 @@ void check_no_shared_memory(const char* op, const char* written, const at::Tenso
                             const at::Tensor& other) {
   if (w.numel() == 0 || other.numel() == 0) return;
   const auto status = at::get_overlap_status(w, other);
+  const std::optional<bool> shifted =
+      status == at::MemOverlapStatus::TooHard ? shifted_views_overlap(w, other) : std::nullopt;
+  if (shifted == std::optional<bool>(false)) {
+    return;  // disjoint views of one buffer, computed through private copies (run_in_place_on_contiguous)
+  }
   TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial &&
                   !(status == at::MemOverlapStatus::TooHard && w.is_alias_of(other)),
               op, ": ", written, " and ", other_name, " share memory",
-              status == at::MemOverlapStatus::TooHard ? " (or may: strided views of one buffer)" : "", "; ",
+              status == at::MemOverlapStatus::TooHard && !shifted ? " (or may: strided views of one buffer)" : "", "; ",
               written, " is written in place, so the result would depend on the order of the writes. "
               "Pass tensors with memory of their own (e.g. .clone()).");
 }

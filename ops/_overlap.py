@@ -41,14 +41,44 @@ def check_written_in_place(op: str, name: str, t: torch.Tensor) -> None:
                  "have their own memory")
 
 
+def shifted_views_overlap(a: torch.Tensor, b: torch.Tensor):
+    """csrc/checks.cpp's shifted_views_overlap: for views of one storage of equal sizes and strides, whether
+    they share an element, decided exactly where the strides nest strictly (each, sorted by size, larger
+    than twice the span of the smaller ones: a shift then has at most one representation sum d_k stride_k
+    with |d_k| < size_k, which the nearest d_k finds); None where it cannot decide."""
+    if not same_storage(a, b) or a.shape != b.shape or a.stride() != b.stride():
+        return None
+    dims = sorted(((st, n) for st, n in zip(a.stride(), a.shape) if n > 1), reverse=True)
+    if any(st <= 0 for st, _ in dims):
+        return None
+    span = [0] * (len(dims) + 1)  # span[k]: sum over j >= k of (size_j - 1) stride_j
+    for k in range(len(dims) - 1, -1, -1):
+        span[k] = span[k + 1] + (dims[k][1] - 1) * dims[k][0]
+    if any(dims[k][0] <= 2 * span[k + 1] for k in range(len(dims))):
+        return None
+    rest = b.storage_offset() - a.storage_offset()
+    for k, (stride, size) in enumerate(dims):
+        d = (rest + stride // 2) // stride if rest >= 0 else -((-rest + stride // 2) // stride)  # nearest
+        if abs(d) > size - 1:
+            return False
+        rest -= d * stride
+        if abs(rest) > span[k + 1]:
+            return False
+    return rest == 0
+
+
 def check_no_shared_memory(op: str, written: str, w: torch.Tensor, other_name: str, other: torch.Tensor) -> None:
     """csrc/checks.cpp's check_no_shared_memory: `w` (written in place) and `other` share no memory;
-    strided views of one buffer that the analysis cannot decide count as sharing."""
+    strided views of one buffer that the analysis cannot decide count as sharing, unless they are
+    equal-shaped shifted views that shifted_views_overlap decides are disjoint."""
     if w.numel() == 0 or other.numel() == 0:
         return
     status = overlap_status(w, other)
+    shifted = shifted_views_overlap(w, other) if status == TOO_HARD else None
+    if shifted is False:
+        return
     torch._check(status not in (FULL, PARTIAL) and not (status == TOO_HARD and same_storage(w, other)), lambda: (
         f"{op}: {written} and {other_name} share memory"
-        + (" (or may: strided views of one buffer)" if status == TOO_HARD else "")
+        + (" (or may: strided views of one buffer)" if status == TOO_HARD and shifted is None else "")
         + f"; {written} is written in place, so the result would depend on the order of the writes. Pass "
         "tensors with memory of their own (e.g. .clone())."))
