@@ -605,6 +605,119 @@ def _fusable_pairs(parent: torch.nn.Module, shared: frozenset) -> List[Tuple[str
     return pairs
 
 
+# Attributes through which a module's code can reach any submodule.
+_WALKS_SUBMODULES = frozenset({"_modules", "modules", "named_modules", "children", "named_children",
+                               "get_submodule", "apply"})
+# Builtins that only iterate, index or count what they are given.
+_ITERATING_BUILTINS = frozenset({"enumerate", "zip", "reversed", "iter", "list", "tuple", "len"})
+_PLAIN_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_functions(cls: type) -> Optional[Tuple[ast.AST, ...]]:
+    """The parsed code a module of class `cls` runs when called: its forward and, transitively, the
+    methods that code names on self (``self.feed_forward_chunk``, called or handed on) or on super().
+    None when one of them has no source to read."""
+    functions, seen, todo = [], set(), [("forward", cls)]
+    while todo:
+        name, owner = todo.pop()
+        function = getattr(owner, name, None)
+        code = getattr(function, "__code__", None)
+        if code is None or code in seen:
+            if code is None and function is not None and not isinstance(function, (property, type)):
+                return None  # e.g. a C function: nothing to read
+            continue
+        seen.add(code)
+        parsed = _parsed_forward(function)
+        if parsed is None:
+            return None
+        functions.append(parsed)
+        this = parsed.args.args[0].arg if parsed.args.args else None
+        for node in ast.walk(parsed):
+            if not isinstance(node, ast.Attribute):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id == this and callable(getattr(cls, node.attr, None)) \
+                    and not isinstance(getattr(cls, node.attr, None), type):
+                todo.append((node.attr, cls))
+            elif isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                    and node.value.func.id == "super":
+                todo += [(node.attr, base) for base in cls.__mro__[1:] if node.attr in vars(base)][:1]
+    return tuple(functions)
+
+
+def _why_reached_from(ancestor: torch.nn.Module, path: List[str], fused_names: frozenset,
+                      numbered: bool) -> Optional[str]:
+    """Why the forward of `ancestor` may reach a fused Linear or its activation module other than through
+    the module at `path` below it (their parent, whose forward was analysed): it names one of them
+    (``self.block.fc1(x)`` would get activated values), takes the parent apart (``self.mlp[0]`` of an
+    nn.Sequential, iteration), hands an intermediate module to other code, walks its submodules, or has
+    no source to check. None if it only calls the parent (or members of intermediate modules).
+
+    From the source of forward and the methods it uses (_forward_functions), by attribute name: names are
+    all a static reading has, so an unrelated attribute of the same name also prevents the fusion (safe).
+    Code outside the model's forwards (a probe calling ``model.mlp[0]``) is not seen: see convert."""
+    if type(ancestor) in _PLAIN_CONTAINERS and "forward" not in vars(ancestor):
+        return None  # Sequential's forward calls whole children in order; ModuleList/ModuleDict have none
+    if "forward" in vars(ancestor):
+        return "it has a forward set on the instance"
+    if type(ancestor).forward is torch.nn.Module.forward:
+        return None  # never called
+    functions = _forward_functions(type(ancestor))
+    if functions is None:
+        return f"{type(ancestor).__name__} has no source to check"
+    named = [p for p in path if not p.isdigit()]
+    # Children without names of their own (an nn.Sequential's "0", "1") are reached by taking their
+    # parent apart: then the parent's attribute name (or, if the parent is itself an element of a
+    # container, the container's) may only be called, or have a member read.
+    whole = next((p for p in reversed(path) if not p.isdigit()), None) if numbered else None
+    for function in functions:
+        parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                    and node.args[1].value in fused_names | set(named):
+                return f"it looks up {node.args[1].value!r} with getattr"
+            if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+                continue  # assignments (``self.mlp = ...``) hand nothing out
+            if node.attr in _WALKS_SUBMODULES:
+                return f"it walks its submodules ({ast.unparse(node)})"
+            if node.attr in fused_names:
+                return f"it uses {ast.unparse(node)} directly"
+            if node.attr not in named:
+                continue
+            parent = parents.get(node)
+            if isinstance(parent, ast.Call) and parent.func is node:
+                continue  # called
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                continue  # a member read: the member's own name is checked where it is visited
+            if node.attr != whole:
+                # An intermediate module (e.g. a ModuleList of blocks): iterating or indexing it yields
+                # blocks, whose use of the fused modules' names is checked above.
+                if isinstance(parent, ast.Subscript) and parent.value is node:
+                    continue
+                if isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is node:
+                    continue
+                if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Name) \
+                        and parent.func.id in _ITERATING_BUILTINS:
+                    continue
+            return f"it uses {ast.unparse(node)} other than by calling it"
+    return None
+
+
+def _why_reached_from_above(model: torch.nn.Module, modules: dict, parent_name: str, names) -> Optional[str]:
+    """_why_reached_from for every ancestor of the module named `parent_name` in `model` (``modules``:
+    named_modules as a dict), for its children `names` (a fused Linear and its activation module)."""
+    parts = parent_name.split(".") if parent_name else []
+    fused_names = frozenset(n for n in names if not n.isdigit())
+    numbered = len(fused_names) < len(names)
+    for depth in range(len(parts)):
+        ancestor_name = ".".join(parts[:depth])
+        why = _why_reached_from(modules[ancestor_name], parts[depth:], fused_names, numbered)
+        if why:
+            return f"{ancestor_name or '(model)'}: {why}"
+    return None
+
+
 def convert(model: torch.nn.Module, fuse_activations: bool = True) -> ConversionReport:
     """Swap ``torch.nn.Linear`` for ``ops.nn.Linear`` and RMSNorm modules (``torch.nn.RMSNorm``, Hugging
     Face Llama-style ``*RMSNorm``) for ``ops.nn.RMSNorm`` in ``model``, in place, sharing parameters (the
@@ -625,10 +738,12 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     module shared by several parents), nor while global module hooks are registered. A module shared
     by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
     Linear or RMSNorm is reported in ``skipped``: wrap it, or use ``Linear.from_linear``). A fused Linear
-    computes activation(linear) wherever it is called from: code that calls such a Linear or its
-    activation module directly, not through the parent's forward (probes, feature extraction), needs
-    ``fuse_activations=False`` (this includes slices of an ``nn.Sequential``, e.g. ``classifier[:-1]`` for
-    features). A fused Linear recomputes its pre-activation in backward from its input, weight and bias:
+    computes activation(linear) wherever it is called from, so the forwards of the modules above the
+    pair's parent (and the methods they use) are read from source too: a pair is not fused where that
+    code names the Linear or its activation module, takes the parent apart (indexes or iterates an
+    ``nn.Sequential``), walks submodules, or cannot be read (``_why_reached_from``). Code outside the
+    model's forwards that calls such a Linear directly (probes, feature extraction, slices of an
+    ``nn.Sequential`` such as ``classifier[:-1]``) needs ``fuse_activations=False``. A fused Linear recomputes its pre-activation in backward from its input, weight and bias:
     modifying one of them in place between forward and backward raises autograd's in-place error where
     the unfused pair may not (it keeps the pre-activation instead).
 
@@ -659,7 +774,8 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
         report.skipped.append(("(model)", "convert replaces submodules in place, not the model it is given: "
                                           "wrap it (torch.nn.Sequential(model)) or use ops.nn.Linear.from_linear "
                                           "/ ops.nn.RMSNorm.from_module"))
-    for parent_name, parent in list(model.named_modules()):
+    modules = dict(model.named_modules())
+    for parent_name, parent in list(modules.items()):
         prefix = f"{parent_name}." if parent_name else ""
         # Why each Linear or RMSNorm child must be left alone (None: it may be replaced).
         why_not = {name: _why_not_plain(child) for name, child in parent._modules.items()
@@ -667,9 +783,12 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
         fused_with = {}
         for lin, act_mod, act in (_fusable_pairs(parent, shared) if fuse_activations else []):
             hooks = [h for h in _HOOK_DICTS if getattr(parent._modules[act_mod], h, None)]
+            reached = _why_reached_from_above(model, modules, parent_name, (lin, act_mod))
             if hooks:  # the hooks would see the Identity's output
                 report.skipped.append((prefix + act_mod, f"has hooks ({', '.join(hooks)}): not fused into "
                                                          f"{prefix + lin}"))
+            elif reached:  # code above the parent could call the Linear alone and get activated values
+                report.skipped.append((prefix + act_mod, f"not fused into {prefix + lin}: {reached}"))
             elif why_not[lin] is None:
                 fused_with[lin] = (act_mod, act)
         for name, child in list(parent._modules.items()):

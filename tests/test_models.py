@@ -257,6 +257,67 @@ class _ThroughLocalList(_LinAct):
         return self.act(feats[-1] * 1.0 + h * 0.0)
 
 
+class _FeaturesOfTheHead(torch.nn.Module):  # its forward also takes the Sequential apart
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.mlp(x), self.mlp[0](x)  # pre-activation features
+
+
+class _EveryLayersOutput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8), torch.nn.SiLU())
+
+    def forward(self, x):
+        outputs = []
+        for layer in self.mlp:
+            x = layer(x)
+            outputs.append(x)
+        return outputs
+
+
+class _Blocks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Straight(), _Straight()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class _ProbesTheBlocks(_Blocks):
+    def forward(self, x):
+        return super().forward(x), self._probe(x)
+
+    def _probe(self, x):  # a method the forward uses: read too
+        return [block.lin(x) for block in self.layers]
+
+
+def test_convert_does_not_fuse_what_code_above_the_parent_takes_apart():
+    """Found by a review: convert fused mlp.0 + mlp.1 inside an nn.Sequential whose parent's forward also
+    called mlp[0] for its pre-activation features, which then came out ReLU'd. The forwards above a
+    fusable pair (and the methods they use) may now only call the pair's parent."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"head": _FeaturesOfTheHead(), "every": _EveryLayersOutput(),
+                                 "probes": _ProbesTheBlocks(), "blocks": _Blocks(),
+                                 "plain": torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())})
+    x = torch.randn(5, 8)
+    expected = {name: module(x) for name, module in model.items()}
+    report = ops.nn.convert(model)
+    for name, module in model.items():
+        torch.testing.assert_close(module(x), expected[name], msg=name)
+    assert sorted(lin for lin, _, _ in report.fused) == ["blocks.layers.0.lin", "blocks.layers.1.lin", "plain.0"]
+    skipped = dict(report.skipped)
+    assert skipped["head.mlp.1"] == "not fused into head.mlp.0: head: it uses self.mlp other than by calling it"
+    assert skipped["every.mlp.1"].endswith("every: it uses self.mlp other than by calling it")
+    assert skipped["probes.layers.0.act"] == "not fused into probes.layers.0.lin: probes: it uses block.lin directly"
+
+
 def test_convert_sees_through_aliases_helpers_and_look_alikes():
     torch.manual_seed(0)
     shared = torch.nn.Linear(8, 8)
