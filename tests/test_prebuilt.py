@@ -89,16 +89,15 @@ def test_make_records_this_build_and_use_refuses_other_sources(tmp_path):
 
 
 def _tree_with_library(tmp_path):
-    """A copy of the checkout (tracked files) with this build's library and build record in its ops/:
-    prebuilt's `make` and `use` read and write the ops/ beside them, so they run in the copy."""
+    """A copy of what prebuilt's `make` and `use` read and write: the build inputs, the benchmarks and the
+    ops package with this build's library and build record (they install into the ops/ beside them, so
+    they run in the copy). Not through git: CI also tests a copy of the tree that is no repository."""
     tree = tmp_path / "tree"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for rel in filter(None, files.decode().split("\0")):
-        if os.path.isfile(os.path.join(REPO, rel)):
-            os.makedirs(tree / os.path.dirname(rel), exist_ok=True)
-            shutil.copy2(os.path.join(REPO, rel), tree / rel)
-    for name in (prebuilt.LIBRARY, prebuilt.BUILD_INFO):
-        shutil.copy2(os.path.join(REPO, "ops", name), tree / "ops" / name)
+    tree.mkdir()
+    skip = shutil.ignore_patterns("__pycache__", "results", "*.before-prebuilt", "*.prebuilt-new")
+    for entry in (*prebuilt.SOURCES, "ops", "benchmarks"):
+        src = os.path.join(REPO, entry)
+        (shutil.copytree(src, tree / entry, ignore=skip) if os.path.isdir(src) else shutil.copy2(src, tree / entry))
     return tree
 
 
