@@ -192,14 +192,28 @@ def _system_includes(dirs):
     return [flag for d in dirs for flag in ("-isystem", d)]
 
 
+def _openmp_flags():
+    """["-fopenmp"] where torch's CPU parallel backend is OpenMP (its Linux wheels), else []. ATen's
+    at::parallel_for is a header template whose parallel region is a `#pragma omp parallel`: a file
+    compiled without -fopenmp runs every parallel_for on one thread (the CPU kernels did, until session
+    8 found it). Linked with it too, the library needs libgomp.so.1, which is the one torch has loaded."""
+    info = torch.__config__.parallel_info()
+    if sys.platform == "darwin" or "ATen parallel backend: OpenMP" not in info or "OpenMP not found" in info:
+        return []
+    return ["-fopenmp"]
+
+
 def _extension():
     torch_include = os.path.join(os.path.dirname(torch.__file__), "include")
     torch_includes = [torch_include, os.path.join(torch_include, "torch", "csrc", "api", "include")]
-    cxx = ["-O3", "-include", "ops_build_config.h"] + _system_includes(torch_includes)
+    openmp = _openmp_flags()
+    # -Wno-psabi: GCC notes that 512-bit vectors passed by value changed ABI in GCC 4.6; in
+    # fused_cpu_avx512.cpp they pass only between ATen's inline helpers (its entry points take tensors).
+    cxx = ["-O3", "-Wno-psabi", "-include", "ops_build_config.h"] + openmp + _system_includes(torch_includes)
     include_dirs = [GENERATED, ROOT]
     if not WITH_CUDA:
         return CppExtension("ops._C", _sources(), include_dirs=include_dirs,
-                            extra_compile_args={"cxx": cxx}, py_limited_api=True)
+                            extra_compile_args={"cxx": cxx}, extra_link_args=openmp, py_limited_api=True)
     include_dirs += _cutlass_include_dirs()
     for d in _nvidia_wheel_include_dirs():
         cxx += ["-idirafter", d]
@@ -214,7 +228,8 @@ def _extension():
         "-include", "ops_build_config.h",
     ]
     return CUDAExtension("ops._C", _sources(), include_dirs=include_dirs,
-                         extra_compile_args={"cxx": cxx, "nvcc": nvcc}, py_limited_api=True)
+                         extra_compile_args={"cxx": cxx, "nvcc": nvcc}, extra_link_args=openmp,
+                         py_limited_api=True)
 
 
 def _source_digest():

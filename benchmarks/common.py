@@ -72,8 +72,10 @@ class CudaTimer:
 
 
 def cpu_time(fn, min_run_time=0.2):
-    """Median seconds per call on CPU, by torch.utils.benchmark (warm-up and block sizing included)."""
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
+    """Median seconds per call on CPU, by torch.utils.benchmark (warm-up and block sizing included), with
+    the process's intra-op threads (torch.get_num_threads(); the Timer's default is one thread, which
+    hid that this library's CPU kernels ran on one thread only: fixed in session 8)."""
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 

@@ -78,7 +78,7 @@ def call_time(fn, rounds=7):
     rounds of torch.utils.benchmark's median (it synchronizes CUDA around each timed block)."""
     import torch.utils.benchmark as benchmark
 
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return min(timer.blocked_autorange(min_run_time=0.2).median for _ in range(rounds))
 
 

@@ -3,6 +3,10 @@ both kernel paths (16-byte vectors; element-wise for odd lengths or misaligned p
 semantics, bad inputs. The mode tests (autograd, opcheck, compile, export, ...) are in test_modes.py
 and friends through tests/op_registry.py."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import ops
-from conftest import DEVICES
+from conftest import DEVICES, REPO
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 # Output rounding of the dtype (results are computed in fp32 and rounded once), plus input-scale slack.
@@ -294,3 +298,22 @@ def test_shifted_views_overlap_is_exact_where_it_decides(rows, cols, row_stride,
     assert not truth
     torch.testing.assert_close(b, a0 + b0)
     torch.testing.assert_close(a, F.rms_norm(a0 + b0, (size[-1],), w, 1e-6))
+
+
+@pytest.mark.parametrize("capability, build", [("default", "baseline"), ("avx2", "avx2"), ("avx512", "avx512")])
+def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
+    """The CPU kernels are built for the baseline ISA, AVX2 and AVX-512, and run as the build matching the
+    capability ATen runs its own kernels at, which ATEN_CPU_CAPABILITY lowers: this file's CPU value tests,
+    in a fresh process per build (the main run tests only this CPU's best one)."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=REPO)
+    probe = subprocess.run([sys.executable, "-c", "import torch, ops; print(torch.backends.cpu.get_cpu_capability(), "
+                            "torch.ops.ops._fused_cpu_isa())"], env=env, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    aten, ours = probe.stdout.split()[-2:]
+    if aten.lower() != capability:
+        pytest.skip(f"ATen runs at {aten} on this CPU, not {capability}")
+    assert ours == build
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
+                          os.path.join(REPO, "tests", "test_fused.py"), "-k", "values and cpu"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
