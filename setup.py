@@ -200,6 +200,18 @@ def _openmp_flags():
     info = torch.__config__.parallel_info()
     if sys.platform == "darwin" or "ATen parallel backend: OpenMP" not in info or "OpenMP not found" in info:
         return []
+    # A compiler that cannot build and link OpenMP code (no libgomp beside it) still builds the library,
+    # with single-threaded CPU kernels, and says so.
+    probe = "#include <omp.h>\nint main() { int n = 0;\n#pragma omp parallel\n n = omp_get_num_threads(); return n < 0; }\n"
+    try:
+        result = subprocess.run([os.environ.get("CXX", "c++"), "-fopenmp", "-x", "c++", "-", "-o", os.devnull],
+                                input=probe, capture_output=True, text=True, timeout=120)
+        ok = result.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    if not ok:
+        print("setup.py: the C++ compiler cannot build OpenMP code; the CPU kernels will run on one thread")
+        return []
     return ["-fopenmp"]
 
 
