@@ -305,7 +305,8 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
     """The CPU kernels are built for the baseline ISA, AVX2 and AVX-512, and run as the build matching the
     capability ATen runs its own kernels at, which ATEN_CPU_CAPABILITY lowers: this file's CPU value tests,
     in a fresh process per build (the main run tests only this CPU's best one)."""
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=REPO)
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     probe = subprocess.run([sys.executable, "-c", "import torch, ops; print(torch.backends.cpu.get_cpu_capability(), "
                             "torch.ops.ops._fused_cpu_isa())"], env=env, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr[-2000:]
