@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import torch
+from filelock import FileLock  # a dependency of torch
 
 import ops
 from conftest import REPO
@@ -42,13 +43,16 @@ def loader():
         pytest.skip("cmake is not installed")
     build = os.path.join(REPO, "build", "cpp_loader")
     os.makedirs(build, exist_ok=True)
-    for cmd in (["cmake", "-S", os.path.join(REPO, "tests", "cpp"), "-B", build] + _cmake_args(),
-                ["cmake", "--build", build, "-j", str(os.cpu_count() or 1)]):
-        # An explicit arch list keeps libtorch's CMake from probing for a GPU (a try_run that fails on
-        # machines without one); the loader compiles no CUDA code, so any valid arch will do.
-        env = dict(os.environ, TORCH_CUDA_ARCH_LIST="8.0")
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # One configure and build at a time: pytest-xdist workers each run this fixture, and two cmake runs
+    # in one build folder read each other's half-written cache.
+    with FileLock(build + ".lock"):
+        for cmd in (["cmake", "-S", os.path.join(REPO, "tests", "cpp"), "-B", build] + _cmake_args(),
+                    ["cmake", "--build", build, "-j", str(os.cpu_count() or 1)]):
+            # An explicit arch list keeps libtorch's CMake from probing for a GPU (a try_run that fails on
+            # machines without one); the loader compiles no CUDA code, so any valid arch will do.
+            env = dict(os.environ, TORCH_CUDA_ARCH_LIST="8.0")
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return os.path.join(build, "load_and_run")
 
 
