@@ -227,6 +227,12 @@ def sweep_tactics(fn, names, timer, check=None):
     return times, problems
 
 
+def fastest(times):
+    """The tactic of sweep_tactics' `times` with the smallest time, or None when none has one."""
+    valid = {name: t for name, t in times.items() if t}
+    return min(valid, key=valid.get) if valid else None
+
+
 def wrong_results(problems):
     """The tactics whose output failed the check, from sweep_tactics' problems (a column of the reports)."""
     return sorted(name for name, why in problems.items() if why.startswith("WRONG RESULT"))

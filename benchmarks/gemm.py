@@ -37,8 +37,9 @@ import time
 import torch
 
 import ops
-from benchmarks.common import (RESULTS, CudaTimer, PartialLog, cpu_time, machine_facts, mark_stopped, markdown_table,
-                               max_rel_error, measure_all, output_check, sweep_tactics, write_json, wrong_results)
+from benchmarks.common import (RESULTS, CudaTimer, PartialLog, cpu_time, fastest, machine_facts, mark_stopped,
+                               markdown_table, max_rel_error, measure_all, output_check, sweep_tactics, write_json,
+                               wrong_results)
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -75,11 +76,8 @@ def shapes(suite, quick, device):
 
 def call_time(fn, rounds=7):
     """Seconds per call of back-to-back calls (host-bound for tiny problems): min over interleaved
-    rounds of torch.utils.benchmark's median (it synchronizes CUDA around each timed block)."""
-    import torch.utils.benchmark as benchmark
-
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return min(timer.blocked_autorange(min_run_time=0.2).median for _ in range(rounds))
+    rounds of cpu_time's median (torch.utils.benchmark synchronizes CUDA around each timed block)."""
+    return min(cpu_time(fn) for _ in range(rounds))
 
 
 def run(args, log=None):
@@ -160,11 +158,9 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
         # torch's error is the scale of the check: the heuristic's own output is one of the candidates.
         times, problems = sweep_tactics(lambda: ops.cutlass_gemm(A, B), plan["candidates"], timer,
                                         check=output_check(ref, dtype, [err_torch]))
-        valid = {k: v for k, v in times.items() if v}
-        best = min(valid, key=valid.get) if valid else None
         candidates.append({
             "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
-            "heuristic": tactic, "best": best,
+            "heuristic": tactic, "best": fastest(times),
             "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()}, "problems": problems,
         })
     del ref

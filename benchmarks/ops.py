@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 import ops
-from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, machine_facts, mark_stopped,
-                               markdown_table, max_rel_error, measure_all, output_check, sweep_tactics, write_report,
-                               wrong_results)
+from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, fastest, machine_facts,
+                               mark_stopped, markdown_table, max_rel_error, measure_all, output_check, sweep_tactics,
+                               write_report, wrong_results)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -187,11 +187,10 @@ def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic,
     torch_error = max_rel_error(ACT[act](F.linear(x, w, b)), reference)
     times, problems = sweep_tactics(fn, plan["candidates"], timer,
                                     check=output_check(reference, x.dtype, [torch_error]))
-    times = {name: (t * 1e3 if t is not None else None) for name, t in times.items()}
-    valid = {k: v for k, v in times.items() if v}
     return {"op": op, "shape": shape, "dtype": dname, "heuristic": plan["tactic"]["name"],
-            "heuristic_ms": t_heuristic * 1e3, "best": min(valid, key=valid.get) if valid else None,
-            "times_ms": times, "problems": problems}
+            "heuristic_ms": t_heuristic * 1e3, "best": fastest(times),
+            "times_ms": {name: (t * 1e3 if t is not None else None) for name, t in times.items()},
+            "problems": problems}
 
 
 RMS_PACKS = (0, 1, 2, 4, 8)  # csrc/fused_kernels.h: 0 the default kernel, else packs per thread in registers
