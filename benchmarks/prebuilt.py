@@ -37,7 +37,7 @@ BUILD_INFO = "_build_info.py"
 MANIFEST = "manifest.json"
 
 
-def _digest_module():
+def _load_digest_module():
     # By path: importing ops needs the compiled library, which `use` is about to install.
     spec = importlib.util.spec_from_file_location("_ops_source_digest", os.path.join(REPO, "ops", "_source_digest.py"))
     module = importlib.util.module_from_spec(spec)
@@ -45,13 +45,14 @@ def _digest_module():
     return module
 
 
-SOURCES = _digest_module().SOURCES
+_DIGEST = _load_digest_module()
+SOURCES = _DIGEST.SOURCES
 
 
 def source_digest(root=REPO):
     """SHA-256 over the relative path and bytes of every build input (SOURCES), in sorted order: what
     setup.py records as SOURCE_SHA256 when it builds (ops/_source_digest.py)."""
-    return _digest_module().source_digest(root)
+    return _DIGEST.source_digest(root)
 
 
 def _read_build_info(path):
