@@ -614,10 +614,10 @@ _PLAIN_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDi
 
 
 @functools.lru_cache(maxsize=None)
-def _forward_functions(cls: type) -> Optional[Tuple[ast.AST, ...]]:
+def _forward_functions(cls: type) -> Optional[Tuple[Tuple[ast.AST, dict], ...]]:
     """The parsed code a module of class `cls` runs when called: its forward and, transitively, the
-    methods that code names on self (``self.feed_forward_chunk``, called or handed on) or on super().
-    None when one of them has no source to read."""
+    methods that code names on self (``self.feed_forward_chunk``, called or handed on) or on super(),
+    each with its map of AST node to parent node. None when one of them has no source to read."""
     functions, seen, todo = [], set(), [("forward", cls)]
     while todo:
         name, owner = todo.pop()
@@ -631,13 +631,14 @@ def _forward_functions(cls: type) -> Optional[Tuple[ast.AST, ...]]:
         parsed = _parsed_forward(function)
         if parsed is None:
             return None
-        functions.append(parsed)
+        functions.append((parsed, {child: node for node in ast.walk(parsed) for child in ast.iter_child_nodes(node)}))
         this = parsed.args.args[0].arg if parsed.args.args else None
         for node in ast.walk(parsed):
             if not isinstance(node, ast.Attribute):
                 continue
-            if isinstance(node.value, ast.Name) and node.value.id == this and callable(getattr(cls, node.attr, None)) \
-                    and not isinstance(getattr(cls, node.attr, None), type):
+            member = getattr(cls, node.attr, None)
+            if isinstance(node.value, ast.Name) and node.value.id == this and callable(member) \
+                    and not isinstance(member, type):
                 todo.append((node.attr, cls))
             elif isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
                     and node.value.func.id == "super":
@@ -670,8 +671,7 @@ def _why_reached_from(ancestor: torch.nn.Module, path: List[str], fused_names: f
     # parent apart: then the parent's attribute name (or, if the parent is itself an element of a
     # container, the container's) may only be called, or have a member read.
     whole = next((p for p in reversed(path) if not p.isdigit()), None) if numbered else None
-    for function in functions:
-        parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+    for function, parents in functions:
         for node in ast.walk(function):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
                     and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
@@ -704,9 +704,10 @@ def _why_reached_from(ancestor: torch.nn.Module, path: List[str], fused_names: f
     return None
 
 
-def _why_reached_from_above(model: torch.nn.Module, modules: dict, parent_name: str, names) -> Optional[str]:
-    """_why_reached_from for every ancestor of the module named `parent_name` in `model` (``modules``:
-    named_modules as a dict), for its children `names` (a fused Linear and its activation module)."""
+def _why_reached_from_above(modules: dict, parent_name: str, names) -> Optional[str]:
+    """_why_reached_from for every ancestor of the module named `parent_name` (``modules``: the model's
+    named_modules as a dict, the model itself under ""), for its children `names` (a fused Linear and its
+    activation module)."""
     parts = parent_name.split(".") if parent_name else []
     fused_names = frozenset(n for n in names if not n.isdigit())
     numbered = len(fused_names) < len(names)
@@ -743,9 +744,10 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     code names the Linear or its activation module, takes the parent apart (indexes or iterates an
     ``nn.Sequential``), walks submodules, or cannot be read (``_why_reached_from``). Code outside the
     model's forwards that calls such a Linear directly (probes, feature extraction, slices of an
-    ``nn.Sequential`` such as ``classifier[:-1]``) needs ``fuse_activations=False``. A fused Linear recomputes its pre-activation in backward from its input, weight and bias:
-    modifying one of them in place between forward and backward raises autograd's in-place error where
-    the unfused pair may not (it keeps the pre-activation instead).
+    ``nn.Sequential`` such as ``classifier[:-1]``) needs ``fuse_activations=False``. A fused Linear
+    recomputes its pre-activation in backward from its input, weight and bias: modifying one of them in
+    place between forward and backward raises autograd's in-place error where the unfused pair may not
+    (it keeps the pre-activation instead).
 
     Numerics: half-precision results may differ from the original's in the last bit, as any two GEMM
     implementations do. On CUDA a fused half-precision Linear applies the activation to the float32
@@ -783,11 +785,11 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
         fused_with = {}
         for lin, act_mod, act in (_fusable_pairs(parent, shared) if fuse_activations else []):
             hooks = [h for h in _HOOK_DICTS if getattr(parent._modules[act_mod], h, None)]
-            reached = _why_reached_from_above(model, modules, parent_name, (lin, act_mod))
             if hooks:  # the hooks would see the Identity's output
                 report.skipped.append((prefix + act_mod, f"has hooks ({', '.join(hooks)}): not fused into "
                                                          f"{prefix + lin}"))
-            elif reached:  # code above the parent could call the Linear alone and get activated values
+            # Code above the parent could call the Linear alone and get activated values.
+            elif reached := _why_reached_from_above(modules, parent_name, (lin, act_mod)):
                 report.skipped.append((prefix + act_mod, f"not fused into {prefix + lin}: {reached}"))
             elif why_not[lin] is None:
                 fused_with[lin] = (act_mod, act)
