@@ -17,8 +17,8 @@ bool is_gemm_dtype(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble;
 }
 
-// Whether views a and b of one storage, of equal sizes and strides (b is a shifted by `delta` elements),
-// share an element, where ATen's analysis gives up (get_overlap_status: TooHard), e.g. the two halves of
+// Whether views a and b of one storage, of equal sizes and strides (b is a shifted by the difference of
+// their storage offsets), share an element, where ATen's analysis gives up (get_overlap_status: TooHard), e.g. the two halves of
 // x.chunk(2, -1). Decided exactly when the strides nest strictly: sorted by size, each stride exceeds
 // twice the span sum_{j>k} (size_j - 1) stride_j of the smaller ones. Then a shift has at most one
 // representation sum_k d_k stride_k with |d_k| < size_k, and the greedy choice of the nearest d_k finds

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import ops
-from conftest import DEVICES, REPO
+from conftest import DEVICES, REPO, run_python
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 # Output rounding of the dtype (results are computed in fp32 and rounded once), plus input-scale slack.
@@ -305,10 +305,10 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
     """The CPU kernels are built for the baseline ISA, AVX2 and AVX-512, and run as the build matching the
     capability ATen runs its own kernels at, which ATEN_CPU_CAPABILITY lowers: this file's CPU value tests,
     in a fresh process per build (the main run tests only this CPU's best one)."""
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
-               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-    probe = subprocess.run([sys.executable, "-c", "import torch, ops; print(torch.backends.cpu.get_cpu_capability(), "
-                            "torch.ops.ops._fused_cpu_isa())"], env=env, capture_output=True, text=True, timeout=120)
+    env = {"ATEN_CPU_CAPABILITY": capability}
+    probe = run_python("import torch, ops; "
+                       "print(torch.backends.cpu.get_cpu_capability(), torch.ops.ops._fused_cpu_isa())",
+                       cwd=REPO, env=env, timeout=120)
     assert probe.returncode == 0, probe.stderr[-2000:]
     aten, ours = probe.stdout.split()[-2:]
     if aten.lower() != capability:
@@ -316,5 +316,5 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
     assert ours == build
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
                           os.path.join(REPO, "tests", "test_fused.py"), "-k", "values and cpu"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                         cwd=REPO, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
