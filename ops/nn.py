@@ -17,6 +17,7 @@ import inspect
 import numbers
 import textwrap
 import types
+import weakref
 from typing import List, Optional, Tuple
 
 import torch
@@ -294,8 +295,9 @@ def _is_rms_norm(module: torch.nn.Module) -> bool:
     (Gemma's, which scales by 1 + weight, is not one)."""
     if type(module) is torch.nn.RMSNorm:
         return len(module.normalized_shape) == 1
-    return (isinstance(getattr(module, "weight", None), torch.nn.Parameter) and module.weight.dim() == 1
-            and hasattr(module, "variance_epsilon") and _hf_rms_norm_formula(module) is not None)
+    weight = getattr(module, "weight", None)
+    return (isinstance(weight, torch.nn.Parameter) and not isinstance(weight, torch.nn.UninitializedParameter)
+            and weight.dim() == 1 and hasattr(module, "variance_epsilon") and _hf_rms_norm_formula(module) is not None)
 
 
 # Per-module hook registries of torch.nn.Module (global hooks apply to every module alike).
@@ -605,23 +607,38 @@ def _fusable_pairs(parent: torch.nn.Module, shared: frozenset) -> List[Tuple[str
     return pairs
 
 
-# Attributes through which a module's code can reach any submodule.
+# Attributes through which a module's code can reach any submodule (or any attribute, by a computed name).
 _WALKS_SUBMODULES = frozenset({"_modules", "modules", "named_modules", "children", "named_children",
-                               "get_submodule", "apply"})
+                               "get_submodule", "apply", "__dict__", "__getattr__", "__getattribute__"})
 # Builtins that only iterate, index or count what they are given.
 _ITERATING_BUILTINS = frozenset({"enumerate", "zip", "reversed", "iter", "list", "tuple", "len"})
 _PLAIN_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
+def _function_named(function, name: str):
+    """What `name` refers to inside `function`: its closure's variable of that name, else its module's
+    global (None when neither holds it, e.g. a name imported inside the function)."""
+    code, closure = function.__code__, getattr(function, "__closure__", None) or ()
+    if name in code.co_freevars and len(closure) == len(code.co_freevars):
+        try:
+            return closure[code.co_freevars.index(name)].cell_contents
+        except ValueError:  # an empty cell
+            return None
+    return getattr(function, "__globals__", {}).get(name)
+
+
 @functools.lru_cache(maxsize=None)
 def _forward_functions(cls: type) -> Optional[Tuple[Tuple[ast.AST, dict], ...]]:
     """The parsed code a module of class `cls` runs when called: its forward and, transitively, the
-    methods that code names on self (``self.feed_forward_chunk``, called or handed on) or on super(),
-    each with its map of AST node to parent node. None when one of them has no source to read."""
-    functions, seen, todo = [], set(), [("forward", cls)]
+    methods that code names on self (``self.feed_forward_chunk``, called or handed on) or on super(), the
+    function a decorator wraps (``__wrapped__``, as functools.wraps sets it: transformers' forwards are
+    decorated) and the functions of its class's own module that it hands self to (``helper(self, x)``;
+    found in its closure or module globals; a library's helpers, such as the hooks transformers installs
+    to capture outputs, are not read), each with its map of AST node to parent node. None when one of
+    them has no source to read."""
+    functions, seen, todo = [], set(), [getattr(cls, "forward", None)]
     while todo:
-        name, owner = todo.pop()
-        function = getattr(owner, name, None)
+        function = todo.pop()
         code = getattr(function, "__code__", None)
         if code is None or code in seen:
             if code is None and function is not None and not isinstance(function, (property, type)):
@@ -632,17 +649,24 @@ def _forward_functions(cls: type) -> Optional[Tuple[Tuple[ast.AST, dict], ...]]:
         if parsed is None:
             return None
         functions.append((parsed, {child: node for node in ast.walk(parsed) for child in ast.iter_child_nodes(node)}))
+        if getattr(function, "__wrapped__", None) is not None:
+            todo.append(function.__wrapped__)
         this = parsed.args.args[0].arg if parsed.args.args else None
         for node in ast.walk(parsed):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and this is not None and any(
+                    isinstance(arg, ast.Name) and arg.id == this for arg in node.args + [k.value for k in node.keywords]):
+                helper = _function_named(function, node.func.id)
+                if isinstance(helper, types.FunctionType) and helper.__module__ == cls.__module__:
+                    todo.append(helper)
             if not isinstance(node, ast.Attribute):
                 continue
             member = getattr(cls, node.attr, None)
             if isinstance(node.value, ast.Name) and node.value.id == this and callable(member) \
                     and not isinstance(member, type):
-                todo.append((node.attr, cls))
+                todo.append(member)
             elif isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
                     and node.value.func.id == "super":
-                todo += [(node.attr, base) for base in cls.__mro__[1:] if node.attr in vars(base)][:1]
+                todo += [getattr(base, node.attr) for base in cls.__mro__[1:] if node.attr in vars(base)][:1]
     return tuple(functions)
 
 
@@ -654,9 +678,12 @@ def _why_reached_from(ancestor: torch.nn.Module, path: List[str], fused_names: f
     nn.Sequential, iteration), hands an intermediate module to other code, walks its submodules, or has
     no source to check. None if it only calls the parent (or members of intermediate modules).
 
-    From the source of forward and the methods it uses (_forward_functions), by attribute name: names are
-    all a static reading has, so an unrelated attribute of the same name also prevents the fusion (safe).
-    Code outside the model's forwards (a probe calling ``model.mlp[0]``) is not seen: see convert."""
+    From the source of forward and the functions it uses (_forward_functions), by attribute name: names
+    are all a static reading has, so an unrelated attribute of the same name also prevents the fusion
+    (safe); a lookup by a computed name (``getattr(self, name)``, ``vars(self)``, ``__dict__``) is taken
+    to reach anything. Code outside the model's forwards (a probe calling ``model.mlp[0]``) and functions
+    that cannot be resolved statically (imported inside a function, looked up at run time) are not seen:
+    see convert."""
     if type(ancestor) in _PLAIN_CONTAINERS and "forward" not in vars(ancestor):
         return None  # Sequential's forward calls whole children in order; ModuleList/ModuleDict have none
     if "forward" in vars(ancestor):
@@ -673,10 +700,16 @@ def _why_reached_from(ancestor: torch.nn.Module, path: List[str], fused_names: f
     whole = next((p for p in reversed(path) if not p.isdigit()), None) if numbered else None
     for function, parents in functions:
         for node in ast.walk(function):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
-                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
-                    and node.args[1].value in fused_names | set(named):
-                return f"it looks up {node.args[1].value!r} with getattr"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
+                    and node.args:
+                # getattr(self, name) with a computed name may return any child (getattr(self.config, name)
+                # reads an attribute of a named member, whose use is checked where it is visited).
+                name = node.args[1] if node.func.id == "getattr" and len(node.args) > 1 else None
+                if node.func.id == "vars" or (name is not None and not isinstance(name, ast.Constant)
+                                              and not isinstance(node.args[0], ast.Attribute)):
+                    return f"it looks up attributes by computed names ({ast.unparse(node)})"
+                if isinstance(name, ast.Constant) and name.value in fused_names | set(named):
+                    return f"it looks up {name.value!r} with getattr"
             if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
                 continue  # assignments (``self.mlp = ...``) hand nothing out
             if node.attr in _WALKS_SUBMODULES:
@@ -704,11 +737,37 @@ def _why_reached_from(ancestor: torch.nn.Module, path: List[str], fused_names: f
     return None
 
 
-def _why_reached_from_above(modules: dict, parent_name: str, names) -> Optional[str]:
-    """_why_reached_from for every ancestor of the module named `parent_name` (``modules``: the model's
-    named_modules as a dict, the model itself under ""), for its children `names` (a fused Linear and its
-    activation module)."""
+def _held_outside_submodules(modules: dict) -> dict:
+    """id of every module that a module of the model (``modules``: named_modules as a dict) holds other
+    than as a registered submodule -> "holder.attribute": set with ``object.__setattr__``, in a plain
+    list, tuple, set or dict, as a bound method or a weakref. Code holding such a reference can call a
+    module under a name no reading of the forwards knows."""
+    held = {}
+    for holder_name, holder in modules.items():
+        for attr, value in vars(holder).items():
+            if attr == "_modules":
+                continue
+            for item in (value.values() if isinstance(value, dict) else
+                         value if isinstance(value, (list, tuple, set, frozenset)) else (value,)):
+                if isinstance(item, weakref.ref):
+                    item = item()
+                item = getattr(item, "__self__", item)  # a bound method's module
+                if isinstance(item, torch.nn.Module):
+                    held.setdefault(id(item), f"{holder_name or '(model)'}.{attr}")
+    return held
+
+
+def _why_reached_from_above(modules: dict, parent_name: str, names, held: dict) -> Optional[str]:
+    """Why the children `names` (a fused Linear and its activation module) of the module named
+    `parent_name` may be called other than through it: _why_reached_from for every ancestor (``modules``:
+    the model's named_modules as a dict, the model itself under ""), or a reference to one of them, to
+    the parent or to an ancestor held outside the registered submodules (``held``:
+    _held_outside_submodules)."""
     parts = parent_name.split(".") if parent_name else []
+    prefix = f"{parent_name}." if parent_name else ""
+    for name in [prefix + n for n in names] + [".".join(parts[:depth]) for depth in range(len(parts), -1, -1)]:
+        if id(modules[name]) in held:
+            return f"{held[id(modules[name])]} refers to {name or '(model)'} outside the registered submodules"
     fused_names = frozenset(n for n in names if not n.isdigit())
     numbered = len(fused_names) < len(names)
     for depth in range(len(parts)):
@@ -740,9 +799,11 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
     Linear or RMSNorm is reported in ``skipped``: wrap it, or use ``Linear.from_linear``). A fused Linear
     computes activation(linear) wherever it is called from, so the forwards of the modules above the
-    pair's parent (and the methods they use) are read from source too: a pair is not fused where that
-    code names the Linear or its activation module, takes the parent apart (indexes or iterates an
-    ``nn.Sequential``), walks submodules, or cannot be read (``_why_reached_from``). Code outside the
+    pair's parent (and the functions they use: _forward_functions) are read from source too: a pair is
+    not fused where that code names the Linear or its activation module, takes the parent apart (indexes
+    or iterates an ``nn.Sequential``), walks submodules, looks up attributes by computed names, or cannot
+    be read (``_why_reached_from``), nor where a module holds the pair, its parent or an ancestor outside
+    its registered submodules (``_held_outside_submodules``). Code outside the
     model's forwards that calls such a Linear directly (probes, feature extraction, slices of an
     ``nn.Sequential`` such as ``classifier[:-1]``) needs ``fuse_activations=False``. A fused Linear
     recomputes its pre-activation in backward from its input, weight and bias: modifying one of them in
@@ -777,11 +838,16 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
                                           "wrap it (torch.nn.Sequential(model)) or use ops.nn.Linear.from_linear "
                                           "/ ops.nn.RMSNorm.from_module"))
     modules = dict(model.named_modules())
+    held = _held_outside_submodules(modules) if fuse_activations else {}
     for parent_name, parent in list(modules.items()):
         prefix = f"{parent_name}." if parent_name else ""
         # Why each Linear or RMSNorm child must be left alone (None: it may be replaced).
         why_not = {name: _why_not_plain(child) for name, child in parent._modules.items()
                    if type(child) is torch.nn.Linear or (child is not None and _is_rms_norm(child))}
+        for name, child in parent._modules.items():
+            if type(child) is torch.nn.LazyLinear:  # a LazyLinear turns into an nn.Linear at its first call
+                report.skipped.append((prefix + name, "an uninitialized LazyLinear: run one forward first (it then "
+                                                      "becomes an nn.Linear), then convert"))
         fused_with = {}
         for lin, act_mod, act in (_fusable_pairs(parent, shared) if fuse_activations else []):
             hooks = [h for h in _HOOK_DICTS if getattr(parent._modules[act_mod], h, None)]
@@ -789,7 +855,7 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
                 report.skipped.append((prefix + act_mod, f"has hooks ({', '.join(hooks)}): not fused into "
                                                          f"{prefix + lin}"))
             # Code above the parent could call the Linear alone and get activated values.
-            elif reached := _why_reached_from_above(modules, parent_name, (lin, act_mod)):
+            elif reached := _why_reached_from_above(modules, parent_name, (lin, act_mod), held):
                 report.skipped.append((prefix + act_mod, f"not fused into {prefix + lin}: {reached}"))
             elif why_not[lin] is None:
                 fused_with[lin] = (act_mod, act)

@@ -6,6 +6,7 @@ nn modules are drop-in replacements."""
 import copy
 import functools
 import operator
+import weakref
 
 import numpy as np
 import pytest
@@ -316,6 +317,129 @@ def test_convert_does_not_fuse_what_code_above_the_parent_takes_apart():
     assert skipped["head.mlp.1"] == "not fused into head.mlp.0: head: it uses self.mlp other than by calling it"
     assert skipped["every.mlp.1"].endswith("every: it uses self.mlp other than by calling it")
     assert skipped["probes.layers.0.act"] == "not fused into probes.layers.0.lin: probes: it uses block.lin directly"
+
+
+class _HeadWithMlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        self.which = "mlp"
+
+
+def _pre_activation(module, x):  # a helper of this module that the forward hands self to
+    return module.mlp[0](x)
+
+
+class _ByComputedName(_HeadWithMlp):
+    def forward(s, x):
+        return s.mlp(x) + getattr(s, s.which)[0](x)
+
+
+class _ByVars(_HeadWithMlp):
+    def forward(self, x):
+        return self.mlp(x) + vars(self)["_modules"]["mlp"][0](x)
+
+
+class _ByDict(_HeadWithMlp):
+    def forward(self, x):
+        return self.mlp(x) + self.__dict__["_modules"]["mlp"][0](x)
+
+
+class _ByHelper(_HeadWithMlp):
+    def forward(self, x):
+        return self.mlp(x) + _pre_activation(self, x)
+
+
+def _passes_through(forward):
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):  # self only in *args: the wrapped forward is found through __wrapped__
+        return forward(*args, **kwargs)
+    return wrapper
+
+
+class _Decorated(_HeadWithMlp):
+    @_passes_through
+    def forward(self, x):
+        return self.mlp(x) + self.mlp[0](x)
+
+
+class _Probe(torch.nn.Module):  # holds the Sequential outside its registered submodules
+    def __init__(self, mlp):
+        super().__init__()
+        object.__setattr__(self, "ref", mlp)
+
+    def forward(self, x):
+        return self.ref[0](x)
+
+
+class _BySibling(_HeadWithMlp):
+    def __init__(self):
+        super().__init__()
+        self.probe = _Probe(self.mlp)
+
+    def forward(self, x):
+        return self.mlp(x) + self.probe(x)
+
+
+class _ByList(_HeadWithMlp):
+    def __init__(self):
+        super().__init__()
+        self.stages = [self.mlp]  # a plain list: not registered
+
+    def forward(self, x):
+        return self.mlp(x) + self.stages[0][0](x)
+
+
+class _ByWeakref(_HeadWithMlp):
+    def __init__(self):
+        super().__init__()
+        self.mlp_ref = weakref.ref(self.mlp)
+
+    def forward(self, x):
+        return self.mlp(x) + self.mlp_ref()[0](x)
+
+
+class _OnlyCallsTheMlp(_HeadWithMlp):
+    def forward(self, x):
+        return self.mlp(x) * 2.0
+
+
+def test_convert_sees_computed_lookups_helpers_decorators_and_held_references():
+    """Found by a review: each of these reached mlp[0] alone in a way the reading of the forwards above
+    the pair missed, and got ReLU'd values once mlp.0 and mlp.1 were fused."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"computed": _ByComputedName(), "vars": _ByVars(), "dict": _ByDict(),
+                                 "helper": _ByHelper(), "decorated": _Decorated(), "sibling": _BySibling(),
+                                 "list": _ByList(), "weakref": _ByWeakref(), "fusable": _OnlyCallsTheMlp()})
+    x = torch.randn(5, 8)
+    expected = {name: module(x) for name, module in model.items()}
+    report = ops.nn.convert(model)
+    for name, module in model.items():
+        torch.testing.assert_close(module(x), expected[name], msg=name)
+    assert report.fused == [("fusable.mlp.0", "fusable.mlp.1", "relu")], report
+    skipped = {name.split(".")[0]: why.split(": ", 1)[1] for name, why in report.skipped}
+    assert skipped == {
+        "computed": "computed: it looks up attributes by computed names (getattr(s, s.which))",
+        "vars": "vars: it looks up attributes by computed names (vars(self))",
+        "dict": "dict: it walks its submodules (self.__dict__)",
+        "helper": "helper: it uses module.mlp other than by calling it",
+        "decorated": "decorated: it uses self.mlp other than by calling it",
+        "sibling": "sibling.probe.ref refers to sibling.mlp outside the registered submodules",
+        "list": "list.stages refers to list.mlp outside the registered submodules",
+        "weakref": "weakref.mlp_ref refers to weakref.mlp outside the registered submodules",
+    }, report
+
+
+def test_convert_leaves_an_uninitialized_lazy_linear_alone():
+    model = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.RMSNorm(8))
+    report = ops.nn.convert(model)  # raised torch's "uninitialized parameter" error before
+    assert report.linear == ["2"] and report.rms_norm == ["3"] and report.fused == [], report
+    assert report.skipped == [("0", "an uninitialized LazyLinear: run one forward first (it then becomes an "
+                                    "nn.Linear), then convert")], report
+    x = torch.randn(3, 5)
+    expected = model(x)  # the first call materialises the LazyLinear as an nn.Linear
+    assert ops.nn.convert(model).fused == [("0", "1", "relu")]
+    torch.testing.assert_close(model(x), expected)
 
 
 def test_convert_sees_through_aliases_helpers_and_look_alikes():
