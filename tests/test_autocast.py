@@ -63,5 +63,6 @@ def test_converted_decoder_runs_under_autocast():
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected, got = stock(ids).logits, converted(ids).logits
     assert got.dtype == expected.dtype
-    # bf16 GEMMs on both sides; the models differ in rounding only (different GEMM implementations).
-    torch.testing.assert_close(got.float(), expected.float(), atol=0.1, rtol=0.1)
+    # bf16 GEMMs on both sides (ATen's on CPU): they may differ in rounding only, about one bf16 unit in
+    # the last place (2^-8 relative; the logits are below 1).
+    torch.testing.assert_close(got.float(), expected.float(), atol=4e-3, rtol=4e-3)

@@ -180,7 +180,8 @@ def test_out_on_other_device_is_an_error(device):
     A = torch.randn(4, 4, device=device)
     B = torch.randn(4, 3, device=device)
     other = "meta"
-    with pytest.raises(RuntimeError, match=r"cutlass_gemm: expected out on|cutlass_gemm"):
+    with pytest.raises(RuntimeError, match=rf"^cutlass_gemm: expected out on {device}\S* \(the device of A and B\), "
+                                           rf"got {other}"):
         ops.cutlass_gemm(A, B, out=torch.empty(4, 3, device=other))
 
 

@@ -702,7 +702,9 @@ def test_convert_rechecks_a_forward_patched_after_an_earlier_convert(monkeypatch
     assert ops.nn.convert(model).fused == []
     model.use_act = False
     x = torch.randn(4, 6)
-    torch.testing.assert_close(model(x), model.fc(x))  # no activation: the Linear computes plain x W^T + b
+    plain = torch.nn.functional.linear(x, model.fc.weight, model.fc.bias)
+    torch.testing.assert_close(model(x), plain)  # no activation: the Linear computes plain x W^T + b
+    torch.testing.assert_close(model.fc(x), plain)
 
 
 def test_convert_keeps_child_modules_shared_modules_and_flags():

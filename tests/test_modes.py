@@ -149,9 +149,11 @@ def test_non_strided_argument_gets_an_error_naming_op_and_argument(spec, layout)
 
 def test_fused_add_rms_norm_non_strided_residual_gets_a_clear_error():
     x, residual, weight = torch.randn(4, 8), torch.randn(4, 8), torch.ones(8)
+    sparse = residual.to_sparse()
+    x_before, residual_before = x.clone(), sparse.to_dense()
     with pytest.raises(RuntimeError, match="^fused_add_rms_norm: expected residual to be a dense"):
-        torch.ops.ops.fused_add_rms_norm(x, residual.to_sparse(), weight)
-    assert torch.equal(x, x.clone())  # nothing ran
+        torch.ops.ops.fused_add_rms_norm(x, sparse, weight)
+    assert torch.equal(x, x_before) and torch.equal(sparse.to_dense(), residual_before)  # nothing ran
 
 
 def test_opcheck_can_fail():

@@ -144,8 +144,19 @@ def test_use_installs_all_or_nothing(tmp_path):
     result = _prebuilt(tree, "use", str(out))
     assert result.returncode == 1 and "not an object" in result.stdout, result.stdout + result.stderr
     assert _ops_files(tree) == before
-    # Complete and matching: installed, and nothing left beside it.
     (out / prebuilt.MANIFEST).write_text(manifest)
+    # The prebuilt copy is made to differ from what ops/ holds, so that installing it shows: bytes after
+    # the ELF image (the loader ignores them) and a line of the build record.
+    with open(out / prebuilt.LIBRARY, "ab") as f:
+        f.write(b"prebuilt copy")
+    # Complete and matching, but `import ops` fails with it: ops/ is rolled back to what it held.
+    (out / prebuilt.BUILD_INFO).write_bytes(info + b"raise ImportError('a broken prebuilt build record')\n")
+    result = _prebuilt(tree, "use", str(out))
+    assert result.returncode == 1 and "`import ops` failed with it" in result.stdout, result.stdout + result.stderr
+    assert _ops_files(tree) == before
+    # Complete, matching and importable: installed, and nothing left beside it.
+    (out / prebuilt.BUILD_INFO).write_bytes(info + b"# the prebuilt copy\n")
     result = _prebuilt(tree, "use", str(out))
     assert result.returncode == 0 and "installed" in result.stdout, result.stdout + result.stderr
-    assert _ops_files(tree) == before  # the same library and record, and no staged or saved copies
+    installed = {name: (out / name).read_bytes() for name in (prebuilt.LIBRARY, prebuilt.BUILD_INFO)}
+    assert _ops_files(tree) == {**before, **installed}  # no staged or saved copies either
