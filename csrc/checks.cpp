@@ -1,5 +1,6 @@
 #include "checks.h"
 
+#include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
@@ -199,6 +200,11 @@ void check_fused_add_rms_norm_inputs(const at::Tensor& input, const at::Tensor& 
   check_no_shared_memory(op, "input", input, "residual", residual);
   check_no_shared_memory(op, "input", input, "weight", weight);
   check_no_shared_memory(op, "residual", residual, "weight", weight);
+}
+
+bool matmul_allows_tf32() {
+  return at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) ==
+         at::Float32Precision::TF32;
 }
 
 }  // namespace ops

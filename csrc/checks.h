@@ -36,6 +36,13 @@ void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor
 // silu_and_mul: input (..., 2 * d) floating.
 void check_silu_and_mul_input(const char* op, const at::Tensor& input);
 
+// Whether torch's float32 matmul precision allows TF32 on CUDA, as torch.mm (cuBLAS) reads it: the
+// per-backend setting (torch.backends.cuda.matmul.fp32_precision, inheriting from
+// torch.backends.fp32_precision where it is "none"), which the legacy allow_tf32 flag and
+// set_float32_matmul_precision also set. Not the legacy getter (allowTF32CuBLAS): it throws once a user
+// has set the new API ("mix of the legacy and new APIs").
+bool matmul_allows_tf32();
+
 // `other` has `input`'s shape, dtype and device (e.g. fused_add_rms_norm's residual).
 void check_same_as(const char* op, const char* name, const at::Tensor& other, const at::Tensor& input);
 

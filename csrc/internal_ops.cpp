@@ -108,7 +108,7 @@ std::string build_info_json() {
   return o.str();
 }
 
-bool allow_tf32() { return at::globalContext().allowTF32CuBLAS(); }
+bool allow_tf32() { return matmul_allows_tf32(); }
 
 void set_tactic(const c10::optional<c10::string_view>& name) {
   cg::set_forced_tactic(name.has_value() ? std::string(*name) : std::string());

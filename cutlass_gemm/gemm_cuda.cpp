@@ -50,8 +50,8 @@ DeviceTarget current_device_target() {
   target.cc_major = props->major;
   target.cc_minor = props->minor;
   target.built = built_archs();
-  // Follow torch.mm: TF32 only where torch.backends.cuda.matmul / set_float32_matmul_precision allow.
-  target.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+  // Follow torch.mm: TF32 only where torch's float32 matmul precision allows it.
+  target.allow_tf32 = matmul_allows_tf32();
   target.sm_count = props->multiProcessorCount;
   target.name = props->name;
   static const bool sm80_on_sm90 = sm80_on_sm90_from_env();  // read once: this runs on every GEMM

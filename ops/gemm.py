@@ -77,8 +77,8 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
         C, an (M, N) tensor: a new contiguous tensor, or ``out``.
 
     Precision: float16/bfloat16 accumulate in float32; float64 in float64. float32 follows torch's matmul
-    precision setting like ``torch.mm`` (``torch.backends.cuda.matmul.allow_tf32`` /
-    ``torch.set_float32_matmul_precision``): TF32 tensor cores only where TF32 is allowed, otherwise the
+    precision setting like ``torch.mm`` (``torch.backends.cuda.matmul.fp32_precision``, the legacy
+    ``torch.backends.cuda.matmul.allow_tf32``, ``torch.set_float32_matmul_precision``): TF32 tensor cores only where TF32 is allowed, otherwise the
     CUTLASS 3xTF32 "fast accurate" kernels (float32-level accuracy; NVIDIA CUTLASS example 27).
 
     Layouts (CUDA): row- and column-major A, B and out run without copies (a column-major out is

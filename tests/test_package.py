@@ -66,3 +66,25 @@ def test_allow_tf32_follows_torch_settings():
         assert ops._library.allow_tf32() is True
     finally:
         torch.set_float32_matmul_precision(saved)
+
+
+def test_allow_tf32_follows_the_per_backend_precision_api():
+    """Found by a review: the library read TF32 through the legacy getter (allowTF32CuBLAS), which raises
+    "mix of the legacy and new APIs" once a user has set torch.backends.cuda.matmul.fp32_precision: every
+    CUDA cutlass_gemm and linear call then failed, whatever its dtype. In a fresh process: the settings are
+    global."""
+    result = run_python("""
+import torch, ops
+assert ops._library.allow_tf32() is False                  # torch's default: "ieee" for CUDA matmul
+torch.backends.cuda.matmul.fp32_precision = "tf32"
+assert ops._library.allow_tf32() is True
+torch.backends.cuda.matmul.fp32_precision = "ieee"
+assert ops._library.allow_tf32() is False
+torch.backends.fp32_precision = "tf32"                      # the generic setting, inherited from "none"
+torch.backends.cuda.matmul.fp32_precision = "none"
+assert ops._library.allow_tf32() is True
+torch.backends.fp32_precision = "ieee"
+assert ops._library.allow_tf32() is False
+print("ok")
+""", cwd=REPO, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr[-3000:]
