@@ -271,6 +271,30 @@ def test_record_stream_orders_frees_after_a_stream_that_never_allocated():
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_record_stream_of_a_block_on_a_device_that_is_not_current():
+    # Found by a review: record_stream created its event on the current device (PyTorch sets no device
+    # guard there); recording it on a stream of the block's device failed, and frees stopped waiting for
+    # that stream.
+    _run_gpu("""
+        ops.allocator.install()
+        n = 1 << 24
+        a = torch.zeros(n, device="cuda:1")
+        side = torch.cuda.Stream(device=1)
+        torch.cuda.synchronize(1)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)
+            a.add_(5.0)
+        assert torch.cuda.current_device() == 0
+        a.record_stream(side)
+        del a
+        c = torch.full((n,), -1.0, device="cuda:1")
+        torch.cuda.synchronize(1)
+        assert torch.all(c == -1.0).item(), "memory still written by a side stream was handed out again"
+    """)
+
+
+@pytest.mark.cuda
 def test_graph_capture_under_global_install():
     # Memory allocated before a capture and freed during it (rebinding a warmed-up output) is freed
     # after the capture; the graph's own allocations are graph memory; replays compute right.

@@ -279,8 +279,15 @@ void ops_allocator_record_stream(void* ptr, cudaStream_t stream) {
   }
   DeviceState& state = states()[attributes.device];
   if (is_capturing(stream)) return;  // captured work is ordered by the graph, not by our frees
-  std::lock_guard<std::mutex> lock(state.mu);
-  remember_stream(state, stream);
+  // The event remember_stream creates must belong to the block's device, which PyTorch's record_stream
+  // does not make current: an event of another device cannot be recorded on the stream, and free_ordered
+  // would then take the stream for destroyed and stop waiting for it.
+  const cudaError_t err = on_device(attributes.device, [&] {
+    std::lock_guard<std::mutex> lock(state.mu);
+    remember_stream(state, stream);
+    return cudaSuccess;
+  });
+  if (err != cudaSuccess) (void)cudaGetLastError();
 }
 
 int ops_allocator_stats(int device, OpsAllocatorStats* out) {
