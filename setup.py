@@ -1,6 +1,6 @@
 """Build the `ops` package: `ops._C`, the C++/CUDA operator library.
 
-This file is the one place that decides what gets built (DESIGN.md, "Build"):
+This file is the one place that decides what gets built:
 
 * With nvcc and a CUDA build of torch: a CUDAExtension with the CUTLASS GEMM kernels
   (cutlass_gemm/kernels/*.cu, one translation unit per dtype family, built for TORCH_CUDA_ARCH_LIST,

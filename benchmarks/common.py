@@ -1,4 +1,4 @@
-"""Timing and reporting helpers shared by the benchmarks (DESIGN.md, "Measuring performance")."""
+"""Timing and reporting helpers shared by the benchmarks (README.md, "Benchmarks")."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (DESIGN.md, "The GPU check"): on a bare GPU machine, build the package with all cores,
+# The GPU check: on a bare GPU machine, build the package with all cores,
 # run the CUDA tests, the benchmarks and compute-sanitizer, and write logs, JSON, markdown and plots
 # to $OUT (or benchmarks/results/local/device-check when $OUT is unset).
 #

@@ -1,4 +1,4 @@
-// The op catalogue: every schema of the `ops` library, in one place (DESIGN.md, "The op catalogue").
+// The op catalogue: every schema of the `ops` library, in one place (the table in README.md).
 // Kernels register elsewhere with TORCH_LIBRARY_IMPL; fake kernels and autograd live in the Python
 // package `ops`; set_python_module before each group names the module holding that group's fake
 // kernels, so a missing fake kernel says what to import. ops::define is m.def plus clear errors for

@@ -76,7 +76,8 @@ def compiled_build_info():
 
 
 def kernels():
-    """The CUTLASS GEMM instantiations (cutlass_gemm/kernel_list.h), as a list of dicts."""
+    """The GEMM kernels built in (cutlass_gemm/kernel_list.h: the CUTLASS instantiations and the SIMT GEMV
+    kernels), as a list of dicts."""
     return json.loads(torch.ops.ops._cutlass_gemm_kernels())
 
 

@@ -787,7 +787,8 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
 
     Only exact classes are replaced (a subclass may compute something else). A module with hooks, or
     with parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), is left
-    alone and listed in ``report.skipped``; so is one with a ``forward`` set on the instance. Fusion
+    alone and listed in ``report.skipped``; so is one with a ``forward`` set on the instance, an
+    ``nn.RMSNorm`` over several dimensions and an uninitialized ``nn.LazyLinear``. Fusion
     happens in a plain ``nn.Sequential`` (consecutive children) or in a module whose ``forward`` is
     straight-line code made only of allowed parts (child module calls, locals, arithmetic, listed pure
     torch / functional functions and tensor methods; no branches, loops, side effects, helper calls or
@@ -848,6 +849,9 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
             if type(child) is torch.nn.LazyLinear:  # a LazyLinear turns into an nn.Linear at its first call
                 report.skipped.append((prefix + name, "an uninitialized LazyLinear: run one forward first (it then "
                                                       "becomes an nn.Linear), then convert"))
+            elif type(child) is torch.nn.RMSNorm and len(child.normalized_shape) != 1:
+                report.skipped.append((prefix + name, f"normalizes over {len(child.normalized_shape)} dimensions; "
+                                                      "ops.rms_norm normalizes over the last one"))
         fused_with = {}
         for lin, act_mod, act in (_fusable_pairs(parent, shared) if fuse_activations else []):
             hooks = [h for h in _HOOK_DICTS if getattr(parent._modules[act_mod], h, None)]

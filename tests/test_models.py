@@ -430,12 +430,15 @@ def test_convert_sees_computed_lookups_helpers_decorators_and_held_references():
     }, report
 
 
-def test_convert_leaves_an_uninitialized_lazy_linear_alone():
-    model = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.RMSNorm(8))
+def test_convert_reports_a_lazy_linear_and_a_multi_dimension_rms_norm():
+    model = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.RMSNorm(8),
+                                torch.nn.Unflatten(-1, (2, 4)), torch.nn.RMSNorm((2, 4)), torch.nn.Flatten(-2))
     report = ops.nn.convert(model)  # raised torch's "uninitialized parameter" error before
     assert report.linear == ["2"] and report.rms_norm == ["3"] and report.fused == [], report
-    assert report.skipped == [("0", "an uninitialized LazyLinear: run one forward first (it then becomes an "
-                                    "nn.Linear), then convert")], report
+    assert report.skipped == [
+        ("0", "an uninitialized LazyLinear: run one forward first (it then becomes an nn.Linear), then convert"),
+        ("5", "normalizes over 2 dimensions; ops.rms_norm normalizes over the last one"),  # was unreported
+    ], report
     x = torch.randn(3, 5)
     expected = model(x)  # the first call materialises the LazyLinear as an nn.Linear
     assert ops.nn.convert(model).fused == [("0", "1", "relu")]
