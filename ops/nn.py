@@ -751,7 +751,8 @@ def _held_outside_submodules(modules: dict) -> dict:
                          value if isinstance(value, (list, tuple, set, frozenset)) else (value,)):
                 if isinstance(item, weakref.ref):
                     item = item()
-                item = getattr(item, "__self__", item)  # a bound method's module
+                if isinstance(item, types.MethodType):
+                    item = item.__self__  # a bound method's module
                 if isinstance(item, torch.nn.Module):
                     held.setdefault(id(item), f"{holder_name or '(model)'}.{attr}")
     return held
