@@ -168,15 +168,19 @@ if want diag; then
     echo "exit status $?" >> "$MORE/diag_$name.log"
     benchmarks/diag/symbolize_backtrace.sh ops/_C.abi3.so < "$MORE/diag_$name.log" | tail -60
   }
-  diag throw -- '
-import torch, ops
+  # The test's request (64 TiB), then 1 TiB (also far beyond the GPU): whether the size or the path
+  # crashes.
+  throw='
+import os, torch, ops
 ops.allocator.install(); print("A installed", flush=True)
 try:
-    torch.empty(1 << 46, dtype=torch.uint8, device="cuda")
+    torch.empty(1 << int(os.environ["SIZE_LOG2"]), dtype=torch.uint8, device="cuda")
 except torch.cuda.OutOfMemoryError as e:
     print("B raised:", str(e)[:80], flush=True)
 print("C stats:", ops.allocator.stats(), flush=True)
 x = torch.ones(1 << 20, device="cuda"); print("D", x.sum().item(), flush=True)'
+  diag throw SIZE_LOG2=46 -- "$throw"
+  diag throw_1tib SIZE_LOG2=40 -- "$throw"
   diag null -- '
 import ctypes, torch, ops
 torch.cuda.init(); lib = ops.allocator._lib(); lib.ops_pool_alloc.restype = ctypes.c_void_p
