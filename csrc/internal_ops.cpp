@@ -108,8 +108,6 @@ std::string build_info_json() {
   return o.str();
 }
 
-bool allow_tf32() { return matmul_allows_tf32(); }
-
 void set_tactic(const c10::optional<c10::string_view>& name) {
   cg::set_forced_tactic(name.has_value() ? std::string(*name) : std::string());
 }
@@ -158,7 +156,7 @@ void add_tuning(const std::vector<std::string>& keys, const std::vector<std::str
 TORCH_LIBRARY_FRAGMENT(ops, m) {
   m.def("_build_info() -> str", &ops::build_info_json);
   m.def("_cutlass_gemm_kernels() -> str", &ops::kernels_json);
-  m.def("_allow_tf32() -> bool", &ops::allow_tf32);
+  m.def("_allow_tf32() -> bool", &ops::matmul_allows_tf32);
   m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
         "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\", "
         "int sm_count=132) -> str",
