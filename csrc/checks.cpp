@@ -50,7 +50,32 @@ std::optional<bool> shifted_views_overlap(const at::Tensor& a, const at::Tensor&
   return rest == 0;
 }
 
+// ATen's get_overlap_status, also for tensors whose storages are distinct objects over the same memory
+// (torch.from_numpy of one array twice, torch.frombuffer, DLPack imports): ATen decides sharing by storage
+// identity and calls those disjoint. Their element byte ranges are then compared as ATen compares views
+// of one storage (TooHard where either tensor is not dense and non-overlapping).
+at::MemOverlapStatus overlap_status(const at::Tensor& a, const at::Tensor& b) {
+  const auto status = at::get_overlap_status(a, b);
+  if (status != at::MemOverlapStatus::No || a.is_alias_of(b) || !storages_intersect(a, b)) return status;
+  if (!a.is_non_overlapping_and_dense() || !b.is_non_overlapping_and_dense()) return at::MemOverlapStatus::TooHard;
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  const auto* a1 = a0 + a.numel() * a.element_size();
+  const auto* b1 = b0 + b.numel() * b.element_size();
+  if (a0 == b0 && a1 == b1) return at::MemOverlapStatus::Full;
+  return a0 < b1 && b0 < a1 ? at::MemOverlapStatus::Partial : at::MemOverlapStatus::No;
+}
+
 }  // namespace
+
+bool storages_intersect(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage()) return false;
+  if (a.is_alias_of(b)) return true;
+  const auto* a0 = static_cast<const char*>(a.storage().data());
+  const auto* b0 = static_cast<const char*>(b.storage().data());
+  if (a0 == nullptr || b0 == nullptr || a.device() != b.device()) return false;  // meta tensors have no memory
+  return a0 < b0 + b.storage().nbytes() && b0 < a0 + a.storage().nbytes();
+}
 
 std::string torch_dtype_name(at::ScalarType t) {
   return "torch." + std::string(c10::getDtypeNames(t).first);
@@ -95,12 +120,11 @@ bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
   check_written_in_place(op, "out", out);
   bool undecided = false;
   for (const auto& [name, input] : {std::pair<const char*, const at::Tensor&>{"A", A}, {"B", B}}) {
-    const auto status = at::get_overlap_status(out, input);
+    const auto status = overlap_status(out, input);
     TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, op,
                 ": out overlaps ", name,
                 " in memory; the result would overwrite its own input. Pass a separate out tensor.");
-    undecided = undecided || (status == at::MemOverlapStatus::TooHard && input.numel() > 0 &&
-                              out.is_alias_of(input));
+    undecided = undecided || (status == at::MemOverlapStatus::TooHard && storages_intersect(out, input));
   }
   return undecided;
 }
@@ -170,14 +194,14 @@ void check_same_as(const char* op, const char* name, const at::Tensor& other, co
 void check_no_shared_memory(const char* op, const char* written, const at::Tensor& w, const char* other_name,
                             const at::Tensor& other) {
   if (w.numel() == 0 || other.numel() == 0) return;
-  const auto status = at::get_overlap_status(w, other);
+  const auto status = overlap_status(w, other);
   const std::optional<bool> shifted =
       status == at::MemOverlapStatus::TooHard ? shifted_views_overlap(w, other) : std::nullopt;
   if (shifted == std::optional<bool>(false)) {
     return;  // disjoint views of one buffer, computed through private copies (run_in_place_on_contiguous)
   }
   TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial &&
-                  !(status == at::MemOverlapStatus::TooHard && w.is_alias_of(other)),
+                  !(status == at::MemOverlapStatus::TooHard && storages_intersect(w, other)),
               op, ": ", written, " and ", other_name, " share memory",
               status == at::MemOverlapStatus::TooHard && !shifted ? " (or may: strided views of one buffer)" : "", "; ",
               written, " is written in place, so the result would depend on the order of the writes. "

@@ -5,6 +5,14 @@
 // registered on those keys for every op the catalogue defines with ops::define, names both, like the
 // ops' other input checks (csrc/checks.h): "rms_norm: expected weight to be a dense (strided) tensor,
 // got a sparse COO tensor; convert it with .to_dense() first".
+//
+// Negative views (the lazily negated tensors of z.conj().imag or torch._neg_view) dispatch through the
+// Negative key, whose PyTorch fallback (ATen/native/MathBitsFallback.h) runs an op on a resolved clone
+// of each written argument and then expects the op to return the tensor it wrote: for the ops here that
+// write an argument and return nothing (fused_add_rms_norm, cutlass_gemm.out), it read a stack slot that
+// was not there, failed an internal assert and corrupted memory (found by a review). So those ops get a
+// kernel of their own on that key: a written negative view is refused with an error naming it, a read
+// one is resolved (materialised) and the op runs on.
 #include "layout_errors.h"
 
 #include <string>
@@ -16,6 +24,12 @@ namespace ops {
 namespace {
 
 // What is wrong with `t` and how to fix it, or "" when it is dense and strided.
+std::string op_name(const c10::FunctionSchema& schema) {  // "cutlass_gemm.out", as Python spells it
+  std::string name = schema.name().substr(schema.name().find("::") + 2);
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  return name;
+}
+
 std::string non_strided_kind(const at::Tensor& t) {
   if (!t.defined()) return "";
   if (t.is_nested()) return "a nested tensor; pass its components (.unbind()) or a padded tensor (.to_padded_tensor(0))";
@@ -28,8 +42,7 @@ std::string non_strided_kind(const at::Tensor& t) {
 
 void reject_non_strided(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  std::string name = schema.name().substr(schema.name().find("::") + 2);
-  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  const std::string name = op_name(schema);
   const auto& arguments = schema.arguments();
   const size_t first = stack->size() - arguments.size();  // the arguments are the top of the stack
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -41,6 +54,23 @@ void reject_non_strided(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
   TORCH_CHECK(false, name, ": expected dense (strided) tensors; got a tensor for the ",
               c10::toString(keys.highestPriorityTypeId()), " backend");
+}
+
+void resolve_negative_views(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t first = stack->size() - arguments.size();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    c10::IValue& value = (*stack)[first + i];
+    if (!value.isTensor() || !value.toTensor().is_neg()) continue;
+    const bool written = arguments[i].alias_info() != nullptr && arguments[i].alias_info()->isWrite();
+    TORCH_CHECK(!written, op_name(schema), ": ", arguments[i].name(), " is written in place but is a negative view "
+                "(its negative bit is set, e.g. z.conj().imag), whose memory holds the negated values; pass a tensor "
+                "of its own (t = ", arguments[i].name(), ".resolve_neg()) and copy the result back (", arguments[i].name(),
+                ".copy_(t))");
+    value = value.toTensor().resolve_neg();
+  }
+  op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Negative), stack);
 }
 
 constexpr c10::DispatchKey kNonStridedKeys[] = {
@@ -56,6 +86,10 @@ void define(torch::Library& m, const char* schema) {
   const std::string name = declaration.substr(0, declaration.find('('));  // "cutlass_gemm.out"
   for (const c10::DispatchKey key : kNonStridedKeys) {
     m.impl(name.c_str(), torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>()));
+  }
+  if (declaration.find("!)") != std::string::npos) {  // writes an argument: "Tensor(a!) out"
+    m.impl(name.c_str(), torch::dispatch(c10::DispatchKey::Negative,
+                                         torch::CppFunction::makeFromBoxedFunction<&resolve_negative_views>()));
   }
 }
 

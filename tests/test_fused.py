@@ -258,6 +258,47 @@ def test_fused_add_rms_norm_refuses_shared_memory(device, case):
     assert all(torch.equal(t, b) for t, b in zip((T, x, r), before))  # nothing written
 
 
+@pytest.mark.parametrize("case", ["same", "shifted"])
+def test_fused_add_rms_norm_refuses_memory_shared_through_another_storage(case):
+    # Two storages over one buffer (torch.from_numpy of one array twice): ATen's overlap analysis, by storage
+    # identity, took them for disjoint, and residual came back holding the normalised values (found by a
+    # review).
+    np = pytest.importorskip("numpy")
+    buffer = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    X, R = torch.from_numpy(buffer), torch.from_numpy(buffer)
+    x, r = (X, R) if case == "same" else (X[:4], R[1:])
+    before = X.clone()
+    with pytest.raises(RuntimeError, match="fused_add_rms_norm: input and residual share memory"):
+        ops.fused_add_rms_norm(x, r, torch.ones(8))
+    assert torch.equal(X, before)
+
+
+def test_fused_add_rms_norm_refuses_written_negative_views():
+    # z.conj().imag is a negative view: PyTorch's Negative-key fallback ran the op on a clone and then
+    # expected it to return the tensor it wrote; fused_add_rms_norm returns nothing, so it failed an
+    # internal assert and corrupted memory (the next op segfaulted; found by a review). In a fresh process.
+    result = run_python(
+        "import torch, ops\n"
+        "x, w = torch.randn(4, 8), torch.ones(8)\n"
+        "for name in ('residual', 'input'):\n"
+        "    neg = torch.randn(4, 8, dtype=torch.complex64).conj().imag\n"
+        "    before = neg.clone()\n"
+        "    try:\n"
+        "        ops.fused_add_rms_norm(x, neg, w) if name == 'residual' else ops.fused_add_rms_norm(neg, x, w)\n"
+        "    except RuntimeError as e:\n"
+        "        print('ERROR', str(e).splitlines()[0])\n"
+        "    assert torch.equal(neg, before)\n"
+        "print('SUM', x.sum().item())\n"
+        "neg = torch.randn(4, 8, dtype=torch.complex64).conj().imag\n"  # read only: resolved
+        "torch.testing.assert_close(ops.rms_norm(neg, w), ops.rms_norm(neg.resolve_neg(), w))\n",
+        cwd=REPO, env={"PYTHONPATH": REPO})
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("residual", "input"):
+        assert (f"ERROR fused_add_rms_norm: {name} is written in place but is a negative view (its negative bit "
+                "is set, e.g. z.conj().imag)") in result.stdout, result.stdout
+    assert "SUM" in result.stdout
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fused_add_rms_norm_disjoint_views_of_one_buffer(device):
     T = torch.randn(4, 8, dtype=torch.float64, device=device)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ops
-from conftest import DEVICES
+from conftest import DEVICES, REPO, run_python
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
@@ -259,6 +259,55 @@ def test_out_sharing_a_buffer_with_a_strided_input_is_right(device, cols):
     expected = A.clone() @ B
     ops.cutlass_gemm(A, B, out=X[:, cols])
     torch.testing.assert_close(X[:, cols], expected)
+
+
+@pytest.mark.parametrize("case", ["full", "partial", "disjoint", "strided", "strided-overlap"])
+def test_out_sharing_memory_through_another_storage(case):
+    # torch.from_numpy of one array twice gives two storages over one buffer, which ATen's overlap analysis
+    # (storage identity) took for disjoint (found by a review): out overlapping A must still be an error,
+    # and strided views the analysis cannot decide are computed through a temporary.
+    np = pytest.importorskip("numpy")
+    buffer = np.random.default_rng(0).standard_normal((8, 8))
+    X, Y = torch.from_numpy(buffer), torch.from_numpy(buffer)
+    assert not X.is_set_to(Y) and X.data_ptr() == Y.data_ptr()
+    B = torch.randn(4, 4, dtype=torch.float64)
+    rows = lambda T, first: T.view(-1)[8 * first:8 * first + 16].view(4, 4)  # buffer rows first, first + 1
+    A, out = {"full": (rows(X, 0), rows(Y, 0)), "partial": (rows(X, 0), rows(Y, 1)),
+              "disjoint": (rows(X, 0), rows(Y, 4)), "strided": (X[:4, :4], Y[:4, 4:]),
+              "strided-overlap": (X[:4, :4], Y[:4, 2:6])}[case]
+    expected = A.clone() @ B
+    if case in ("full", "partial"):
+        before = out.clone()
+        with pytest.raises(RuntimeError, match="cutlass_gemm: out overlaps A in memory"):
+            ops.cutlass_gemm(A, B, out=out)
+        assert torch.equal(out, before)
+    else:
+        ops.cutlass_gemm(A, B, out=out)
+        torch.testing.assert_close(out, expected)
+
+
+def test_negative_views_read_resolved_and_written_refused():
+    # A negative view (z.conj().imag: memory holding -values, the negative bit set) as out made PyTorch's
+    # Negative-key fallback fail an internal assert and corrupt memory (a later op segfaulted; found by a
+    # review): now a clear error, in a fresh process so that a regression cannot take this one down.
+    result = run_python(
+        "import torch, ops\n"
+        "z = torch.randn(4, 4, dtype=torch.complex128)\n"
+        "A, B = z.conj().imag, torch.randn(4, 4, dtype=torch.float64)\n"
+        "assert A.is_neg()\n"
+        "torch.testing.assert_close(ops.cutlass_gemm(A, B), A.resolve_neg() @ B)\n"  # read: resolved
+        "out = torch.randn(4, 4, dtype=torch.complex128).conj().imag\n"
+        "before = out.clone()\n"
+        "try:\n"
+        "    ops.cutlass_gemm(A.resolve_neg(), B, out=out)\n"
+        "except RuntimeError as e:\n"
+        "    print('ERROR', str(e).splitlines()[0])\n"
+        "assert torch.equal(out, before)\n"
+        "print('SUM', (out.sum() + A.sum()).item())\n", cwd=REPO, env={"PYTHONPATH": REPO})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ("ERROR cutlass_gemm.out: out is written in place but is a negative view (its negative bit is set, "
+            "e.g. z.conj().imag)") in result.stdout, result.stdout
+    assert "SUM" in result.stdout
 
 
 def test_undefined_input_names_the_argument():
