@@ -201,10 +201,16 @@ __global__ void rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residua
 // silu(a) = a / (1 + exp(-a)), in the accumulation type A of T. For half types (results rounded to 8 or
 // 11 bits) with the fast intrinsics: IEEE division and expf cost more issue slots per byte than the
 // H200's bandwidth leaves (3 x 16 bytes per 8 elements); float and double keep the accurate forms.
+// __fdividef(x, y) returns 0 for 2^126 < |y| < 2^128 (CUDA Math API), i.e. for gates a in (-88.72, -87.34),
+// where silu(a) ~ a e^a ~ -1e-36 is still a normal bfloat16 and a large up-projection value makes the
+// product visible (found by a review): there both operands are scaled by 2^-4 (exact) first. An infinite
+// exp(-a) (a < -88.72) still gives -0, as a / (1 + exp(-a)) does.
 template <typename T, typename A>
 __device__ __forceinline__ A silu(A a) {
   if constexpr (sizeof(T) == 2) {
-    return __fdividef(a, 1.0f + __expf(-a));  // -> 0 as exp(-a) -> inf, as a / (1 + exp(-a)) does
+    const float e = __expf(-a);
+    const float scale = e > 0x1p126f ? 0x1p-4f : 1.0f;
+    return __fdividef(a * scale, (1.0f + e) * scale);
   } else {
     return a / (A(1) + exp(-a));
   }
