@@ -147,7 +147,7 @@ void add_tuning(const std::vector<std::string>& keys, const std::vector<std::str
     records.emplace_back(keys[i], std::move(record));
   }
   TORCH_CHECK_VALUE(next == timing_names.size(), op, ": timing counts do not add up to the timings given");
-  for (auto& [key, record] : records) cg::store_tuned(key, std::move(record));
+  cg::store_tuned(std::move(records));
 }
 
 }  // namespace

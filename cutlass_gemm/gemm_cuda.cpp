@@ -156,7 +156,7 @@ Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, con
   }
   record.best = tactic_name(record.tactic);
   const Tactic best = record.tactic;
-  store_tuned(key, std::move(record));
+  store_tuned({{key, std::move(record)}});
   return best;
 }
 

@@ -376,10 +376,10 @@ bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tact
   return false;
 }
 
-void store_tuned(const std::string& key, TuningRecord record) {
-  std::lock_guard<std::mutex> lock(controls().mutex);
-  controls().cache[key] = std::move(record);
-  tuning_cache_used.store(true);
+void store_tuned(std::vector<std::pair<std::string, TuningRecord>> records) {
+  std::lock_guard<std::mutex> lock(controls().mutex);  // one lock: a reader sees all of a loaded file or none
+  for (auto& [key, record] : records) controls().cache[key] = std::move(record);
+  tuning_cache_used.store(!controls().cache.empty());
 }
 
 std::string tuning_cache_json() {

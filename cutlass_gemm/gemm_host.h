@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -95,8 +97,9 @@ std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target);
 // The cached tactic for `key`, resolved against plan's candidates. A record whose tactic is not among
 // them (a cache written by another build) is dropped with a warning and false is returned.
 bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tactic* tactic);
-// Adds or replaces the record of `key` (the autotuner's result, or an entry of a loaded file).
-void store_tuned(const std::string& key, TuningRecord record);
+// Adds or replaces the record of each key (the autotuner's result, or the entries of a loaded file),
+// all under one lock.
+void store_tuned(std::vector<std::pair<std::string, TuningRecord>> records);
 // [{"key", "best", "timings_ms": {name: ms}}...] and clearing, for ops.gemm's API.
 std::string tuning_cache_json();
 void clear_tuning_cache();

@@ -5,6 +5,7 @@ cutlass_gemm/.
 """
 
 import os
+import threading
 from typing import Optional
 
 import torch
@@ -71,7 +72,8 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
         B: (K, N) matrix, same dtype and device as A.
         out: optional (M, N) tensor of the same dtype and device to write the result into. It may be
             row-major, column-major (a transposed view) or any other strided layout (computed into a
-            temporary and copied back); it must not overlap A or B.
+            temporary and copied back); it must not overlap A or B. Under ``torch.compile`` an out
+            tensor must be contiguous (Dynamo's rule for out= arguments).
 
     Returns:
         C, an (M, N) tensor: a new contiguous tensor, or ``out``.
@@ -79,7 +81,11 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
     Precision: float16/bfloat16 accumulate in float32; float64 in float64. float32 follows torch's matmul
     precision setting like ``torch.mm`` (``torch.backends.cuda.matmul.fp32_precision``, the legacy
     ``torch.backends.cuda.matmul.allow_tf32``, ``torch.set_float32_matmul_precision``): TF32 tensor cores only where TF32 is allowed, otherwise the
-    CUTLASS 3xTF32 "fast accurate" kernels (float32-level accuracy; NVIDIA CUTLASS example 27).
+    CUTLASS 3xTF32 "fast accurate" kernels (float32-level accuracy; NVIDIA CUTLASS example 27). 3xTF32
+    splits each operand into a TF32 part and a remainder, so an infinite element of A or B gives NaN
+    where ``torch.mm`` gives +-inf (inf - inf and inf * 0 in the split); finite inputs are unaffected.
+    On Hopper that float32 case (and float64) runs through ATen until a GPU run validates the SM80
+    kernels there (README: ``OPS_CUTLASS_SM80_ON_SM90``).
 
     Layouts (CUDA): row- and column-major A, B and out run without copies (a column-major out is
     computed as C^T = B^T A^T). Other strides, pointers or leading dimensions that are not 16-byte
@@ -148,15 +154,22 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
     return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B, out))
 
 
+# set_tactic / set_autotune return the previous setting: the read and the write happen under this lock, so
+# each caller gets the value it replaced (the settings stay process-wide: a save/restore from two threads
+# at once still restores in whatever order the threads finish).
+_CONTROLS_LOCK = threading.Lock()
+
+
 def set_tactic(name: Optional[str]) -> Optional[str]:
     """Force every CUDA ``cutlass_gemm`` / ``linear`` GEMM to run the tactic ``name`` (a name from
     ``plan(A, B)["candidates"]``, e.g. ``"sm90_bf16_rc_streamk/splitk4"``), or restore the normal choice
     with ``None``. For benchmarking and experiments: a GEMM whose candidates do not include ``name``
     raises a RuntimeError listing them. Returns the previous setting."""
-    previous = get_tactic()
     if name is not None and not isinstance(name, str):
         raise TypeError(f"ops.gemm.set_tactic: expected a tactic name (str) or None, got {type(name).__name__}")
-    torch.ops.ops._cutlass_gemm_set_tactic(name or None)
+    with _CONTROLS_LOCK:
+        previous = get_tactic()
+        torch.ops.ops._cutlass_gemm_set_tactic(name or None)
     return previous
 
 
@@ -178,8 +191,9 @@ def set_autotune(enabled: bool) -> bool:
     Cached choices (tuned here, or loaded with ``load_tuning_cache``) are used whenever present, with
     autotuning on or off; turning it off only stops new shapes from being timed (``clear_tuning_cache``
     forgets the choices). ``set_tactic`` takes precedence over both."""
-    previous = autotune_enabled()
-    torch.ops.ops._cutlass_gemm_set_autotune(bool(enabled))
+    with _CONTROLS_LOCK:
+        previous = autotune_enabled()
+        torch.ops.ops._cutlass_gemm_set_autotune(bool(enabled))
     return previous
 
 

@@ -16,6 +16,7 @@ import functools
 import inspect
 import numbers
 import textwrap
+import threading
 import types
 import weakref
 from typing import List, Optional, Tuple
@@ -28,6 +29,11 @@ from . import fused, linear as _linear
 __all__ = ["Linear", "RMSNorm", "convert", "ConversionReport"]
 
 _NOT_GLOBAL = object()  # a name that is local, or not defined anywhere
+
+# torch.fx's Tracer.trace patches torch.nn.Module.__call__ / __getattr__ on the class for the duration of a
+# trace: two traces at once restore them out of order (leaving a dead tracer's wrapper installed for the
+# whole process). convert's traces take turns; other threads must not run module code meanwhile (convert).
+_TRACE_LOCK = threading.Lock()
 
 
 class Linear(torch.nn.Linear):
@@ -581,7 +587,9 @@ def _fusable_pairs(parent: torch.nn.Module, shared: frozenset) -> List[Tuple[str
             return True  # every child is one node
 
     try:
-        with torch.random.fork_rng(devices=[]):  # the trace runs forward's code: leave the RNG as it was
+        # No torch.random.fork_rng: it would rewind the process-wide generator under other threads' draws,
+        # and the trace draws nothing (children are leaves; _straight_line_forward admits no random function).
+        with _TRACE_LOCK:
             graph = _Leaves().trace(parent)
     except Exception:  # noqa: BLE001 - any tracing failure means: unknown structure, do not fuse
         return pairs
@@ -627,7 +635,15 @@ def _function_named(function, name: str):
     return getattr(function, "__globals__", {}).get(name)
 
 
-@functools.lru_cache(maxsize=None)
+@_cached_per_function
+def _parsed_with_parents(function) -> Optional[Tuple[ast.AST, dict]]:
+    """_parsed_forward(function) with its map of AST node to parent node (cached per function object)."""
+    parsed = _parsed_forward(function)
+    if parsed is None:
+        return None
+    return parsed, {child: node for node in ast.walk(parsed) for child in ast.iter_child_nodes(node)}
+
+
 def _forward_functions(cls: type) -> Optional[Tuple[Tuple[ast.AST, dict], ...]]:
     """The parsed code a module of class `cls` runs when called: its forward and, transitively, the
     methods that code names on self (``self.feed_forward_chunk``, called or handed on) or on super(), the
@@ -636,6 +652,8 @@ def _forward_functions(cls: type) -> Optional[Tuple[Tuple[ast.AST, dict], ...]]:
     found in its closure or module globals; a library's helpers, such as the hooks transformers installs
     to capture outputs, are not read), each with its map of AST node to parent node. None when one of
     them has no source to read."""
+    # Not cached per class: a forward or method replaced later (monkey-patching) is read again; the parses
+    # are cached per function object (_parsed_with_parents).
     functions, seen, todo = [], set(), [getattr(cls, "forward", None)]
     while todo:
         function = todo.pop()
@@ -645,10 +663,11 @@ def _forward_functions(cls: type) -> Optional[Tuple[Tuple[ast.AST, dict], ...]]:
                 return None  # e.g. a C function: nothing to read
             continue
         seen.add(code)
-        parsed = _parsed_forward(function)
-        if parsed is None:
+        entry = _parsed_with_parents(function)
+        if entry is None:
             return None
-        functions.append((parsed, {child: node for node in ast.walk(parsed) for child in ast.iter_child_nodes(node)}))
+        parsed = entry[0]
+        functions.append(entry)
         if getattr(function, "__wrapped__", None) is not None:
             todo.append(function.__wrapped__)
         this = parsed.args.args[0].arg if parsed.args.args else None
@@ -822,6 +841,10 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
     float32) where the original rounds x_hat to the input's dtype before the weight multiply. For float64
     input, a converted Hugging Face norm computes in float64 where the original computes in float32
     (more accurate; they differ by ~1e-7 relative).
+
+    Threads: the torch.fx traces patch ``torch.nn.Module.__call__`` and ``__getattr__`` process-wide while
+    they run. Concurrent ``convert`` calls take turns (a lock), but other threads must not run module code
+    during a ``convert`` with ``fuse_activations`` (their module calls would go through the tracer).
 
     Returns:
         A ConversionReport naming every replaced, fused and skipped module (printable).
