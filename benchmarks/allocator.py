@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from benchmarks.common import RESULTS, machine_facts, markdown_table, write_report
+from benchmarks.common import RESULTS, machine_facts, mark_stopped, markdown_table, write_report
 
 CONFIGS = {
     "torch caching": {"env": {}, "setup": ""},
@@ -85,26 +85,31 @@ def main(argv=None):
               "(ops.allocator manages CUDA memory). Nothing to measure on CPU.")
         return 0
     rows, results = [], {}
-    for name, config in CONFIGS.items():
-        code = WORKER.format(setup=config["setup"], iters=args.iters, name=name)
-        env = dict(os.environ, **config["env"])
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-        line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
-        if proc.returncode != 0 or line is None:
-            print(f"{name}: failed\n{proc.stderr[-2000:]}")
-            results[name] = {"error": proc.stderr[-2000:]}
-            continue
-        r = json.loads(line[len("RESULT "):])
-        results[name] = r
-        rows.append([name, f"{r['alloc_free_us_median']:.2f}", f"{r['alloc_free_us_p99']:.2f}",
-                     f"{r['step_ms_median']:.2f}", f"{r['peak_mib']:.0f}"])
+    try:
+        for name, config in CONFIGS.items():
+            code = WORKER.format(setup=config["setup"], iters=args.iters, name=name)
+            env = dict(os.environ, **config["env"])
+            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+            line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                print(f"{name}: failed\n{proc.stderr[-2000:]}")
+                results[name] = {"error": proc.stderr[-2000:]}
+                continue
+            r = json.loads(line[len("RESULT "):])
+            results[name] = r
+            rows.append([name, f"{r['alloc_free_us_median']:.2f}", f"{r['alloc_free_us_p99']:.2f}",
+                         f"{r['step_ms_median']:.2f}", f"{r['peak_mib']:.0f}"])
+    except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's time limit: report the configurations measured
+        print(f"\ninterrupted: reporting the {len(results)} of {len(CONFIGS)} configurations measured so far",
+              file=sys.stderr)
     headers = ["allocator", "alloc+free us (median)", "p99 us", "train step ms", "peak MiB"]
     table = markdown_table(headers, rows)
     print(table)
     payload = {"benchmark": "allocator", "machine": machine_facts("cuda"), "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_report(args.out, "allocator", payload, f"Allocators on {payload['machine'].get('gpu')}", table)
-    return 1 if any("error" in r for r in results.values()) else 0
+    title = f"Allocators on {payload['machine'].get('gpu')}" + mark_stopped(payload, len(results), len(CONFIGS))
+    write_report(args.out, "allocator", payload, title, table)
+    return 1 if any("error" in r for r in results.values()) or len(results) < len(CONFIGS) else 0
 
 
 if __name__ == "__main__":

@@ -42,11 +42,25 @@ def machine_facts(device):
 
 class CudaTimer:
     """Median time of `fn` on the GPU: CUDA events around each call after warm-up, with the L2 cache
-    flushed before every timed call (a write of a buffer larger than L2), so small problems are not
-    measured out of a warm cache (METHOD.md / HOPPER.md)."""
+    flushed before every timed call, so small problems are not measured out of a warm cache (METHOD.md /
+    HOPPER.md). The flush reads a buffer larger than L2 (flush="read", the default): L2 is then full of
+    clean lines. A flush that writes the buffer (flush="write", zero_(), as triton's do_bench does) leaves
+    it full of dirty lines, which the timed kernel pays to write back as it evicts them: up to the L2's
+    size (50-60 MB) of extra HBM traffic inside the timed region, which biases memory-bound timings (found
+    by a review of the first H200 run's decode GEMMs). benchmarks.ops records a copy timed both ways."""
 
-    def __init__(self, l2_flush_bytes=256 * 1024 * 1024):
-        self.flush = torch.empty(l2_flush_bytes, dtype=torch.uint8, device="cuda")
+    def __init__(self, l2_flush_bytes=256 * 1024 * 1024, flush="read"):
+        if flush not in ("read", "write"):
+            raise ValueError(f"CudaTimer: flush must be 'read' or 'write', got {flush!r}")
+        self.flush = torch.zeros(l2_flush_bytes // 4, dtype=torch.float32, device="cuda")
+        self.sink = torch.zeros((), dtype=torch.float32, device="cuda")
+        self.flush_mode = flush
+
+    def flush_l2(self):
+        if self.flush_mode == "read":
+            torch.sum(self.flush, dim=None, out=self.sink)
+        else:
+            self.flush.zero_()
 
     def __call__(self, fn, warmup=10, reps=50, max_seconds=2.0):
         for _ in range(warmup):
@@ -63,7 +77,7 @@ class CudaTimer:
         est = e0.elapsed_time(e1) / 1e3
         reps = max(5, min(reps, int(max_seconds / max(est, 1e-6))))
         for i in range(reps):
-            self.flush.zero_()
+            self.flush_l2()
             starts[i].record()
             fn()
             ends[i].record()

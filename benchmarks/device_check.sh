@@ -22,15 +22,23 @@
 #
 # STAGES picks what runs (default: all): build sm80 gemm tests sanitizer diag ops model overhead allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
-# 9-minute device call: run two calls on one warm machine (benchmarks/GPU_PLAN.md), the second at once
-# (a machine goes back 30 s after a call): STAGES="build sm80 gemm tests" (the test stage, last, gets
-# what is left of 560 s), then STAGES="sanitizer diag ops model overhead allocator" (its build is a
-# ninja no-op; its limits add up to ~10 minutes, so the later stages may be cut: they come last). Each
-# stage has its own time limit; a failing stage does not stop the others.
+# 9-minute device call, and a session's 15 minutes of device time include the machine's start: run two
+# calls on one warm machine (benchmarks/GPU_PLAN.md gives the commands), the second at once (a machine
+# goes back 30 s after a call): STAGES="build sm80 gemm tests" (the test stage, last, gets what is left
+# before DEADLINE_S), then STAGES="sanitizer diag ops model overhead allocator" (its build is a ninja
+# no-op; its limits add up to ~10 minutes, so the later stages may be cut or skipped: they come last).
+# Each stage has its own time limit; a failing stage does not stop the others.
 # The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
 # data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
-# GEMM_ARGS passes options to benchmarks.gemm (e.g. "--quick"); TEST_JOBS the pytest-xdist workers
+# BUILD=0 uses the library already built in place. GEMM_ARGS passes options to benchmarks.gemm (e.g.
+# "--quick"); TEST_JOBS the pytest-xdist workers
 # (default 8; 0 runs the tests in one process). CPU tests run in CI, not here.
+# DEADLINE_S (default 560): seconds from this script's start by which everything has ended, packed
+# included. Every stage's time limit is cut to what is left of it (less 25 s for the kill grace and the
+# packing); a stage with under 10 s left is SKIPPED. Set it a little under the device call's limit: the
+# tool kills the call at its limit, and what a killed stage measured is lost (GPU_PLAN.md gives each
+# call's value, from `status`'s budget_left_s). A table of every stage's exit status and seconds ends the
+# log (stages.tsv in results.tgz): 124 is a stage cut by its time limit.
 # Time limits send SIGINT first (`limit`): pytest then prints its summary of what ran, and the
 # benchmarks write the cases measured so far (marked INTERRUPTED); a process still alive 20 s later is
 # killed. A benchmark that hits an error (a kernel failing on one shape) reports the cases before it
@@ -42,12 +50,39 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/local/device-check}"
 mkdir -p "$OUT"
 exec > >(tee "$OUT/device_check.log") 2>&1
+tee_pid=$!
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 status=0
-t0=$(date +%s)  # the call's start: the last stage of call 1 gets what is left of its budget
-stage() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
-limit() { timeout -s INT -k 20 "$@"; }
+t0=$(date +%s)  # the call's start
+DEADLINE_S="${DEADLINE_S:-560}"
+# Each stage's header also prints the GPU's clock, temperature and power at that moment (a throttled
+# stage shows there).
+stage() {
+  echo; echo "=== $* ($(date -u +%H:%M:%S), $(( $(date +%s) - t0 )) s of ${DEADLINE_S})"
+  if command -v nvidia-smi > /dev/null 2>&1; then
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null | sed 's/^/GPU now: /'
+  fi
+  true
+}
+# budget SECONDS: SECONDS, or less where the deadline leaves less (25 s kept for the kill grace and packing).
+budget() { local left=$(( DEADLINE_S - ($(date +%s) - t0) - 25 )); echo $(( $1 < left ? $1 : left )); }
+# limit SECONDS CMD...: CMD under a time limit of budget SECONDS (SIGINT, then SIGKILL 20 s later); exit
+# status 200 without running CMD when under 10 s are left.
+limit() {
+  local seconds; seconds=$(budget "$1"); shift
+  if (( seconds < 10 )); then echo "SKIPPED (deadline: ${DEADLINE_S} s from the start)"; return 200; fi
+  timeout -s INT -k 20 "$seconds" "$@"
+}
+stage_rows=()  # "name<TAB>exit status<TAB>seconds" of every step that ran (or was skipped)
+# step NAME SECONDS CMD...: limit SECONDS CMD..., its exit status and time recorded in stage_rows.
+step() {
+  local name="$1" start rc; shift; start=$(date +%s)
+  limit "$@"; rc=$?
+  stage_rows+=("$name"$'\t'"$rc"$'\t'"$(( $(date +%s) - start ))")
+  (( rc == 0 )) || status=1
+  return $rc
+}
 
 stage "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
@@ -56,27 +91,41 @@ nvcc --version | tail -2
 echo "cores: $(nproc --all)"
 
 stage "CUTLASS headers"
+# Needed to build (a prebuilt library needs none): without the wheel, only a prebuilt library can run.
+have_cutlass=1
 if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cutlass_library') is None)"; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ops-site .whl/nvidia_cutlass-*.whl \
-    && export PYTHONPATH="/tmp/ops-site${PYTHONPATH:+:$PYTHONPATH}" \
-    || { echo "no nvidia-cutlass wheel in .whl/ (see the header of this script)"; exit 2; }
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ops-site .whl/nvidia_cutlass-*.whl; then
+    export PYTHONPATH="/tmp/ops-site${PYTHONPATH:+:$PYTHONPATH}"
+  else
+    have_cutlass=0; echo "no nvidia-cutlass wheel in .whl/ (see the header of this script): only a prebuilt library can run"
+  fi
 fi
 
 STAGES="${STAGES:-build sm80 gemm tests sanitizer diag ops model overhead allocator}"
 MORE="$(mktemp -d)"  # every report; packed into $OUT/results.tgz after each stage
-pack() { tar -czf "$OUT/results.tgz.part" -C "$MORE" . && mv "$OUT/results.tgz.part" "$OUT/results.tgz"; }
-trap pack EXIT
+pack() {
+  printf '%s\n' "stage	exit status	seconds" "${stage_rows[@]}" > "$MORE/stages.tsv"
+  tar -czf "$OUT/results.tgz.part" -C "$MORE" . && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
+}
+# On exit: pack, then let tee write the log's last lines. On SIGTERM (a caller giving up): the same.
+finish() { pack; exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null; }
+trap finish EXIT
+trap 'exit 143' TERM
 
 stage "build (MAX_JOBS=$(nproc --all), TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-default 8.0;9.0a})"
 export MAX_JOBS="$(nproc --all)"
 start=$(date +%s)
 # A library prebuilt on a CPU machine for this torch and sm_90a (benchmarks/prebuilt.py; carry
 # .prebuilt) saves the build's ~2 minutes, if it was built from these very sources; else, build.
-if [ -d .prebuilt ] && [ "${PREBUILT:-1}" != 0 ] && "$PY" -m benchmarks.prebuilt use .prebuilt > "$MORE/build.log" 2>&1; then
+# BUILD=0: use the library already built in place (a rerun on the same machine; the tests' dry runs).
+if [ "${BUILD:-1}" = 0 ]; then
+  "$PY" -c "import ops; print('BUILD=0: the library built in place,', ops.library_path())" || { echo "BUILD=0 but ops does not load"; exit 1; }
+elif [ -d .prebuilt ] && [ "${PREBUILT:-1}" != 0 ] && "$PY" -m benchmarks.prebuilt use .prebuilt > "$MORE/build.log" 2>&1; then
   cat "$MORE/build.log"
 else
   [ -s "$MORE/build.log" ] && cat "$MORE/build.log"
-  if ! timeout 360 "$PY" setup.py build_ext --inplace >> "$MORE/build.log" 2>&1; then
+  if [ "$have_cutlass" = 0 ]; then echo "BUILD IMPOSSIBLE: no prebuilt library for these sources and no CUTLASS headers"; exit 2; fi
+  if ! timeout "$(budget 360)" "$PY" setup.py build_ext --inplace >> "$MORE/build.log" 2>&1; then
     tail -40 "$MORE/build.log"; echo "BUILD FAILED"; exit 1
   fi
   grep -i "warning" "$MORE/build.log" | grep -v "Wno\|deprecated" | sort | uniq -c | sort -rn | head -10 || true
@@ -94,10 +143,10 @@ if want sm80; then
   # (they gave wrong results through CUTLASS's 2.x GemmUniversalAdapter on 2026-11-30; now launched
   # through GemmUniversalBase). If this passes, they can be dispatched on Hopper by default.
   stage "tests: the SM80 kernels on Hopper (OPS_CUTLASS_SM80_ON_SM90=1: fp32 3xTF32, fp64)"
-  OPS_CUTLASS_SM80_ON_SM90=1 limit 100 "$PY" -m pytest tests/test_gemm_cuda.py tests/test_gemm.py \
+  OPS_CUTLASS_SM80_ON_SM90=1 step sm80-tests 100 "$PY" -m pytest tests/test_gemm_cuda.py tests/test_gemm.py \
     tests/test_linear.py tests/test_func_transforms.py -q -rfE --maxfail=20 "${jobs[@]}" -m cuda \
     -k "dtype2 or dtype3 or float32 or float64 or fp32 or gradcheck or func_transform" \
-    --junitxml="$MORE/tests_sm80.xml" || status=1
+    --junitxml="$MORE/tests_sm80.xml"
   pack
 fi
 
@@ -108,26 +157,25 @@ if want gemm; then
   # on a GPU before (the SIMT GEMV, the 128x256 fused linear) that breaks the CUDA context costs the
   # sweep's remaining shapes, not the main table (the first run took ~11 s for both dtypes with the sweep).
   stage "benchmark: ops.cutlass_gemm vs torch.mm, bf16/fp16"
-  limit 60 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --out "$MORE/gemm_half" ${GEMM_ARGS:-} || status=1
+  step gemm-half 60 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --out "$MORE/gemm_half" ${GEMM_ARGS:-}
   pack
   stage "benchmark: every candidate tactic of the bf16/fp16 shapes"
-  limit 120 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --candidates --out "$MORE/gemm_candidates" ${GEMM_ARGS:-} || status=1
+  step gemm-candidates 120 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --candidates --out "$MORE/gemm_candidates" ${GEMM_ARGS:-}
   pack
   stage "benchmark: ops.cutlass_gemm vs torch.mm, tf32/fp32/fp64 (the SM80 3xTF32 and fp64 kernels on)"
-  OPS_CUTLASS_SM80_ON_SM90=1 limit 60 "$PY" -m benchmarks.gemm --dtypes tf32,fp32,fp64 --suite square --out "$MORE/gemm_fp32" ${GEMM_ARGS:-} || status=1
+  OPS_CUTLASS_SM80_ON_SM90=1 step gemm-fp32 60 "$PY" -m benchmarks.gemm --dtypes tf32,fp32,fp64 --suite square --out "$MORE/gemm_fp32" ${GEMM_ARGS:-}
   pack
 fi
 
 if want tests; then
   stage "tests: CUDA, torch.export + AOTInductor with cutlass_gemm (CPU tests run in CI)"
-  left=$(( 560 - ($(date +%s) - t0) ))  # ends inside a 590 s device call, with pytest's summary
   # The files that decide the open issues first, then the rest: a time limit cuts the tail (the first
   # run ended 259 tests into ~900).
   first="tests/test_gemm_cuda.py tests/test_linear.py tests/test_gemm.py tests/test_fused.py tests/test_allocator.py tests/test_streams.py"
   rest=$(ls tests/test_*.py | grep -v -x -F -f <(tr ' ' '\n' <<< "$first"))
   # shellcheck disable=SC2086
-  limit $(( left > 300 ? 300 : (left < 30 ? 30 : left) )) "$PY" -m pytest $first $rest -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
-    -k "not test_export or cutlass_gemm" --junitxml="$MORE/tests.xml" || status=1
+  step tests 300 "$PY" -m pytest $first $rest -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
+    -k "not test_export or cutlass_gemm" --junitxml="$MORE/tests.xml"
   pack
 fi
 
@@ -136,16 +184,23 @@ if want sanitizer; then
   # an error for memcheck (inside one of the caching allocator's segments it is invisible). The SM80
   # kernels run too (OPS_CUTLASS_SM80_ON_SM90=1).
   stage "compute-sanitizer (memcheck, racecheck)"
+  # The smoke's own output (a line per section, its wrong values) goes to sanitizer_<tool>_app.log.
   for tool in memcheck racecheck; do
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 OPS_CUTLASS_SM80_ON_SM90=1 timeout 75 compute-sanitizer --tool "$tool" \
-      --error-exitcode 9 --print-limit 50 --log-file "$MORE/sanitizer_$tool.log" \
-      "$PY" -m benchmarks.sanitizer_smoke 2>&1 | tail -5
-    rc=${PIPESTATUS[0]}
-    tail -5 "$MORE/sanitizer_$tool.log" 2>/dev/null
+    start=$(date +%s)
+    seconds=$(budget 75)
+    if (( seconds < 10 )); then rc=200; echo "SKIPPED (deadline)"; else
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 OPS_CUTLASS_SM80_ON_SM90=1 timeout "$seconds" compute-sanitizer --tool "$tool" \
+        --error-exitcode 9 --print-limit 50 --log-file "$MORE/sanitizer_$tool.log" \
+        "$PY" -m benchmarks.sanitizer_smoke > "$MORE/sanitizer_${tool}_app.log" 2>&1
+      rc=$?
+      tail -8 "$MORE/sanitizer_${tool}_app.log"; tail -5 "$MORE/sanitizer_$tool.log" 2>/dev/null
+    fi
+    stage_rows+=("sanitizer-$tool"$'\t'"$rc"$'\t'"$(( $(date +%s) - start ))")
     case $rc in
       0) ;;
       124) echo "compute-sanitizer $tool: TIMED OUT"; status=1 ;;
-      *) echo "compute-sanitizer $tool: FAILED (exit $rc; its report: sanitizer_$tool.log)"; status=1 ;;
+      200) status=1 ;;
+      *) echo "compute-sanitizer $tool: FAILED (exit $rc; its report: sanitizer_$tool.log, the smoke's output: sanitizer_${tool}_app.log)"; status=1 ;;
     esac
   done
   pack
@@ -164,8 +219,12 @@ if want diag; then
     local name="$1"; shift
     local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
     echo "--- $name"
-    env "${envs[@]}" LD_PRELOAD="$preload" timeout 60 "$PY" -X faulthandler -c "$1" > "$MORE/diag_$name.log" 2>&1
-    echo "exit status $?" >> "$MORE/diag_$name.log"
+    local seconds; seconds=$(budget 60)
+    if (( seconds < 10 )); then echo "SKIPPED (deadline)"; return; fi
+    env "${envs[@]}" LD_PRELOAD="$preload" timeout "$seconds" "$PY" -X faulthandler -c "$1" > "$MORE/diag_$name.log" 2>&1
+    local rc=$?
+    echo "exit status $rc" >> "$MORE/diag_$name.log"
+    stage_rows+=("diag-$name"$'\t'"$rc"$'\t'"-")
     benchmarks/diag/symbolize_backtrace.sh ops/_C.abi3.so < "$MORE/diag_$name.log" | tail -60
   }
   # The test's request (64 TiB), then 1 TiB (also far beyond the GPU): whether the size or the path
@@ -197,31 +256,33 @@ fi
 
 if want ops; then
   stage "benchmark: fused ops vs PyTorch"
-  limit 60 "$PY" -m benchmarks.ops --out "$MORE" || status=1
+  step ops 60 "$PY" -m benchmarks.ops --out "$MORE"
   pack
   # The sweeps in their own process, as for the GEMM (ops_candidates/ also gets its own ops.md).
   stage "benchmark: every fused-linear tactic and rms_norm kernel variant"
-  limit 120 "$PY" -m benchmarks.ops --candidates --out "$MORE/ops_candidates" || status=1
+  step ops-candidates 120 "$PY" -m benchmarks.ops --candidates --out "$MORE/ops_candidates"
   pack
 fi
 
 if want model; then
   stage "benchmark: MiniLM and Llama MLP block, stock vs ops"
-  limit 90 "$PY" -m benchmarks.model --out "$MORE" || status=1
+  step model 90 "$PY" -m benchmarks.model --out "$MORE"
   pack
 fi
 
 if want overhead; then
   stage "benchmark: call cost of tiny GEMMs (host overhead; fp32 on the SM80 3xTF32 kernel)"
-  OPS_CUTLASS_SM80_ON_SM90=1 limit 90 "$PY" -m benchmarks.gemm --suite overhead --dtypes bf16,fp32 --out "$MORE" || status=1
+  OPS_CUTLASS_SM80_ON_SM90=1 step overhead 90 "$PY" -m benchmarks.gemm --suite overhead --dtypes bf16,fp32 --out "$MORE"
   pack
 fi
 
 if want allocator; then
   stage "benchmark: allocators"
-  limit 60 "$PY" -m benchmarks.allocator --iters 1000 --out "$MORE" || status=1
+  step allocator 60 "$PY" -m benchmarks.allocator --iters 1000 --out "$MORE"
   pack
 fi
 
+stage "stages (exit status 124: cut by its time limit; 200: skipped, the deadline was near)"
+printf '%s\n' "${stage_rows[@]}" | column -t -s $'\t' 2>/dev/null || printf '%s\n' "${stage_rows[@]}"
 stage "done (status $status)"
 exit $status

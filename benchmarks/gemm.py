@@ -74,10 +74,16 @@ def shapes(suite, quick, device):
     return rows
 
 
-def call_time(fn, rounds=7):
-    """Seconds per call of back-to-back calls (host-bound for tiny problems): min over interleaved
-    rounds of cpu_time's median (torch.utils.benchmark synchronizes CUDA around each timed block)."""
-    return min(cpu_time(fn) for _ in range(rounds))
+def call_times(fns, rounds=5):
+    """Seconds per call of back-to-back calls of each of `fns` (host-bound for tiny problems): min over
+    `rounds` rounds of cpu_time's median (torch.utils.benchmark synchronizes CUDA around each timed block),
+    the functions interleaved within each round, so that a drift of the machine (clocks, another
+    process) is shared by all of them rather than landing on whichever was timed first."""
+    best = [math.inf] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], cpu_time(fn))
+    return best
 
 
 def run(args, log=None):
@@ -142,9 +148,9 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
     del ours, theirs
     extra = {}
     if overhead:
-        t_ours = call_time(lambda: ops.cutlass_gemm(A, B))
-        t_torch = call_time(lambda: torch.mm(A, B))
-        extra["aten_op_ms"] = call_time(lambda: torch.ops.aten.mm.default(A, B)) * 1e3
+        t_ours, t_torch, t_aten = call_times([lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B),
+                                              lambda: torch.ops.aten.mm.default(A, B)])
+        extra["aten_op_ms"] = t_aten * 1e3
     elif device == "cuda":
         t_ours = timer(lambda: ops.cutlass_gemm(A, B))
         t_torch = timer(lambda: torch.mm(A, B))

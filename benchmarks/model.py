@@ -24,7 +24,7 @@ import torch
 
 import ops
 from benchmarks import models
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, markdown_table, write_report
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, mark_stopped, markdown_table, write_report
 
 MINILM_CONFIG = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                      intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512)
@@ -62,38 +62,47 @@ def main(argv=None):
     converted = copy.deepcopy(stock)
     report = ops.nn.convert(converted)
     print(f"all-MiniLM-L6-v2 on {device} ({dtype}), {source}\n{report}", flush=True)
-    with torch.inference_mode():
-        e_stock, e_ops = models.embed(stock, batch), models.embed(converted, batch)
-        cosine = (e_stock * e_ops).sum(-1).min().item()
-        variants = [("eager", stock, converted)]
-        if not args.no_compile:
-            torch._dynamo.reset()
-            variants.append(("compiled", torch.compile(stock), torch.compile(converted)))
-        for name, m_stock, m_ops in variants:
-            t_stock = time_fn(lambda: m_stock(**batch))
-            t_ops = time_fn(lambda: m_ops(**batch))
-            results[f"minilm_{name}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "min_cosine": cosine}
-            rows.append([f"MiniLM-L6 {name} (batch {args.batch})", f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
-                         f"{t_stock / t_ops:.2f}", f"min cosine {cosine:.6f}"])
+    planned = (1 if args.no_compile else 2) + (2 if device == "cuda" else 1)  # MiniLM eager/compiled + MLP sizes
 
-        cfg = models.LLAMA3_8B
-        stock_mlp = models.TorchLlamaMLP(cfg["hidden"], cfg["intermediate"], cfg["eps"], device=device, dtype=dtype)
-        ops_mlp = models.OpsLlamaMLP(stock_mlp)
-        for tokens in ((16, 1024) if device == "cuda" else (16,)):
-            x = torch.randn(tokens, cfg["hidden"], device=device, dtype=dtype)
-            diff = (ops_mlp(x).float() - stock_mlp(x).float()).abs().max().item()
-            t_stock, t_ops = time_fn(lambda: stock_mlp(x)), time_fn(lambda: ops_mlp(x))
-            results[f"llama_mlp_T{tokens}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "max_abs_diff": diff}
-            rows.append([f"Llama-3-8B MLP block T={tokens}", f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
-                         f"{t_stock / t_ops:.2f}", f"max |diff| {diff:.2e}"])
+    def measure():
+        with torch.inference_mode():
+            e_stock, e_ops = models.embed(stock, batch), models.embed(converted, batch)
+            cosine = (e_stock * e_ops).sum(-1).min().item()
+            variants = [("eager", stock, converted)]
+            if not args.no_compile:
+                torch._dynamo.reset()
+                variants.append(("compiled", torch.compile(stock), torch.compile(converted)))
+            for name, m_stock, m_ops in variants:
+                t_stock = time_fn(lambda: m_stock(**batch))
+                t_ops = time_fn(lambda: m_ops(**batch))
+                results[f"minilm_{name}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "min_cosine": cosine}
+                rows.append([f"MiniLM-L6 {name} (batch {args.batch})", f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
+                             f"{t_stock / t_ops:.2f}", f"min cosine {cosine:.6f}"])
+
+            cfg = models.LLAMA3_8B
+            stock_mlp = models.TorchLlamaMLP(cfg["hidden"], cfg["intermediate"], cfg["eps"], device=device, dtype=dtype)
+            ops_mlp = models.OpsLlamaMLP(stock_mlp)
+            for tokens in ((16, 1024) if device == "cuda" else (16,)):
+                x = torch.randn(tokens, cfg["hidden"], device=device, dtype=dtype)
+                diff = (ops_mlp(x).float() - stock_mlp(x).float()).abs().max().item()
+                t_stock, t_ops = time_fn(lambda: stock_mlp(x)), time_fn(lambda: ops_mlp(x))
+                results[f"llama_mlp_T{tokens}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "max_abs_diff": diff}
+                rows.append([f"Llama-3-8B MLP block T={tokens}", f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
+                             f"{t_stock / t_ops:.2f}", f"max |diff| {diff:.2e}"])
+
+    try:
+        measure()
+    except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's time limit: report what was measured
+        print(f"\ninterrupted: reporting the {len(results)} of {planned} cases measured so far", file=sys.stderr)
     table = markdown_table(["model", "stock ms", "ops ms", "speed-up", "agreement"], rows)
     print(table)
     facts = machine_facts(device)
     payload = {"benchmark": "model", "device": device, "minilm": source, "machine": facts, "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_report(args.out, "model", payload, f"Models on {facts.get('gpu', 'CPU')} ({dtype}); MiniLM: {source}",
-                 table)
-    return 0
+    stopped = mark_stopped(payload, len(results), planned)
+    write_report(args.out, "model", payload, f"Models on {facts.get('gpu', 'CPU')} ({dtype}); MiniLM: {source}"
+                 + stopped, table)
+    return 3 if stopped else 0
 
 
 if __name__ == "__main__":

@@ -50,9 +50,17 @@ def cases(device, quick):
             def reference():
                 s = x + r
                 return F.rms_norm(s, (hidden,), w, 1e-5), s
-            # In place on scratch copies would add a copy to the timing; the op's values are not checked
-            # here (tests do), so it runs in place on the same buffers each time.
-            return (lambda: ops.fused_add_rms_norm(x, r, w, 1e-5)), [("x + r; F.rms_norm", reference)], nbytes
+
+            # In place on scratch copies would add a copy to the timing, so it runs in place on the same
+            # buffers, which each call changes (residual grows by about |weight| per call: float16 reached
+            # 6.4e4, then inf, within the ~300 calls of one case's timings, found by a review). `restore`
+            # (called by `timed` before each timing, outside it) puts the random data back.
+            x0, r0 = x.clone(), r.clone()
+
+            def fused_add():
+                ops.fused_add_rms_norm(x, r, w, 1e-5)
+            fused_add.restore = lambda: (x.copy_(x0), r.copy_(r0))
+            return fused_add, [("x + r; F.rms_norm", reference)], nbytes
 
         def silu(dtype, t=t):
             x = torch.randn(t, 2 * inter, device=device, dtype=dtype)
@@ -118,21 +126,31 @@ def main(argv=None):
     todo = [(d, c) for d in dtypes for c in cases(device, quick)]
     log = PartialLog(args.out, "ops")
 
+    def timed(fn):
+        """Seconds per call of fn (CudaTimer, or cpu_time on CPU), after fn.restore() where fn has one."""
+        if hasattr(fn, "restore"):
+            fn.restore()
+        return timer(fn) if timer else cpu_time(fn)
+
+    flush_check = compare_l2_flushes() if timer else None
+    if flush_check:
+        print(flush_check["note"], flush=True)
+
     def measure(case):
         dname, (op, shape, build) = case
         fn, refs, nbytes, *linear_args = build(DTYPES[dname])
-        t_ops = timer(fn) if timer else cpu_time(fn)
+        t_ops = timed(fn)
         copy_GBps = None
         if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
             dst = torch.empty_like(src)
-            t_copy = timer(lambda: dst.copy_(src)) if timer else cpu_time(lambda: dst.copy_(src))
+            t_copy = timed(lambda: dst.copy_(src))
             copy_GBps = 2 * src.numel() / t_copy / 1e9
             del src, dst
         if args.candidates and timer:
             try:
                 if op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
-                    rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timer, t_ops, nbytes, copy_GBps))
+                    rms_sweeps.append(sweep_rms_kernels(op, shape, dname, fn, timed, t_ops, nbytes, copy_GBps))
                     log.write("rms_kernels", rms_sweeps[-1])
                 if linear_args:
                     sweeps.append(sweep_linear_tactics(
@@ -145,7 +163,7 @@ def main(argv=None):
                 print(f"  sweep of {op} {shape} {dname} failed: {e!r}", file=sys.stderr)
         ops_GBps = nbytes / t_ops / 1e9 if nbytes else None
         for ref_name, ref in refs:
-            t_ref = timer(ref) if timer else cpu_time(ref)
+            t_ref = timed(ref)
             results.append({"op": op, "shape": shape, "dtype": dname, "reference": ref_name,
                             "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
                             "ops_GBps": ops_GBps, "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
@@ -165,6 +183,9 @@ def main(argv=None):
     facts = machine_facts(device)
     payload = {"benchmark": "ops", "device": device, "quick": quick, "machine": facts, "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if flush_check:
+        payload["l2_flush_check"] = flush_check
+        table += "\n\n" + flush_check["note"]
     title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_stopped(payload, done, len(todo), aborted)
     write_report(args.out, "ops", payload, title, table)
     if sweeps:
@@ -173,6 +194,24 @@ def main(argv=None):
         report_rms_kernels(rms_sweeps, facts, args.out)
     log.finish()
     return 0 if done == len(todo) else 3
+
+
+def compare_l2_flushes(nbytes=32 * 1024 * 1024):
+    """A device-to-device copy of `nbytes` (the size of a Llama-3-8B q_proj weight in bf16) timed with
+    CudaTimer's read flush (what every timing here uses) and with a write flush (zero_(): L2 left full of
+    dirty lines, whose write-back the timed copy would pay): how much the flush itself moves a memory-bound
+    timing. Returns {"copy_bytes", "read_flush_ms", "write_flush_ms", "read_flush_GBps", "write_flush_GBps",
+    "note"}; GB/s counts the bytes read and written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = {mode: CudaTimer(flush=mode)(lambda: dst.copy_(src)) for mode in ("read", "write")}
+    check = {"copy_bytes": nbytes, **{f"{m}_flush_ms": t * 1e3 for m, t in times.items()},
+             **{f"{m}_flush_GBps": 2 * nbytes / t / 1e9 for m, t in times.items()}}
+    check["note"] = (f"L2 flush check: a {nbytes >> 20} MiB copy takes {check['read_flush_ms'] * 1e3:.1f} us "
+                     f"({check['read_flush_GBps']:.0f} GB/s) after the read flush these timings use, "
+                     f"{check['write_flush_ms'] * 1e3:.1f} us ({check['write_flush_GBps']:.0f} GB/s) after a "
+                     "write flush (zero_(), L2 left dirty).")
+    return check
 
 
 def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic, cc, sm_count):
@@ -187,7 +226,11 @@ def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic,
     torch_error = max_rel_error(ACT[act](F.linear(x, w, b)), reference)
     times, problems = sweep_tactics(fn, plan["candidates"], timer,
                                     check=output_check(reference, x.dtype, [torch_error]))
-    return {"op": op, "shape": shape, "dtype": dname, "heuristic": plan["tactic"]["name"],
+    # The heuristic's tactic is one of the candidates: its time from this sweep, like the others', so that
+    # heuristic / best compares two timings of one sweep (the main table's timing is another measurement).
+    heuristic = plan["tactic"]["name"]
+    t_heuristic = times.get(heuristic) or t_heuristic
+    return {"op": op, "shape": shape, "dtype": dname, "heuristic": heuristic,
             "heuristic_ms": t_heuristic * 1e3, "best": fastest(times),
             "times_ms": {name: (t * 1e3 if t is not None else None) for name, t in times.items()},
             "problems": problems}

@@ -2,41 +2,57 @@
 checked against float64: cutlass_gemm for each dtype, row/column-major and misaligned operands and an
 out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of two decode shapes and a
 ragged one, and of the fused linear at two M; the fused linear epilogues; rms_norm (one-block-per-row,
-register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes."""
+register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes.
+
+A wrong value or an error does not stop the run: every section runs (the first GPU run's smoke ended at
+its first wrong fp32 GEMM, so nothing after it ran under the sanitizer). Each section prints a line as it
+starts and its failures as they happen; the exit status is 1 if anything failed."""
+
+import sys
+import traceback
 
 import torch
 import torch.nn.functional as F
 
 import ops
+from benchmarks.common import first_line
 
 # CUDA normally; on a machine without a GPU the same calls run on CPU (tactics skipped) as a rehearsal.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+FAILURES = []
+
+
 def check(name, got, ref, tol):
+    """Records (and prints) a relative error (2-norm, against the float64 `ref`) of `tol` or more."""
     err = ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err < tol, (name, err)
+    if not err < tol:  # NaN fails too
+        FAILURES.append(f"{name}: relative error {err:.3g} >= {tol}")
+        print("  WRONG", FAILURES[-1], flush=True)
 
 
-def gemms():
-    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        for M, N, K in ((128, 96, 64), (33, 17, 9)):
-            A = torch.randn(M, K, device=DEVICE, dtype=dtype)
-            B = torch.randn(N, K, device=DEVICE, dtype=dtype).t()
-            ref = A.double() @ B.double()
-            check(("gemm", dtype, M, N, K), ops.cutlass_gemm(A, B), ref, 1e-2)
-            out = torch.empty(N, M, device=DEVICE, dtype=dtype).t()
-            ops.cutlass_gemm(A[1:], B, out=out[1:])
-            check(("gemm out", dtype, M, N, K), out[1:], ref[1:], 1e-2)
+def gemms(dtype):
+    for M, N, K in ((128, 96, 64), (33, 17, 9)):
+        A = torch.randn(M, K, device=DEVICE, dtype=dtype)
+        B = torch.randn(N, K, device=DEVICE, dtype=dtype).t()
+        ref = A.double() @ B.double()
+        check(("gemm", dtype, M, N, K), ops.cutlass_gemm(A, B), ref, 1e-2)
+        out = torch.empty(N, M, device=DEVICE, dtype=dtype).t()
+        ops.cutlass_gemm(A[1:], B, out=out[1:])
+        check(("gemm out", dtype, M, N, K), out[1:], ref[1:], 1e-2)
 
 
 def check_each_tactic(names, label, fn, ref, tol):
-    """check(fn()) with each tactic of `names` forced in turn (errors propagate: under the sanitizer a
-    refused tactic is a finding too)."""
+    """check(fn()) with each tactic of `names` forced in turn; an error (under the sanitizer a refused
+    tactic is a finding too) is recorded and the next tactic runs."""
     for name in names:
         ops.gemm.set_tactic(name)
         try:
             check((label, name), fn(), ref, tol)
+        except RuntimeError as e:
+            FAILURES.append(f"{(label, name)}: {type(e).__name__}: {first_line(e)}")
+            print("  ERROR", FAILURES[-1], flush=True)
         finally:
             ops.gemm.set_tactic(None)
 
@@ -86,23 +102,40 @@ def fused():
                   F.silu(ud[:, :hidden]) * ud[:, hidden:], 2e-2)
 
 
+def fused_with_packs(packs):
+    """fused() with the register-resident rms_norm kernel of `packs` packs per thread (csrc/fused_kernels.h)."""
+    previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
+    try:
+        fused()
+    finally:
+        torch.ops.ops._rms_norm_set_packs_per_thread(previous)
+
+
 def main():
     torch.manual_seed(0)
-    gemms()
+    sections = [(f"gemms {dtype}", lambda dtype=dtype: gemms(dtype))
+                for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)]
     if DEVICE == "cuda":
-        tactics()
-    fused()
-    if DEVICE == "cuda":  # the register-resident rms_norm kernels too (csrc/fused_kernels.h)
-        for packs in (1, 8):
-            previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
-            try:
-                fused()
-            finally:
-                torch.ops.ops._rms_norm_set_packs_per_thread(previous)
+        sections.append(("tactics", tactics))
+    sections.append(("fused", fused))
     if DEVICE == "cuda":
-        torch.cuda.synchronize()
-    print("sanitizer smoke: ok")
+        sections += [(f"fused, rms_norm packs {p}", lambda p=p: fused_with_packs(p)) for p in (1, 8)]
+    for name, section in sections:
+        print(f"sanitizer smoke: {name}", flush=True)
+        try:
+            section()
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - recorded; the other sections still run
+            traceback.print_exc()
+            FAILURES.append(f"{name}: {type(e).__name__}: {first_line(e)}")
+            print("  ERROR", FAILURES[-1], flush=True)
+    if FAILURES:
+        print(f"sanitizer smoke: {len(FAILURES)} FAILED", *FAILURES, sep="\n  ", flush=True)
+        return 1
+    print("sanitizer smoke: ok", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

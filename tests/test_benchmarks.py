@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 import torch
@@ -59,6 +60,27 @@ def test_sanitizer_smoke_runs_as_device_check_runs_it():
     assert "sanitizer smoke: ok" in result.stdout
 
 
+def test_sanitizer_smoke_runs_every_section_after_a_wrong_result(monkeypatch, capsys):
+    """A wrong value (here: fp32 GEMMs doubled) is reported and the run goes on to the other sections
+    (the first GPU run's smoke stopped at its first wrong fp32 GEMM); the exit status says it failed."""
+    from benchmarks import sanitizer_smoke
+
+    real = ops.cutlass_gemm
+
+    def wrong_in_fp32(A, B, out=None):
+        result = real(A, B, out=out)
+        return result.mul_(2) if A.dtype == torch.float32 else result
+
+    monkeypatch.setattr(ops, "cutlass_gemm", wrong_in_fp32)
+    monkeypatch.setattr(sanitizer_smoke, "FAILURES", [])
+    assert sanitizer_smoke.main() == 1
+    printed = capsys.readouterr().out
+    assert "WRONG ('gemm', torch.float32, 128, 96, 64)" in printed
+    assert "sanitizer smoke: gemms torch.float64" in printed and "sanitizer smoke: fused" in printed
+    assert "sanitizer smoke: 4 FAILED" in printed and "sanitizer smoke: ok" not in printed
+    assert all("torch.float32" in failure for failure in sanitizer_smoke.FAILURES)  # 2 shapes x (plain, out)
+
+
 @pytest.mark.skipif(not ops.build_info.WITH_CUDA, reason="the allocator functions exist in CUDA builds only")
 def test_device_check_diag_names_the_native_frame_of_a_crash(tmp_path):
     """The diag stage's tools: segv_backtrace.so prints the native frames of a crashing process and
@@ -75,6 +97,9 @@ def test_device_check_diag_names_the_native_frame_of_a_crash(tmp_path):
     named = subprocess.run([os.path.join(REPO, "benchmarks", "diag", "symbolize_backtrace.sh"), ops.library_path()],
                            input=crash.stderr, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "ops_allocator_stats" in named and "_Py" in named  # our frame and the interpreter's below it
+    # glibc names the exported function's frame as `_C.abi3.so(ops_allocator_stats+0x..)`: the symboliser
+    # adds the source file and line (from the symbol's address, nm -D, plus the offset).
+    assert "allocator.cpp:" in named, named[-3000:]
 
 
 def test_interrupted_gemm_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
@@ -119,6 +144,63 @@ def test_interrupted_ops_benchmark_reports_what_it_measured(tmp_path, monkeypatc
     assert report["interrupted"] == {"measured": 1, "planned": planned} and planned > 1
     assert len(report["results"]) == 1 and report["results"][0]["op"] == "rms_norm"
     assert f"INTERRUPTED: 1 of {planned} cases measured" in (tmp_path / "ops.md").read_text()
+
+
+@pytest.mark.slow
+def test_interrupted_model_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
+    # device_check.sh's time limit (SIGINT) used to leave no model report at all (found by a review).
+    pytest.importorskip("transformers")
+    from benchmarks import model as model_benchmark
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    timings = []
+
+    def time_then_interrupt(fn, *args, **kwargs):
+        timings.append(fn)
+        if len(timings) == 3:  # MiniLM eager: stock, then converted; then the Llama MLP block's first
+            raise KeyboardInterrupt
+        return 1e-3
+
+    monkeypatch.setattr(model_benchmark, "cpu_time", time_then_interrupt)
+    assert model_benchmark.main(["--no-compile", "--batch", "2", "--out", str(tmp_path)]) == 3
+    report = json.loads((tmp_path / "model.json").read_text())
+    assert report["interrupted"] == {"measured": 1, "planned": 2} and list(report["results"]) == ["minilm_eager"]
+    assert "INTERRUPTED: 1 of 2 cases measured" in (tmp_path / "model.md").read_text()
+
+
+def test_fused_add_rms_norm_benchmark_times_fresh_data(monkeypatch):
+    # The in-place op changes its input and residual on every call (the residual grew to inf in float16
+    # within one case's timings, found by a review): `timed` restores both before each timing.
+    from benchmarks import ops as ops_benchmark
+
+    case = next(c for c in ops_benchmark.cases("cpu", quick=True) if c[0] == "fused_add_rms_norm")
+    fn, _, _ = case[2](torch.float16)
+    written = dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__)))
+    x, r = written["x"], written["r"]  # the buffers the op writes
+    for _ in range(500):
+        fn()
+    assert not bool(torch.isfinite(r).all()) or r.abs().max() > 1000  # what the timings used to run on
+    fn.restore()
+    assert all(bool(torch.isfinite(t).all()) and t.abs().max() < 10 for t in (x, r))  # random data again
+
+
+def test_device_check_keeps_its_deadline_and_lists_every_stage(tmp_path):
+    # With DEADLINE_S too short for any stage, each is SKIPPED (exit status 200 in stages.tsv), and the
+    # reports packed so far still come back in results.tgz. BUILD=0: the library built in place.
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", os.path.join(REPO, "benchmarks", "device_check.sh")], cwd=REPO,
+                            env=dict(os.environ, OUT=str(out), DEADLINE_S="30", BUILD="0", PYTHON=sys.executable,
+                                     STAGES="sm80 ops model overhead allocator", CUDA_VISIBLE_DEVICES=""),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    log = (out / "device_check.log").read_text()
+    assert "BUILD=0: the library built in place" in log and "SKIPPED (deadline" in log
+    with tarfile.open(out / "results.tgz") as archive:
+        stages = archive.extractfile("./stages.tsv").read().decode().splitlines()
+    assert stages[0].split("\t") == ["stage", "exit status", "seconds"]
+    assert [row.split("\t")[:2] for row in stages[1:]] == [[name, "200"] for name in (
+        "sm80-tests", "ops", "ops-candidates", "model", "overhead", "allocator")]
+    assert "=== done (status 1)" in log
 
 
 def test_linear_tactic_sweep_times_every_candidate_and_reports(tmp_path):
