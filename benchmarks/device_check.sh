@@ -49,7 +49,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/local/device-check}"
 mkdir -p "$OUT"
-exec > >(tee "$OUT/device_check.log") 2>&1
+# tee ignores SIGINT/SIGTERM: a signal to the whole process group must not cut the log short.
+exec > >(trap '' INT TERM; exec tee "$OUT/device_check.log") 2>&1
 tee_pid=$!
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
@@ -69,16 +70,26 @@ stage() {
 budget() { local left=$(( DEADLINE_S - ($(date +%s) - t0) - 25 )); echo $(( $1 < left ? $1 : left )); }
 # limit SECONDS CMD...: CMD under a time limit of budget SECONDS (SIGINT, then SIGKILL 20 s later); exit
 # status 200 without running CMD when under 10 s are left.
+# CMD runs in the background while the script waits for it, so that a SIGTERM to the script is handled
+# at once (a trap waits for a foreground command), by on_term.
+current=""  # the running stage's `timeout` process
 limit() {
-  local seconds; seconds=$(budget "$1"); shift
+  local seconds rc; seconds=$(budget "$1"); shift
   if (( seconds < 10 )); then echo "SKIPPED (deadline: ${DEADLINE_S} s from the start)"; return 200; fi
-  timeout -s INT -k 20 "$seconds" "$@"
+  timeout -s INT -k 20 "$seconds" "$@" &
+  current=$!
+  wait "$current"; rc=$?
+  current=""
+  return $rc
 }
 stage_rows=()  # "name<TAB>exit status<TAB>seconds" of every step that ran (or was skipped)
 # step NAME SECONDS CMD...: limit SECONDS CMD..., its exit status and time recorded in stage_rows.
+current_step=""  # its name, for on_term
 step() {
   local name="$1" start rc; shift; start=$(date +%s)
+  current_step="$name"
   limit "$@"; rc=$?
+  current_step=""
   stage_rows+=("$name"$'\t'"$rc"$'\t'"$(( $(date +%s) - start ))")
   (( rc == 0 )) || status=1
   return $rc
@@ -107,10 +118,18 @@ pack() {
   printf '%s\n' "stage	exit status	seconds" "${stage_rows[@]}" > "$MORE/stages.tsv"
   tar -czf "$OUT/results.tgz.part" -C "$MORE" . && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
 }
-# On exit: pack, then let tee write the log's last lines. On SIGTERM (a caller giving up): the same.
+# On exit: pack, then let tee write the log's last lines. On SIGTERM (a caller giving up): the running
+# stage gets SIGINT (through its `timeout`), as at its time limit, so it reports what it measured; then
+# the same.
 finish() { pack; exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null; }
+on_term() {
+  echo; echo "=== SIGTERM: the running stage is interrupted (SIGINT), then the reports are packed"
+  if [ -n "$current" ]; then kill -INT "$current" 2>/dev/null; wait "$current"; fi
+  stage_rows+=("${current_step:-(between stages)}, SIGTERM"$'\t'"143"$'\t'"-")
+  exit 143
+}
 trap finish EXIT
-trap 'exit 143' TERM
+trap on_term TERM
 
 stage "build (MAX_JOBS=$(nproc --all), TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-default 8.0;9.0a})"
 export MAX_JOBS="$(nproc --all)"
@@ -125,6 +144,7 @@ elif [ -d .prebuilt ] && [ "${PREBUILT:-1}" != 0 ] && "$PY" -m benchmarks.prebui
 else
   [ -s "$MORE/build.log" ] && cat "$MORE/build.log"
   if [ "$have_cutlass" = 0 ]; then echo "BUILD IMPOSSIBLE: no prebuilt library for these sources and no CUTLASS headers"; exit 2; fi
+  if (( $(budget 360) < 10 )); then echo "BUILD SKIPPED: the deadline (DEADLINE_S=${DEADLINE_S}) leaves no time"; exit 1; fi
   if ! timeout "$(budget 360)" "$PY" setup.py build_ext --inplace >> "$MORE/build.log" 2>&1; then
     tail -40 "$MORE/build.log"; echo "BUILD FAILED"; exit 1
   fi
@@ -220,7 +240,7 @@ if want diag; then
     local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
     echo "--- $name"
     local seconds; seconds=$(budget 60)
-    if (( seconds < 10 )); then echo "SKIPPED (deadline)"; return; fi
+    if (( seconds < 10 )); then echo "SKIPPED (deadline)"; stage_rows+=("diag-$name"$'\t'"200"$'\t'"0"); return; fi
     env "${envs[@]}" LD_PRELOAD="$preload" timeout "$seconds" "$PY" -X faulthandler -c "$1" > "$MORE/diag_$name.log" 2>&1
     local rc=$?
     echo "exit status $rc" >> "$MORE/diag_$name.log"

@@ -52,9 +52,11 @@ def cases(device, quick):
                 return F.rms_norm(s, (hidden,), w, 1e-5), s
 
             # In place on scratch copies would add a copy to the timing, so it runs in place on the same
-            # buffers, which each call changes (residual grows by about |weight| per call: float16 reached
-            # 6.4e4, then inf, within the ~300 calls of one case's timings, found by a review). `restore`
-            # (called by `timed` before each timing, outside it) puts the random data back.
+            # buffers, which each call changes: the residual grows with every call (float16 reached 6.4e4,
+            # then inf, within the ~300 calls of one case's GPU timings, found by a review). `restore`
+            # (called by `timed` before each timing, outside it) puts the random data back, so a GPU
+            # timing (61 calls) stays finite; a CPU timing (thousands of calls) can still saturate
+            # float16, which does not change the CPU kernels' speed.
             x0, r0 = x.clone(), r.clone()
 
             def fused_add():

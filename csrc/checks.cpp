@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/impl/COW.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -58,8 +59,8 @@ at::MemOverlapStatus overlap_status(const at::Tensor& a, const at::Tensor& b) {
   const auto status = at::get_overlap_status(a, b);
   if (status != at::MemOverlapStatus::No || a.is_alias_of(b) || !storages_intersect(a, b)) return status;
   if (!a.is_non_overlapping_and_dense() || !b.is_non_overlapping_and_dense()) return at::MemOverlapStatus::TooHard;
-  const auto* a0 = static_cast<const char*>(a.data_ptr());
-  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  const auto* a0 = static_cast<const char*>(a.const_data_ptr());  // const: a copy-on-write input stays one
+  const auto* b0 = static_cast<const char*>(b.const_data_ptr());
   const auto* a1 = a0 + a.numel() * a.element_size();
   const auto* b1 = b0 + b.numel() * b.element_size();
   if (a0 == b0 && a1 == b1) return at::MemOverlapStatus::Full;
@@ -71,6 +72,11 @@ at::MemOverlapStatus overlap_status(const at::Tensor& a, const at::Tensor& b) {
 bool storages_intersect(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage()) return false;
   if (a.is_alias_of(b)) return true;
+  // Copy-on-write storages (torch._lazy_clone) share their memory only until one is written, which
+  // gives it a copy of its own first: not shared for these checks.
+  if (c10::impl::cow::is_cow_data_ptr(a.storage().data_ptr()) || c10::impl::cow::is_cow_data_ptr(b.storage().data_ptr())) {
+    return false;
+  }
   const auto* a0 = static_cast<const char*>(a.storage().data());
   const auto* b0 = static_cast<const char*>(b.storage().data());
   if (a0 == nullptr || b0 == nullptr || a.device() != b.device()) return false;  // meta tensors have no memory

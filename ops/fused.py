@@ -101,8 +101,10 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
     Raises:
         RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs;
             input or residual with internally overlapping memory (expanded), or input, residual and
-            weight sharing memory (the in-place writes would depend on their order); a tensor that is
-            not dense and strided.
+            weight sharing memory (the in-place writes would depend on their order; also through two
+            storages over one buffer, e.g. torch.from_numpy of one array twice, in eager mode: a compiled
+            graph checks fake tensors, which have no memory to compare); input or residual a negative
+            view (``z.conj().imag``); a tensor that is not dense and strided.
     """
     torch.ops.ops.fused_add_rms_norm(input, residual, weight, eps)
 

@@ -102,7 +102,9 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
 
     Raises:
         RuntimeError: A or B not 2-D, K mismatch, dtype not one of the four above or different between
-            A, B and out, tensors on different devices, out of the wrong shape, out overlapping A or B,
+            A, B and out, tensors on different devices, out of the wrong shape, out overlapping A or B
+            (also through two storages over one buffer, e.g. torch.from_numpy twice, in eager mode; a
+            compiled graph checks fake tensors, which have no memory to compare), out a negative view,
             out variant with an argument that requires grad (grad mode on), a tensor that is not dense and
             strided (sparse, nested, quantized, MKL-DNN), or (CUDA) a GPU the kernels were not built for
             (sm80-sm89, sm90 with 9.0a).

@@ -140,6 +140,21 @@ def test_silu_and_mul_values(device, dtype, shape, offset):
     close(y, F.silu(xd[..., :d]) * xd[..., d:], dtype)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_silu_and_mul_far_negative_gates(dtype):
+    # Gates in (-88.72, -87.34) make 1 + exp(-a) a divisor in (2^126, 2^128), for which the CUDA kernel's
+    # __fdividef returns 0: silu(a) ~ -1e-36 is a normal bfloat16, visible times a large up-projection value
+    # (found by a review: the kernel gave -0 where F.silu(a) * b gives about -53 for a = -88, b = 1e38).
+    gates = torch.tensor([-87.0, -87.5, -88.0, -88.5, -88.7, -89.0, -100.0, 0.5], dtype=torch.float64)
+    up = torch.full_like(gates, 1e38 if dtype == torch.bfloat16 else 6e4)
+    x = torch.cat([gates, up]).to(dtype).view(1, -1).cuda()
+    xd = x.double().cpu()
+    expected = (F.silu(xd[:, :8].float()).double() * xd[:, 8:]).to(dtype)  # PyTorch's float formula, rounded
+    torch.testing.assert_close(ops.silu_and_mul(x).cpu(), expected, rtol=TOL[dtype], atol=0)
+
+
 def test_fused_add_rms_norm_compiles_fullgraph():
     def f(x, r, w):
         ops.fused_add_rms_norm(x, r, w)
@@ -271,6 +286,18 @@ def test_fused_add_rms_norm_refuses_memory_shared_through_another_storage(case):
     with pytest.raises(RuntimeError, match="fused_add_rms_norm: input and residual share memory"):
         ops.fused_add_rms_norm(x, r, torch.ones(8))
     assert torch.equal(X, before)
+
+
+def test_fused_add_rms_norm_on_copy_on_write_clones():
+    # torch._lazy_clone shares memory until one side is written, which copies it first: not shared memory
+    # for the overlap check (a review found the first version of the distinct-storage check refusing it).
+    x0, w = torch.randn(4, 8), torch.randn(8)
+    original = x0.clone()
+    x, r = torch._lazy_clone(x0), torch._lazy_clone(x0)
+    ops.fused_add_rms_norm(x, r, w)
+    close(r, 2 * original, torch.float32)
+    close(x, F.rms_norm(2 * original, (8,), w, 1e-6), torch.float32)
+    assert torch.equal(x0, original)  # the tensor both were cloned from is untouched
 
 
 def test_fused_add_rms_norm_refuses_written_negative_views():
