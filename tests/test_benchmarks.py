@@ -4,9 +4,11 @@ suites; an interrupted run (Ctrl-C, or device_check.sh's time limit) reports the
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 import torch
@@ -201,6 +203,36 @@ def test_device_check_keeps_its_deadline_and_lists_every_stage(tmp_path):
     assert [row.split("\t")[:2] for row in stages[1:]] == [[name, "200"] for name in (
         "sm80-tests", "ops", "ops-candidates", "model", "overhead", "allocator")]
     assert "=== done (status 1)" in log
+
+
+@pytest.mark.slow
+def test_device_check_on_sigterm_interrupts_the_stage_and_packs_its_report(tmp_path):
+    # A caller giving up (SIGTERM) used to wait for the running stage to end, and a signal to the process
+    # group killed tee, cutting the log (found by a review). Now the stage gets SIGINT, as at its time
+    # limit, reports what it measured, and the reports are packed.
+    out = tmp_path / "out"
+    proc = subprocess.Popen(["bash", os.path.join(REPO, "benchmarks", "device_check.sh")], cwd=REPO,
+                            env=dict(os.environ, OUT=str(out), BUILD="0", PYTHON=sys.executable, STAGES="ops model",
+                                     CUDA_VISIBLE_DEVICES=""),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        log = out / "device_check.log"
+        deadline = time.monotonic() + 240
+        while "measuring the CPU kernels" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, "the ops stage did not start"
+            time.sleep(0.5)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole group, as a process supervisor would
+        assert proc.wait(timeout=60) == 143
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    with tarfile.open(out / "results.tgz") as archive:
+        stages = archive.extractfile("./stages.tsv").read().decode()
+        report = archive.extractfile("./ops.md").read().decode()
+    assert "ops, SIGTERM\t143" in stages and "model" not in stages
+    assert "(INTERRUPTED:" in report.splitlines()[0]
+    assert "=== SIGTERM" in (out / "device_check.log").read_text()  # tee outlived the group's signal
 
 
 def test_linear_tactic_sweep_times_every_candidate_and_reports(tmp_path):
