@@ -848,7 +848,12 @@ def convert(model: torch.nn.Module, fuse_activations: bool = True) -> Conversion
 
     Returns:
         A ConversionReport naming every replaced, fused and skipped module (printable).
+
+    Raises:
+        TypeError: ``model`` is not a ``torch.nn.Module``.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"ops.nn.convert: expected model to be a torch.nn.Module, got {type(model).__name__}")
     report = ConversionReport()
     replaced = {}  # (id(original), activation) -> its replacement: a module shared by parents stays shared
     # Global module hooks see every Linear's output: fusing would show them activated values.

@@ -406,3 +406,10 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
                           os.path.join(REPO, "tests", "test_fused.py"), "-k", "values and cpu"],
                          cwd=REPO, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_rms_norm_without_weight_names_the_argument():
+    # F.rms_norm takes weight=None; ops.rms_norm needs a weight: the wrapper raised a bare AttributeError
+    # from its nested-tensor check (found by a fresh-user trial).
+    with pytest.raises(RuntimeError, match=r"rms_norm: weight must be a defined tensor \(hidden,\), got None"):
+        ops.rms_norm(torch.randn(2, 4), None)

@@ -836,3 +836,9 @@ def test_hf_decoder_converted_matches_stock(family, rms_norms):
     # Training works through the ops' autograd: the same gradients as the stock model.
     for (name, p_stock), p_ops in zip(stock.named_parameters(), converted.parameters()):
         torch.testing.assert_close(p_ops.grad, p_stock.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_convert_of_something_else_than_a_module_is_a_type_error():
+    # It raised "'Tensor' object has no attribute 'named_modules'" (found by a fresh-user trial).
+    with pytest.raises(TypeError, match="ops.nn.convert: expected model to be a torch.nn.Module, got Tensor"):
+        ops.nn.convert(torch.randn(3))
