@@ -55,9 +55,10 @@ void check_written_in_place(const char* op, const char* name, const at::Tensor& 
 bool storages_intersect(const at::Tensor& a, const at::Tensor& b);
 
 // `w` (named `written`) is written in place while `other` is read or written: they must not share
-// memory (also through distinct storages over one buffer: storages_intersect). Strided views of one buffer that ATen's overlap analysis cannot decide count as sharing,
-// unless they are equal-shaped views shifted against each other by a shift this decides exactly (the two
-// halves of x.chunk(2, -1) share nothing; checks.cpp, shifted_views_overlap).
+// memory (also through distinct storages over one buffer: storages_intersect). Strided views of one
+// buffer that ATen's overlap analysis cannot decide count as sharing, unless they are equal-shaped views
+// shifted against each other by a shift this decides exactly (the two halves of x.chunk(2, -1) share
+// nothing; checks.cpp, shifted_views_overlap).
 void check_no_shared_memory(const char* op, const char* written, const at::Tensor& w, const char* other_name,
                             const at::Tensor& other);
 

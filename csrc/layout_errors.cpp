@@ -23,13 +23,14 @@
 namespace ops {
 namespace {
 
-// What is wrong with `t` and how to fix it, or "" when it is dense and strided.
-std::string op_name(const c10::FunctionSchema& schema) {  // "cutlass_gemm.out", as Python spells it
+// The op's name as Python spells it: "cutlass_gemm.out".
+std::string op_name(const c10::FunctionSchema& schema) {
   std::string name = schema.name().substr(schema.name().find("::") + 2);
   if (!schema.overload_name().empty()) name += "." + schema.overload_name();
   return name;
 }
 
+// What is wrong with `t` and how to fix it, or "" when it is dense and strided.
 std::string non_strided_kind(const at::Tensor& t) {
   if (!t.defined()) return "";
   if (t.is_nested()) return "a nested tensor; pass its components (.unbind()) or a padded tensor (.to_padded_tensor(0))";
