@@ -251,6 +251,38 @@ def test_trim_waits_for_frees_queued_on_a_busy_stream():
 
 
 @pytest.mark.cuda
+def test_trim_during_another_threads_graph_capture():
+    # PyTorch captures in global mode: a cudaStreamSynchronize from another thread during the capture is a
+    # prohibited call that invalidates it. trim synchronises streams, so it now runs in relaxed capture
+    # mode, as allocate does (found by a review, from the code).
+    _run_gpu("""
+        import threading
+        ops.allocator.install()
+        x = torch.ones(1 << 20, device="cuda")
+        torch.cuda.synchronize()
+        stop, errors = threading.Event(), []
+
+        def trimmer():
+            while not stop.is_set():
+                ops.allocator.trim()
+
+        thread = threading.Thread(target=trimmer)
+        thread.start()
+        try:
+            for i in range(50):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):  # global capture mode, PyTorch's default
+                    y = x * 2 + i
+                graph.replay()
+                torch.cuda.synchronize()
+                assert torch.all(y == 2 + i).item(), i
+        finally:
+            stop.set()
+            thread.join()
+    """)
+
+
+@pytest.mark.cuda
 def test_record_stream_orders_frees_after_a_stream_that_never_allocated():
     # The side stream only writes in place: the allocator knows of it through record_stream alone.
     _run_gpu("""

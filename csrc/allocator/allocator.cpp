@@ -341,17 +341,24 @@ int ops_allocator_trim(int device, size_t keep_bytes) {
   if (pool == nullptr) return cudaSuccess;
   // Queued frees must have run before their memory can be released. Waited for without the lock, so
   // allocations and frees of other threads go on meanwhile. A capturing stream cannot be synchronised
-  // (and its frees wait for the capture anyway).
+  // (and its frees wait for the capture anyway). Relaxed capture mode, as in allocate: while another
+  // thread captures in global mode (PyTorch's default), a synchronise from this thread would be a
+  // prohibited call that invalidates that capture (found by a review, from the code; not run: no GPU).
   return on_device(device, [&] {
-    const cudaError_t err = cudaStreamSynchronize(free_stream);
-    if (err != cudaSuccess) return err;
-    for (cudaStream_t stream : seen) {
-      if (is_capturing(stream)) continue;
-      if (cudaStreamSynchronize(stream) != cudaSuccess) {
-        (void)cudaGetLastError();  // a seen stream destroyed since, as free_ordered forgets them
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t err = cudaStreamSynchronize(free_stream);
+    if (err == cudaSuccess) {
+      for (cudaStream_t stream : seen) {
+        if (is_capturing(stream)) continue;
+        if (cudaStreamSynchronize(stream) != cudaSuccess) {
+          (void)cudaGetLastError();  // a seen stream destroyed since, as free_ordered forgets them
+        }
       }
+      err = cudaMemPoolTrimTo(pool, keep_bytes);
     }
-    return cudaMemPoolTrimTo(pool, keep_bytes);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    return err;
   });
 }
 
