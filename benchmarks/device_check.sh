@@ -68,14 +68,19 @@ stage() {
 }
 # budget SECONDS: SECONDS, or less where the deadline leaves less (25 s kept for the kill grace and packing).
 budget() { local left=$(( DEADLINE_S - ($(date +%s) - t0) - 25 )); echo $(( $1 < left ? $1 : left )); }
+# seconds_for SECONDS: budget SECONDS; or, when under 10 s are left, a SKIPPED line and exit status 1.
+seconds_for() {
+  local seconds; seconds=$(budget "$1")
+  if (( seconds < 10 )); then echo "SKIPPED (deadline: ${DEADLINE_S} s from the start)" >&2; return 1; fi
+  echo "$seconds"
+}
 # limit SECONDS CMD...: CMD under a time limit of budget SECONDS (SIGINT, then SIGKILL 20 s later); exit
 # status 200 without running CMD when under 10 s are left.
 # CMD runs in the background while the script waits for it, so that a SIGTERM to the script is handled
 # at once (a trap waits for a foreground command), by on_term.
 current=""  # the running stage's `timeout` process
 limit() {
-  local seconds rc; seconds=$(budget "$1"); shift
-  if (( seconds < 10 )); then echo "SKIPPED (deadline: ${DEADLINE_S} s from the start)"; return 200; fi
+  local seconds rc; seconds=$(seconds_for "$1") || return 200; shift
   timeout -s INT -k 20 "$seconds" "$@" &
   current=$!
   wait "$current"; rc=$?
@@ -144,8 +149,8 @@ elif [ -d .prebuilt ] && [ "${PREBUILT:-1}" != 0 ] && "$PY" -m benchmarks.prebui
 else
   [ -s "$MORE/build.log" ] && cat "$MORE/build.log"
   if [ "$have_cutlass" = 0 ]; then echo "BUILD IMPOSSIBLE: no prebuilt library for these sources and no CUTLASS headers"; exit 2; fi
-  if (( $(budget 360) < 10 )); then echo "BUILD SKIPPED: the deadline (DEADLINE_S=${DEADLINE_S}) leaves no time"; exit 1; fi
-  if ! timeout "$(budget 360)" "$PY" setup.py build_ext --inplace >> "$MORE/build.log" 2>&1; then
+  seconds=$(seconds_for 360) || { echo "BUILD SKIPPED: the deadline (DEADLINE_S=${DEADLINE_S}) leaves no time"; exit 1; }
+  if ! timeout "$seconds" "$PY" setup.py build_ext --inplace >> "$MORE/build.log" 2>&1; then
     tail -40 "$MORE/build.log"; echo "BUILD FAILED"; exit 1
   fi
   grep -i "warning" "$MORE/build.log" | grep -v "Wno\|deprecated" | sort | uniq -c | sort -rn | head -10 || true
@@ -207,8 +212,7 @@ if want sanitizer; then
   # The smoke's own output (a line per section, its wrong values) goes to sanitizer_<tool>_app.log.
   for tool in memcheck racecheck; do
     start=$(date +%s)
-    seconds=$(budget 75)
-    if (( seconds < 10 )); then rc=200; echo "SKIPPED (deadline)"; else
+    if ! seconds=$(seconds_for 75); then rc=200; else
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 OPS_CUTLASS_SM80_ON_SM90=1 timeout "$seconds" compute-sanitizer --tool "$tool" \
         --error-exitcode 9 --print-limit 50 --log-file "$MORE/sanitizer_$tool.log" \
         "$PY" -m benchmarks.sanitizer_smoke > "$MORE/sanitizer_${tool}_app.log" 2>&1
@@ -239,8 +243,7 @@ if want diag; then
     local name="$1"; shift
     local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
     echo "--- $name"
-    local seconds; seconds=$(budget 60)
-    if (( seconds < 10 )); then echo "SKIPPED (deadline)"; stage_rows+=("diag-$name"$'\t'"200"$'\t'"0"); return; fi
+    local seconds; seconds=$(seconds_for 60) || { stage_rows+=("diag-$name"$'\t'"200"$'\t'"0"); return; }
     env "${envs[@]}" LD_PRELOAD="$preload" timeout "$seconds" "$PY" -X faulthandler -c "$1" > "$MORE/diag_$name.log" 2>&1
     local rc=$?
     echo "exit status $rc" >> "$MORE/diag_$name.log"
