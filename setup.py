@@ -267,7 +267,9 @@ class BuildExt(BuildExtension):
 
 
 setup(
-    name="ops",
+    # The distribution's name; the import name is `ops`. PyPI's unrelated `ops` is another distribution,
+    # which pip install / show / uninstall of this one never touch.
+    name="torch-cutlass-ops",
     version="0.1.0",
     description="C++/CUDA custom operators for PyTorch: a CUTLASS GEMM and friends, registered "
                 "with torch.library.",

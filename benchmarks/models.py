@@ -45,8 +45,13 @@ def load_minilm(dtype=torch.float32, device="cpu", random_weights=False):
 def embed(model, batch):
     """Sentence embeddings as sentence-transformers computes them for this model: mean pooling of the
     last hidden state over real tokens, then L2 normalisation."""
-    hidden = model(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    return pool(model(**batch).last_hidden_state, batch["attention_mask"].unsqueeze(-1))
+
+
+def pool(hidden, mask):
+    """Mean of `hidden` (batch, tokens, hidden) over the tokens where `mask` (batch, tokens, 1) is set,
+    L2-normalised."""
+    mask = mask.to(hidden.dtype)
     pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
     return F.normalize(pooled.float(), dim=-1)
 

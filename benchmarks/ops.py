@@ -27,8 +27,25 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
 
 
-def cases(device, quick):
-    """(op, shape description, build(dtype) -> (ops_fn, [(reference name, fn)], bytes moved or None))."""
+def compiled(formula, *args):
+    """The reference a user would pick under torch.compile: `formula` compiled by Inductor (static
+    shapes), called on `args`; compiled here, before it is timed."""
+    fn = torch.compile(formula, dynamic=False)
+    fn(*args)
+    return lambda: fn(*args)
+
+
+def _add_norm(x, r, w, eps):
+    s = x + r
+    return F.rms_norm(s, (x.shape[-1],), w, eps), s
+
+
+def cases(device, quick, compile_refs=True):
+    """(op, shape description, build(dtype) -> (ops_fn, [(reference name, fn)], bytes moved or None)).
+    compile_refs: each formula under torch.compile as a second reference."""
+    def with_compiled(refs, formula, *args):
+        return refs + ([("torch.compile", compiled(formula, *args))] if compile_refs else [])
+
     tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
         tokens = [16, 256] if quick else [1, 16, 128, 1024]
@@ -39,7 +56,9 @@ def cases(device, quick):
             x = torch.randn(t, hidden, device=device, dtype=dtype)
             w = torch.randn(hidden, device=device, dtype=dtype)
             nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
-            return (lambda: ops.rms_norm(x, w, 1e-5)), [("F.rms_norm", lambda: F.rms_norm(x, (hidden,), w, 1e-5))], nbytes
+            refs = with_compiled([("F.rms_norm", lambda: F.rms_norm(x, (hidden,), w, 1e-5))],
+                                 lambda x, w: F.rms_norm(x, (hidden,), w, 1e-5), x, w)
+            return (lambda: ops.rms_norm(x, w, 1e-5)), refs, nbytes
 
         def add_rms(dtype, t=t):
             x = torch.randn(t, hidden, device=device, dtype=dtype)
@@ -48,8 +67,7 @@ def cases(device, quick):
             nbytes = 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
 
             def reference():
-                s = x + r
-                return F.rms_norm(s, (hidden,), w, 1e-5), s
+                return _add_norm(x, r, w, 1e-5)
 
             # In place on scratch copies would add a copy to the timing, so it runs in place on the same
             # buffers, which each call changes: the residual grows with every call (float16 reached 6.4e4,
@@ -62,12 +80,14 @@ def cases(device, quick):
             def fused_add():
                 ops.fused_add_rms_norm(x, r, w, 1e-5)
             fused_add.restore = lambda: (x.copy_(x0), r.copy_(r0))
-            return fused_add, [("x + r; F.rms_norm", reference)], nbytes
+            return fused_add, with_compiled([("x + r; F.rms_norm", reference)], _add_norm, x, r, w, 1e-5), nbytes
 
         def silu(dtype, t=t):
             x = torch.randn(t, 2 * inter, device=device, dtype=dtype)
             nbytes = (x.numel() + x.numel() // 2) * x.element_size()
-            return (lambda: ops.silu_and_mul(x)), [("F.silu(a) * b", lambda: F.silu(x[:, :inter]) * x[:, inter:])], nbytes
+            refs = with_compiled([("F.silu(a) * b", lambda: F.silu(x[:, :inter]) * x[:, inter:])],
+                                 lambda x: F.silu(x[:, :inter]) * x[:, inter:], x)
+            return (lambda: ops.silu_and_mul(x)), refs, nbytes
 
         out += [("rms_norm", f"T={t} x {hidden}", rms), ("fused_add_rms_norm", f"T={t} x {hidden}", add_rms),
                 ("silu_and_mul", f"T={t} x 2*{inter}", silu)]
@@ -78,8 +98,9 @@ def cases(device, quick):
             x = torch.randn(t, heads, head_dim, device=device, dtype=dtype)
             w = torch.randn(head_dim, device=device, dtype=dtype)
             nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
-            return ((lambda: ops.rms_norm(x, w, 1e-6)),
-                    [("F.rms_norm", lambda: F.rms_norm(x, (head_dim,), w, 1e-6))], nbytes)
+            refs = with_compiled([("F.rms_norm", lambda: F.rms_norm(x, (head_dim,), w, 1e-6))],
+                                 lambda x, w: F.rms_norm(x, (head_dim,), w, 1e-6), x, w)
+            return (lambda: ops.rms_norm(x, w, 1e-6)), refs, nbytes
         out.append(("rms_norm", f"q/k norm T={t} x 32 heads x 128", head_rms))
     lin_tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
@@ -93,7 +114,8 @@ def cases(device, quick):
                 x = torch.randn(t, k, device=device, dtype=dtype)
                 w = torch.randn(n, k, device=device, dtype=dtype) / k ** 0.5
                 b = torch.randn(n, device=device, dtype=dtype)
-                refs = [("F.linear + act", lambda: ACT[act](F.linear(x, w, b)))]
+                refs = with_compiled([("F.linear + act", lambda: ACT[act](F.linear(x, w, b)))],
+                                     lambda x, w, b: ACT[act](F.linear(x, w, b)), x, w, b)
                 if act in ("relu", "gelu") and device == "cuda":
                     refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
                 return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, b, act)
@@ -108,6 +130,7 @@ def main(argv=None):
     mode.add_argument("--quick", action="store_true")
     mode.add_argument("--full", action="store_true")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
+    parser.add_argument("--no-compile", action="store_true", help="no torch.compile references")
     parser.add_argument("--candidates", action="store_true",
                         help="(GPU) also time every candidate tactic of the fused linear cases "
                              "(ops_linear_candidates.{json,md}) and each rms_norm kernel variant on long rows "
@@ -125,7 +148,7 @@ def main(argv=None):
               f"{torch.get_num_threads()} threads).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
     results, sweeps, rms_sweeps = [], [], []
-    todo = [(d, c) for d in dtypes for c in cases(device, quick)]
+    todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile)]
     log = PartialLog(args.out, "ops")
 
     def timed(fn):

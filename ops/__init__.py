@@ -7,7 +7,7 @@ the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ 
 
 import torch  # noqa: F401  (must be imported before the extension library is loaded)
 
-from . import _nested, _vmap, allocator, nn  # noqa: F401  (_vmap: the ops' batching rules)
+from . import _nested, _vmap, allocator, compile, nn, recipes  # noqa: F401  (_vmap: the ops' batching rules)
 from ._library import build_info, kernels, library_path
 from .fused import fused_add_rms_norm, rms_norm, silu_and_mul
 from .gemm import cutlass_gemm
@@ -15,5 +15,5 @@ from .linear import linear
 
 _nested.register()  # clear errors for jagged nested tensors, which never reach the C++ checks
 
-__all__ = ["allocator", "nn", "cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
+__all__ = ["allocator", "compile", "nn", "recipes", "cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
            "kernels", "library_path"]

@@ -1,0 +1,209 @@
+"""Block recipes: for blocks whose whole forward is known, by class, an exact fused forward.
+
+A recipe replaces one block's ``forward`` (on the instance, as Liger-Kernel's module patches do) and
+nothing else: the block keeps its submodules, parameters and ``state_dict`` keys, and each submodule
+called on its own computes what it did. The fused forward reads the submodules' weights, so it checks
+at every call that they are still what the recipe was written for (exact Linear classes without hooks,
+a known activation, no global module hooks, plain tensors); otherwise it runs the class's own forward.
+The classes are listed by name (``ops._hf_classes``); tests/test_models.py runs each family against
+its stock output and gradients.
+
+* ``dense_act`` (BERT's intermediate block): ``intermediate_act_fn(dense(x))`` becomes one
+  ``ops.linear(x, W, b, activation)``: on CUDA a CUTLASS GEMM with the bias and activation in its
+  epilogue.
+* ``gated_mlp`` (Llama, Qwen, Mistral, Gemma, ...): ``down(act(gate(x)) * up(x))``. With SiLU, the gate
+  and up GEMMs write the two halves of one (..., 2 * intermediate) tensor (no concatenation copy) that
+  ``ops.silu_and_mul`` reads; with another activation (Gemma's GELU-tanh), the activation runs in the
+  gate GEMM's epilogue (``ops.linear``). Under torch.compile it runs the class's forward, whose
+  activation and product Inductor fuses into one kernel itself (Dynamo does not take the strided out
+  tensors the half-writes use).
+* ``gate_up_mlp`` (Phi-3, GLM): ``gate, up = gate_up_proj(x).chunk(2)``; ``down(up * act(gate))`` with
+  SiLU is ``down(ops.silu_and_mul(gate_up_proj(x)))``.
+"""
+
+import functools
+from typing import Callable, Dict, Optional
+
+import torch
+
+from . import _hf_classes, fused, gemm
+from .linear import linear
+
+__all__ = ["RECIPES", "activation_of", "apply"]
+
+_PLAIN_LINEAR = (torch.nn.Linear,)  # ops.nn.Linear (activation "none") is added by ops.nn
+
+
+def activation_of(module) -> Optional[str]:
+    """The ``ops.linear`` activation an activation module computes, or None: exact torch.nn ReLU, GELU
+    and SiLU classes and transformers' classes that call the ATen function (NewGELUActivation and the
+    Python-formula GELUs round op by op, so they are not listed)."""
+    key = _hf_classes.class_key(module) if isinstance(module, torch.nn.Module) else None
+    if key is None or _has_hooks(module):
+        return None
+    cls = type(module)
+    if cls is torch.nn.ReLU:
+        return "relu"
+    if cls is torch.nn.GELU:
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
+    if cls is torch.nn.SiLU:
+        return "silu"
+    if key == ("transformers.activations", "SiLUActivation"):
+        return "silu"
+    act = vars(module).get("act")
+    if key == ("transformers.activations", "GELUActivation") and act is torch.nn.functional.gelu:
+        return "gelu"
+    if (key == ("transformers.activations", "GELUTanh") and isinstance(act, functools.partial)
+            and act.func is torch.nn.functional.gelu and not act.args and act.keywords == {"approximate": "tanh"}):
+        return "gelu_tanh"
+    return None
+
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
+
+
+def _has_hooks(module) -> bool:
+    return any(getattr(module, name, None) for name in _HOOKS)
+
+
+def _global_hooks() -> bool:
+    return any(getattr(torch.nn.modules.module, name, None) for name in _GLOBAL_HOOKS)
+
+
+def _plain_linear(module) -> bool:
+    """A Linear whose call is F.linear(x, weight, bias): an exact listed class, no activation, no hooks,
+    no parameters, buffers or children besides weight and bias (pruning and weight norm add some)."""
+    return (type(module) in _PLAIN_LINEAR and getattr(module, "activation", "none") == "none"
+            and not _has_hooks(module) and "forward" not in vars(module) and not module._modules
+            and not module._buffers and set(module._parameters) <= {"weight", "bias"})
+
+
+def _plain_tensor(t) -> bool:
+    return t is None or type(t) in (torch.Tensor, torch.nn.Parameter)
+
+
+def _linears_ready(block, names, x) -> bool:
+    """Whether the fused forward may read these Linear children's weights in place of calling them."""
+    if _global_hooks() or not _plain_tensor(x):
+        return False
+    for name in names:
+        child = block._modules.get(name)
+        if not _plain_linear(child) or not (_plain_tensor(child.weight) and _plain_tensor(child.bias)):
+            return False
+        if child.weight.dtype != x.dtype or child.weight.dtype not in gemm._GEMM_DTYPES:
+            return False  # F.linear would raise or promote; the class's forward says what happens
+    return True
+
+
+class _GateUp(torch.autograd.Function):
+    """[x W_g^T + b_g, x W_u^T + b_u] as one (M, 2 * d) tensor: two GEMMs write its halves."""
+
+    @staticmethod
+    def forward(ctx, x, w_gate, b_gate, w_up, b_up):
+        d = w_gate.shape[0]
+        out = x.new_empty(x.shape[0], 2 * d)
+        for half, w, b in ((out[:, :d], w_gate, b_gate), (out[:, d:], w_up, b_up)):
+            gemm.cutlass_gemm(x, w.t(), out=half)
+            if b is not None:
+                half += b
+        ctx.save_for_backward(x, w_gate, w_up)
+        ctx.biases = (b_gate is not None, b_up is not None)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w_gate, w_up = ctx.saved_tensors
+        d = w_gate.shape[0]
+        g_gate, g_up = grad[:, :d], grad[:, d:]
+        dx = dw_gate = dw_up = db_gate = db_up = None
+        if ctx.needs_input_grad[0]:
+            dx = gemm.cutlass_gemm(g_gate, w_gate) + gemm.cutlass_gemm(g_up, w_up)
+        if ctx.needs_input_grad[1]:
+            dw_gate = gemm.cutlass_gemm(g_gate.t(), x)
+        if ctx.needs_input_grad[3]:
+            dw_up = gemm.cutlass_gemm(g_up.t(), x)
+        if ctx.biases[0] and ctx.needs_input_grad[2]:
+            db_gate = g_gate.sum(0)
+        if ctx.biases[1] and ctx.needs_input_grad[4]:
+            db_up = g_up.sum(0)
+        return dx, dw_gate, db_gate, dw_up, db_up
+
+
+def _gate_up(x, gate, up):
+    x2d = x.reshape(-1, x.shape[-1])
+    out = _GateUp.apply(x2d, gate.weight, gate.bias, up.weight, up.bias)
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def _dense_act_forward(self, hidden_states):
+    act = activation_of(self.intermediate_act_fn)
+    if act is None or not _linears_ready(self, ("dense",), hidden_states):
+        return type(self).forward(self, hidden_states)
+    return linear(hidden_states, self.dense.weight, self.dense.bias, act)
+
+
+def _gated_mlp_forward(self, x):
+    act = activation_of(self.act_fn)
+    if (act is None or torch.compiler.is_compiling() or not _linears_ready(self, ("gate_proj", "up_proj", "down_proj"), x)
+            or torch.is_autocast_enabled(x.device.type)):  # the half-writes' out tensors have x's dtype
+        return type(self).forward(self, x)
+    if act == "silu":
+        h = fused.silu_and_mul(_gate_up(x, self.gate_proj, self.up_proj))
+    else:
+        h = linear(x, self.gate_proj.weight, self.gate_proj.bias, act) * self.up_proj(x)
+    return self.down_proj(h)
+
+
+def _gate_up_mlp_forward(self, hidden_states):
+    if (activation_of(self.activation_fn) != "silu"
+            or not _linears_ready(self, ("gate_up_proj", "down_proj"), hidden_states)):
+        return type(self).forward(self, hidden_states)
+    return self.down_proj(fused.silu_and_mul(self.gate_up_proj(hidden_states)))
+
+
+_dense_act_forward.__name__ = _gated_mlp_forward.__name__ = _gate_up_mlp_forward.__name__ = "forward"
+
+
+class Recipe:
+    """A fused forward for the listed block classes, and what a block must hold for it to apply."""
+
+    def __init__(self, name: str, forward: Callable, classes: str, linears, activation: str, acts):
+        self.name, self.forward, self.classes = name, forward, _hf_classes._classes(classes)
+        self.linears, self.activation, self.acts = linears, activation, acts
+
+    def why_not(self, block) -> Optional[str]:
+        """None if the recipe applies to this block now, else the reason."""
+        for name in self.linears:
+            if not _plain_linear(block._modules.get(name)):
+                return f"{name} is not a plain Linear (another class, hooks or extra parameters)"
+        act = activation_of(block._modules.get(self.activation))
+        if act not in self.acts:
+            return f"its {self.activation} is not one of the activations the recipe knows ({', '.join(self.acts)})"
+        return None
+
+
+RECIPES: Dict[str, Recipe] = {r.name: r for r in (
+    Recipe("dense_act", _dense_act_forward, """
+        bert.BertIntermediate roberta.RobertaIntermediate xlm_roberta.XLMRobertaIntermediate
+        electra.ElectraIntermediate camembert.CamembertIntermediate mpnet.MPNetIntermediate
+        ernie.ErnieIntermediate""", ("dense",), "intermediate_act_fn", ("relu", "gelu", "gelu_tanh", "silu")),
+    Recipe("gated_mlp", _gated_mlp_forward, """
+        llama.LlamaMLP mistral.MistralMLP qwen2.Qwen2MLP qwen3.Qwen3MLP gemma.GemmaMLP gemma2.Gemma2MLP
+        gemma3.Gemma3MLP olmo2.Olmo2MLP granite.GraniteMLP smollm3.SmolLM3MLP""",
+           ("gate_proj", "up_proj", "down_proj"), "act_fn", ("relu", "gelu", "gelu_tanh", "silu")),
+    Recipe("gate_up_mlp", _gate_up_mlp_forward, "phi3.Phi3MLP glm.GlmMLP glm4.Glm4MLP",
+           ("gate_up_proj", "down_proj"), "activation_fn", ("silu",)),
+)}
+
+
+def recipe_for(block) -> Optional[Recipe]:
+    key = _hf_classes.class_key(block)
+    return next((r for r in RECIPES.values() if key in r.classes), None)
+
+
+def apply(block, recipe: Recipe) -> None:
+    """Replace ``block.forward`` with the recipe's (a bound method: copy.deepcopy keeps it; pickling
+    restores the class's forward, which computes the same)."""
+    block.forward = recipe.forward.__get__(block, type(block))
