@@ -195,8 +195,7 @@ def _system_includes(dirs):
 def _openmp_flags():
     """["-fopenmp"] where torch's CPU parallel backend is OpenMP (its Linux wheels), else []. ATen's
     at::parallel_for is a header template whose parallel region is a `#pragma omp parallel`: a file
-    compiled without -fopenmp runs every parallel_for on one thread (the CPU kernels did, until session
-    8 found it). Linked with it too, the library needs libgomp.so.1, which is the one torch has loaded."""
+    compiled without -fopenmp runs every parallel_for on one thread. Linked with it too, the library needs libgomp.so.1, which is the one torch has loaded."""
     info = torch.__config__.parallel_info()
     if sys.platform == "darwin" or "ATen parallel backend: OpenMP" not in info or "OpenMP not found" in info:
         return []

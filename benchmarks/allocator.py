@@ -9,8 +9,8 @@ p99, microseconds), and the step time (median, ms) and peak memory (MiB) of a sm
 training step (4-layer encoder, d_model 512, batch 16 x 256 tokens, AdamW). Peak memory is the peak
 reserved from the driver, from each configuration's own statistics: torch.cuda.max_memory_reserved;
 for ops global the pool's high-water mark (stats()["peak_bytes_reserved"]); for ops MemPool the
-segments the caching allocator took from the pool (stats()["peak_bytes_in_use"]). (Before 2026-11-30's
-session 7, ops global reported its peak bytes in use, which is not comparable.)
+segments the caching allocator took from the pool (stats()["peak_bytes_in_use"]). (Reports older than
+2026-11-30 gave ops global's peak bytes in use, which is not comparable.)
 Needs an NVIDIA GPU; without one it says so and exits.
 """
 

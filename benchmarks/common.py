@@ -46,8 +46,9 @@ class CudaTimer:
     HOPPER.md). The flush reads a buffer larger than L2 (flush="read", the default): L2 is then full of
     clean lines. A flush that writes the buffer (flush="write", zero_(), as triton's do_bench does) leaves
     it full of dirty lines, which the timed kernel pays to write back as it evicts them: up to the L2's
-    size (50-60 MB) of extra HBM traffic inside the timed region, which biases memory-bound timings (found
-    by a review of the first H200 run's decode GEMMs). benchmarks.ops records a copy timed both ways."""
+    size (50-60 MB) of extra HBM traffic inside the timed region, which biases memory-bound timings (an
+    F.linear at T = 1 timed at 1.5 TB/s for a 32 MB weight on the H200). benchmarks.ops records a copy
+    timed both ways."""
 
     def __init__(self, l2_flush_bytes=256 * 1024 * 1024, flush="read"):
         if flush not in ("read", "write"):
@@ -87,8 +88,8 @@ class CudaTimer:
 
 def cpu_time(fn, min_run_time=0.2):
     """Median seconds per call on CPU, by torch.utils.benchmark (warm-up and block sizing included), with
-    the process's intra-op threads (torch.get_num_threads(); the Timer's default is one thread, which
-    hid that this library's CPU kernels ran on one thread only: fixed in session 8)."""
+    the process's intra-op threads (torch.get_num_threads(); the Timer's default of one thread would
+    hide a CPU kernel that runs on one thread only)."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
@@ -132,7 +133,7 @@ def measure_all(cases, measure, desc, label=str):
     interrupted run (Ctrl-C, or device_check.sh's `timeout -s INT`: a KeyboardInterrupt), else the error
     that stopped it, naming its case (`label(case)`); the traceback goes to stderr. Either way the caller
     still reports the cases measured: a kernel that fails on one shape must not cost the timings of the
-    shapes before it (a crash lost every bf16/fp16 timing of the first GPU run)."""
+    shapes before it (a crash in the fp32 case lost every bf16/fp16 timing of the 2026-11-30 H200 run)."""
     done = 0
     bar = tqdm(cases, desc=desc, file=sys.stderr, dynamic_ncols=True)
     case = None

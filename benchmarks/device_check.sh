@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # The GPU check: on a bare GPU machine, build the package with all cores,
 # run the CUDA tests, the benchmarks and compute-sanitizer, and write logs, JSON, markdown and plots
-# to $OUT (or benchmarks/results/local/device-check when $OUT is unset).
+# to the folder given as its argument (default benchmarks/results/local/):
+#   bash benchmarks/device_check.sh [OUTDIR]
 #
 # The device machine has torch, nvcc, ninja, pytest, hypothesis, matplotlib and tqdm, but no
 # nvidia-cutlass and no registry. Carry the wheel (about 6 MB) in .whl/ (git-ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl nvidia-cutlass==4.2.0.0
-# and call, from the repository root:   bash benchmarks/device_check.sh       (carry: [".whl"])
-# To skip the build on the device (~2 minutes of device time), prebuild the library here for its torch
+# and call, from the repository root:   bash benchmarks/device_check.sh OUTDIR   (carry: [".whl"])
+# To skip the build on the device (~2 minutes), prebuild the library here for its torch
 # and sm_90a (benchmarks/prebuilt.py says how) into .prebuilt/ (git-ignored) and carry it too
 # (carry: [".whl", ".prebuilt"]). It is used only if built from these very sources against the same
 # torch build; PREBUILT=0 builds anyway.
 #
-# Files written to $OUT: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
+# Files written to OUTDIR: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
 # build.log, tests.xml and tests_sm80.xml (JUnit); stage gemm: gemm_half/ and gemm_fp32/
 # (gemm.{json,md,png}) and gemm_candidates/ (gemm_candidates.{json,md}); sanitizer_*.log;
 # gemm_overhead.{json,md} (overhead); ops.{json,md} and ops_candidates/ (ops_linear_candidates.*,
@@ -22,8 +23,8 @@
 #
 # STAGES picks what runs (default: all): build sm80 gemm tests sanitizer diag ops model overhead allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
-# 9-minute device call, and a session's 15 minutes of device time include the machine's start: run two
-# calls on one warm machine (benchmarks/GPU_PLAN.md gives the commands), the second at once (a machine
+# 9-minute device call, and a 15-minute device lease includes the machine's start: run two
+# calls on one warm machine (benchmarks/README.md gives the commands), the second at once (a machine
 # goes back 30 s after a call): STAGES="build sm80 gemm tests" (the test stage, last, gets what is left
 # before DEADLINE_S), then STAGES="sanitizer diag ops model overhead allocator" (its build is a ninja
 # no-op; its limits add up to ~10 minutes, so the later stages may be cut or skipped: they come last).
@@ -36,8 +37,8 @@
 # DEADLINE_S (default 560): seconds from this script's start by which everything has ended, packed
 # included. Every stage's time limit is cut to what is left of it (less 25 s for the kill grace and the
 # packing); a stage with under 10 s left is SKIPPED. Set it a little under the device call's limit: the
-# tool kills the call at its limit, and what a killed stage measured is lost (GPU_PLAN.md gives each
-# call's value, from `status`'s budget_left_s). A table of every stage's exit status and seconds ends the
+# tool kills the call at its limit, and what a killed stage measured is lost (benchmarks/README.md
+# gives each call's value). A table of every stage's exit status and seconds ends the
 # log (stages.tsv in results.tgz): 124 is a stage cut by its time limit.
 # Time limits send SIGINT first (`limit`): pytest then prints its summary of what ran, and the
 # benchmarks write the cases measured so far (marked INTERRUPTED); a process still alive 20 s later is
@@ -47,7 +48,7 @@
 # against a float64 reference before timing it: a wrong one is listed under "wrong results", not timed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results/local/device-check}"
+OUT="${1:-benchmarks/results/local}"
 mkdir -p "$OUT"
 # tee ignores SIGINT/SIGTERM: a signal to the whole process group must not cut the log short.
 exec > >(trap '' INT TERM; exec tee "$OUT/device_check.log") 2>&1
@@ -176,11 +177,11 @@ if want sm80; then
 fi
 
 if want gemm; then
-  # One process per dtype group: a crash in one (the first run lost every bf16/fp16 timing to a
-  # segfault in the fp32 case) keeps the others' reports.
+  # One process per dtype group: a crash in one (a segfault in the fp32 case cost the 2026-11-30 run
+  # every bf16/fp16 timing) keeps the others' reports.
   # The heuristic's table first, then every candidate tactic in a second process: a candidate never run
   # on a GPU before (the SIMT GEMV, the 128x256 fused linear) that breaks the CUDA context costs the
-  # sweep's remaining shapes, not the main table (the first run took ~11 s for both dtypes with the sweep).
+  # sweep's remaining shapes, not the main table (~11 s for both dtypes with the sweep on the H200).
   stage "benchmark: ops.cutlass_gemm vs torch.mm, bf16/fp16"
   step gemm-half 60 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --out "$MORE/gemm_half" ${GEMM_ARGS:-}
   pack

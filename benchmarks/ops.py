@@ -40,16 +40,17 @@ def _add_norm(x, r, w, eps):
     return F.rms_norm(s, (x.shape[-1],), w, eps), s
 
 
-def cases(device, quick, compile_refs=True):
+def cases(device, quick, compile_refs=True, hidden=4096, only=None):
     """(op, shape description, build(dtype) -> (ops_fn, [(reference name, fn)], bytes moved or None)).
-    compile_refs: each formula under torch.compile as a second reference."""
+    compile_refs: each formula under torch.compile as a second reference. hidden: the norms' row length
+    (silu_and_mul's d is 3.5x it, as Llama's intermediate size). only: op names to keep."""
     def with_compiled(refs, formula, *args):
         return refs + ([("torch.compile", compiled(formula, *args))] if compile_refs else [])
 
     tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
         tokens = [16, 256] if quick else [1, 16, 128, 1024]
-    hidden, inter = (4096, 14336)
+    inter = hidden * 7 // 2
     out = []
     for t in tokens:
         def rms(dtype, t=t):
@@ -71,7 +72,7 @@ def cases(device, quick, compile_refs=True):
 
             # In place on scratch copies would add a copy to the timing, so it runs in place on the same
             # buffers, which each call changes: the residual grows with every call (float16 reached 6.4e4,
-            # then inf, within the ~300 calls of one case's GPU timings, found by a review). `restore`
+            # then inf, within the ~300 calls of one case's GPU timings). `restore`
             # (called by `timed` before each timing, outside it) puts the random data back, so a GPU
             # timing (61 calls) stays finite; a CPU timing (thousands of calls) can still saturate
             # float16, which does not change the CPU kernels' speed.
@@ -120,7 +121,7 @@ def cases(device, quick, compile_refs=True):
                     refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
                 return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, b, act)
             out.append((f"linear[{act}]", f"T={t} x {4096 if device == 'cuda' else 1024} -> 4096", lin))
-    return out
+    return [case for case in out if only is None or case[0].split("[")[0] in only]
 
 
 def main(argv=None):
@@ -131,6 +132,8 @@ def main(argv=None):
     mode.add_argument("--full", action="store_true")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile references")
+    parser.add_argument("--hidden", type=int, default=4096, help="the norms' hidden size (default 4096)")
+    parser.add_argument("--ops", default=None, help="comma-separated op names to run (default: all)")
     parser.add_argument("--candidates", action="store_true",
                         help="(GPU) also time every candidate tactic of the fused linear cases "
                              "(ops_linear_candidates.{json,md}) and each rms_norm kernel variant on long rows "
@@ -148,7 +151,9 @@ def main(argv=None):
               f"{torch.get_num_threads()} threads).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
     results, sweeps, rms_sweeps = [], [], []
-    todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile)]
+    only = set(args.ops.split(",")) if args.ops else None
+    todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile, hidden=args.hidden,
+                                                  only=only)]
     log = PartialLog(args.out, "ops")
 
     def timed(fn):

@@ -4,8 +4,8 @@ out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of t
 ragged one, and of the fused linear at two M; the fused linear epilogues; rms_norm (one-block-per-row,
 register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes.
 
-A wrong value or an error does not stop the run: every section runs (the first GPU run's smoke ended at
-its first wrong fp32 GEMM, so nothing after it ran under the sanitizer). Each section prints a line as it
+A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
+wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
 starts and its failures as they happen; the exit status is 1 if anything failed."""
 
 import sys

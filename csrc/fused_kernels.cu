@@ -203,7 +203,7 @@ __global__ void rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residua
 // H200's bandwidth leaves (3 x 16 bytes per 8 elements); float and double keep the accurate forms.
 // __fdividef(x, y) returns 0 for 2^126 < |y| < 2^128 (CUDA Math API), i.e. for gates a in (-88.72, -87.34),
 // where silu(a) ~ a e^a ~ -1e-36 is still a normal bfloat16 and a large up-projection value makes the
-// product visible (found by a review): there both operands are scaled by 2^-4 (exact) first. An infinite
+// product visible: there both operands are scaled by 2^-4 (exact) first. An infinite
 // exp(-a) (a < -88.72) still gives -0, as a / (1 + exp(-a)) does.
 template <typename T, typename A>
 __device__ __forceinline__ A silu(A a) {

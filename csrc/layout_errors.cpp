@@ -10,7 +10,7 @@
 // Negative key, whose PyTorch fallback (ATen/native/MathBitsFallback.h) runs an op on a resolved clone
 // of each written argument and then expects the op to return the tensor it wrote: for the ops here that
 // write an argument and return nothing (fused_add_rms_norm, cutlass_gemm.out), it read a stack slot that
-// was not there, failed an internal assert and corrupted memory (found by a review). So those ops get a
+// was not there, failed an internal assert and corrupted memory. So those ops get a
 // kernel of their own on that key: a written negative view is refused with an error naming it, a read
 // one is resolved (materialised) and the op runs on.
 #include "layout_errors.h"

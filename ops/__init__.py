@@ -14,6 +14,8 @@ from .gemm import cutlass_gemm
 from .linear import linear
 
 _nested.register()  # clear errors for jagged nested tensors, which never reach the C++ checks
+if torch.distributed.is_available():
+    from . import _dtensor  # noqa: F401  (the ops' DTensor sharding rules)
 
 __all__ = ["allocator", "compile", "nn", "recipes", "cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
            "kernels", "library_path"]

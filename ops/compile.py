@@ -23,8 +23,8 @@ before it is replaced. The patterns:
 Training graphs get the ops' registered autograd (the replacement is traced forward and backward), so
 the backward runs the ops' backward formulas.
 
-A rewrite is made only on a device type where it was measured faster than the code Inductor generates
-for the same formula: ``RULES`` (docs/fusion.md gives the measurements). ``FusionPass(patterns=...)``
+By default a rewrite is made only on a device type, and from a size, where it was measured faster than
+the code Inductor generates for the same formula: ``RULES`` (docs/fusion.md gives the measurements). ``FusionPass(patterns=...)``
 overrides that with an explicit set of pattern names for every device. ``counts`` tells how many
 rewrites each pattern made (a graph served from Inductor's cache is not rewritten again).
 """
@@ -43,13 +43,15 @@ __all__ = ["PATTERNS", "RULES", "FusionPass", "backend"]
 
 PATTERNS = ("fused_add_rms_norm", "rms_norm", "silu_and_mul", "linear_act")  # in the order they are applied
 
-# The patterns the default pass applies per device type: those measured faster than Inductor's own code
-# for the same formula (python -m benchmarks.ops, "torch.compile" rows; docs/fusion.md). On CPU:
-# rms_norm, fused_add_rms_norm and silu_and_mul beat Inductor's generated C++; ops.linear there is addmm
-# plus the activation, which Inductor matches. CUDA has no measurement against Inductor yet: none.
-RULES: Dict[str, frozenset] = {
-    "cpu": frozenset({"rms_norm", "fused_add_rms_norm", "silu_and_mul"}),
-    "cuda": frozenset(),
+# The patterns the default pass applies per device type, each from the smallest last dimension (the
+# norms' hidden size, silu_and_mul's 2 * d) at which it was measured faster than the code Inductor
+# generates for the same formula (python -m benchmarks.ops, "torch.compile" rows; docs/fusion.md). CPU,
+# benchmarks/results/2026-12-01-cpu: rms_norm and fused_add_rms_norm 1.4-14x at hidden 512, 1024 and 4096
+# (0.97-1.32x at 128: not applied); silu_and_mul 1.2-3.3x at 2 * d = 3584, 7168 and 28672; ops.linear,
+# addmm plus the activation on CPU, 0.84-1.40x: not applied. CUDA: not measured against Inductor, none.
+RULES: Dict[str, Dict[str, int]] = {
+    "cpu": {"rms_norm": 512, "fused_add_rms_norm": 512, "silu_and_mul": 3584},
+    "cuda": {},
 }
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
@@ -62,14 +64,15 @@ def _val(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _consistent(match, names) -> Optional[torch.device]:
-    """The device of the match's tensors if they share a floating dtype the ops take and a device."""
+def _consistent(match, names) -> Optional[torch.Tensor]:
+    """The (fake) value of the match's first tensor if its tensors share a floating dtype the ops take
+    and a device."""
     vals = [_val(match.kwargs[n]) for n in names if match.kwargs.get(n) is not None]
     if not vals or any(not isinstance(v, torch.Tensor) for v in vals):
         return None
     if vals[0].dtype not in _GEMM_DTYPES or any(v.dtype != vals[0].dtype or v.device != vals[0].device for v in vals):
         return None
-    return vals[0].device
+    return vals[0]
 
 
 # ---- the formulas (search functions) and their replacements -----------------------------------------
@@ -168,9 +171,9 @@ _REGISTER_LOCK = threading.Lock()
 _ENABLED = threading.local()  # the pass being applied: its enabled-set function, read by the checks
 
 
-def _allowed(name: str, device: Optional[torch.device]) -> bool:
+def _allowed(name: str, value: Optional[torch.Tensor]) -> bool:
     enabled = getattr(_ENABLED, "fn", None)
-    return device is not None and enabled is not None and enabled(name, device)
+    return value is not None and enabled is not None and enabled(name, value)
 
 
 def _register_all():
@@ -261,10 +264,16 @@ class FusionPass(_CustomGraphPass):
         self.patterns = patterns
         self.counts = {name: 0 for name in PATTERNS}
 
-    def enabled(self, name: str, device: torch.device) -> bool:
+    def enabled(self, name: str, value: torch.Tensor) -> bool:
+        """Whether to rewrite pattern `name` whose first input is `value` (a fake tensor)."""
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
         if self.patterns is not None:
             return name in self.patterns
-        return name in RULES.get(device.type, frozenset())
+        smallest = RULES.get(value.device.type, {}).get(name)
+        last = value.shape[-1] if value.dim() else 0
+        # A symbolic size is rewritten only if it is known to be large enough.
+        return smallest is not None and bool(statically_known_true(last >= smallest))
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         from torch._inductor.fx_passes.post_grad import remove_noop_ops
@@ -286,7 +295,7 @@ class FusionPass(_CustomGraphPass):
     def uuid(self):
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
-        rules = sorted((device, sorted(names)) for device, names in RULES.items())
+        rules = sorted((device, sorted(names.items())) for device, names in RULES.items())
         return get_hash_for_files((__file__,), repr((sorted(self.patterns or ()), self.patterns is None, rules)))
 
 

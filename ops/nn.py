@@ -10,6 +10,7 @@
 import dataclasses
 import numbers
 import sys
+import warnings
 from typing import List, Optional, Tuple
 
 import torch
@@ -173,11 +174,24 @@ _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_back
                "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
+_DTENSOR_PARAMS = ("its parameters are DTensors (parallelize_module or fully_shard ran): run ops.nn.convert before "
+                   "parallelizing")
+
+
+def _why_parallelized(module: torch.nn.Module) -> str:
+    dtensor = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
+    if dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in module._parameters.values()):
+        return _DTENSOR_PARAMS
+    return ""
+
+
 def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     """None for a module convert may replace: no hooks, only its own ``weight``/``bias`` Parameters (a
     pruned or old-style weight-normed module computes its weight in a forward pre-hook from other
     parameters, which a replacement would lose) and no child modules. Otherwise the reason it is left
     alone."""
+    if _DTENSOR_PARAMS in _why_parallelized(module):
+        return _DTENSOR_PARAMS
     hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
     if hooks:
         return f"has hooks ({', '.join(hooks)})"
@@ -195,9 +209,6 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     weight = module._parameters["weight"]
     if weight is not None and weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         return f"its weight's dtype {weight.dtype} is not one the ops take"
-    dtensor = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
-    if dtensor is not None and isinstance(weight, dtensor.DTensor):
-        return "its parameters are DTensors (parallelized): convert before parallelize_module / fully_shard"
     return None
 
 
@@ -292,8 +303,11 @@ def convert(model: torch.nn.Module, recipes: bool = True) -> ConversionReport:
                 continue
             _recipes.apply(block, recipe)
             report.recipes.append((name or "(model)", recipe.name))
+    parallelized = [name for name, why in report.skipped if why == _DTENSOR_PARAMS]
+    if parallelized:
+        warnings.warn(f"ops.nn.convert left {len(parallelized)} modules alone ({', '.join(parallelized[:3])}"
+                      f"{', ...' if len(parallelized) > 3 else ''}): {_DTENSOR_PARAMS}", stacklevel=2)
     return report
-
 
 
 _recipes._PLAIN_LINEAR = (torch.nn.Linear, Linear)  # Linear with activation "none": recipes check

@@ -253,8 +253,8 @@ def test_trim_waits_for_frees_queued_on_a_busy_stream():
 @pytest.mark.cuda
 def test_trim_during_another_threads_graph_capture():
     # PyTorch captures in global mode: a cudaStreamSynchronize from another thread during the capture is a
-    # prohibited call that invalidates it. trim synchronises streams, so it now runs in relaxed capture
-    # mode, as allocate does (found by a review, from the code).
+    # prohibited call that invalidates it. trim synchronises streams, so it runs in relaxed capture
+    # mode, as allocate does.
     _run_gpu("""
         import threading
         ops.allocator.install()
@@ -305,9 +305,8 @@ def test_record_stream_orders_frees_after_a_stream_that_never_allocated():
 @pytest.mark.cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_record_stream_of_a_block_on_a_device_that_is_not_current():
-    # Found by a review: record_stream created its event on the current device (PyTorch sets no device
-    # guard there); recording it on a stream of the block's device failed, and frees stopped waiting for
-    # that stream.
+    # PyTorch's record_stream sets no device guard: an event created on the current device could not be
+    # recorded on a stream of the block's device, and frees would stop waiting for that stream.
     _run_gpu("""
         ops.allocator.install()
         n = 1 << 24

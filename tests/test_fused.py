@@ -70,9 +70,9 @@ def test_fused_add_rms_norm_values_and_in_place(device, dtype, shape):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm"])
 def test_rms_norm_values_on_very_long_rows(device, op):
-    """Found by a review: the CPU kernel summed a row's squares in one vectorised pass, each lane adding
-    d / lanes fp32 terms: 1.3e-5 relative error at d = 2^22 for inputs in [0.9, 1.1] (F.rms_norm: 2.6e-7);
-    it now sums blocks of 4096 and adds the block sums in double. Positive inputs: no cancellation hides
+    """One vectorised pass over a row's squares, each lane adding d / lanes fp32 terms, gives 1.3e-5
+    relative error at d = 2^22 for inputs in [0.9, 1.1] (F.rms_norm: 2.6e-7); the CPU kernel sums blocks
+    of 4096 and adds the block sums in double. Positive inputs: no cancellation hides
     the error."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(2, 1 << 22, generator=g, dtype=torch.float64) * 0.2 + 0.9
@@ -146,7 +146,7 @@ def test_silu_and_mul_values(device, dtype, shape, offset):
 def test_silu_and_mul_far_negative_gates(dtype):
     # Gates in (-88.72, -87.34) make 1 + exp(-a) a divisor in (2^126, 2^128), for which the CUDA kernel's
     # __fdividef returns 0: silu(a) ~ -1e-36 is a normal bfloat16, visible times a large up-projection value
-    # (found by a review: the kernel gave -0 where F.silu(a) * b gives about -53 for a = -88, b = 1e38).
+    # (unscaled, the kernel would give -0 where F.silu(a) * b gives about -53 for a = -88, b = 1e38).
     gates = torch.tensor([-87.0, -87.5, -88.0, -88.5, -88.7, -89.0, -100.0, 0.5], dtype=torch.float64)
     up = torch.full_like(gates, 1e38 if dtype == torch.bfloat16 else 6e4)
     x = torch.cat([gates, up]).to(dtype).view(1, -1).cuda()
@@ -256,7 +256,7 @@ def test_wrong_device_weight():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", ["partial", "same", "strided-views", "weight-in-input", "weight-in-residual"])
 def test_fused_add_rms_norm_refuses_shared_memory(device, case):
-    # Found by a review: overlapping input and residual gave a result that depended on the write order.
+    # Overlapping input and residual would give a result that depends on the write order.
     T = torch.randn(4, 16, device=device)
     w = torch.randn(8, device=device)
     x, r = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
@@ -276,8 +276,7 @@ def test_fused_add_rms_norm_refuses_shared_memory(device, case):
 @pytest.mark.parametrize("case", ["same", "shifted"])
 def test_fused_add_rms_norm_refuses_memory_shared_through_another_storage(case):
     # Two storages over one buffer (torch.from_numpy of one array twice): ATen's overlap analysis, by storage
-    # identity, took them for disjoint, and residual came back holding the normalised values (found by a
-    # review).
+    # identity, takes them for disjoint, and residual would come back holding the normalised values.
     np = pytest.importorskip("numpy")
     buffer = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
     X, R = torch.from_numpy(buffer), torch.from_numpy(buffer)
@@ -290,7 +289,7 @@ def test_fused_add_rms_norm_refuses_memory_shared_through_another_storage(case):
 
 def test_fused_add_rms_norm_on_copy_on_write_clones():
     # torch._lazy_clone shares memory until one side is written, which copies it first: not shared memory
-    # for the overlap check (a review found the first version of the distinct-storage check refusing it).
+    # for the overlap check, which must not refuse it.
     x0, w = torch.randn(4, 8), torch.randn(8)
     original = x0.clone()
     x, r = torch._lazy_clone(x0), torch._lazy_clone(x0)
@@ -303,7 +302,7 @@ def test_fused_add_rms_norm_on_copy_on_write_clones():
 def test_fused_add_rms_norm_refuses_written_negative_views():
     # z.conj().imag is a negative view: PyTorch's Negative-key fallback ran the op on a clone and then
     # expected it to return the tensor it wrote; fused_add_rms_norm returns nothing, so it failed an
-    # internal assert and corrupted memory (the next op segfaulted; found by a review). In a fresh process.
+    # internal assert and corrupted memory (the next op segfaulted). In a fresh process.
     result = run_python(
         "import torch, ops\n"
         "x, w = torch.randn(4, 8), torch.ones(8)\n"
@@ -344,8 +343,8 @@ def _offsets(t):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fused_add_rms_norm_on_the_two_halves_of_one_buffer(device):
-    """Found by a review: x, r = h.chunk(2, -1) (disjoint interleaved views that ATen's overlap analysis
-    cannot decide) was refused as sharing memory; torch's in-place ops take it. Now decided exactly."""
+    """x, r = h.chunk(2, -1): disjoint interleaved views that ATen's overlap analysis cannot decide, which
+    torch's in-place ops take: decided exactly, not refused as sharing memory."""
     h = torch.randn(5, 16, dtype=torch.float64, device=device)
     w = torch.randn(8, dtype=torch.float64, device=device)
     x, r = h.chunk(2, -1)
@@ -409,7 +408,7 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
 
 
 def test_rms_norm_without_weight_names_the_argument():
-    # F.rms_norm takes weight=None; ops.rms_norm needs a weight: the wrapper raised a bare AttributeError
-    # from its nested-tensor check (found by a fresh-user trial).
+    # F.rms_norm takes weight=None; ops.rms_norm needs a weight, and says so (not a bare AttributeError
+    # from the wrapper's nested-tensor check).
     with pytest.raises(RuntimeError, match=r"rms_norm: weight must be a defined tensor \(hidden,\), got None"):
         ops.rms_norm(torch.randn(2, 4), None)

@@ -221,8 +221,8 @@ def test_fake_kernel_error_messages_equal_the_real_kernels(case):
 
 @pytest.mark.parametrize("case", ["A", "B-transposed", "partial"])
 def test_fake_kernel_out_overlap_errors_equal_the_real_kernels(case):
-    # Found by a review: the fake kernel did not check out against A and B, so a compiled out= call
-    # (aot_eager) returned a result where eager raised.
+    # The fake kernel checks out against A and B as the real kernels do: a compiled out= call (aot_eager)
+    # raises where eager raises.
     def message(device):
         X = torch.randn(4, 4, device=device)
         A, B, out = {"A": (X, torch.randn(4, 4, device=device), X),
@@ -252,7 +252,7 @@ def test_fake_kernel_errors_match_real_ones():
 @pytest.mark.parametrize("cols", [slice(0, 4), slice(4, 8), slice(2, 6)], ids=["same", "disjoint", "partial"])
 def test_out_sharing_a_buffer_with_a_strided_input_is_right(device, cols):
     # out and A are strided views of one buffer: the overlap analysis cannot decide, so the op must
-    # compute into a temporary (found by a review: a wrong result without an error).
+    # compute into a temporary (in place, it would give a wrong result without an error).
     X = torch.randn(6, 8, dtype=torch.float64, device=device)
     B = torch.randn(4, 4, dtype=torch.float64, device=device)
     A = X[:, :4]
@@ -264,7 +264,7 @@ def test_out_sharing_a_buffer_with_a_strided_input_is_right(device, cols):
 @pytest.mark.parametrize("case", ["full", "partial", "disjoint", "strided", "strided-overlap"])
 def test_out_sharing_memory_through_another_storage(case):
     # torch.from_numpy of one array twice gives two storages over one buffer, which ATen's overlap analysis
-    # (storage identity) took for disjoint (found by a review): out overlapping A must still be an error,
+    # (storage identity) takes for disjoint: out overlapping A must still be an error,
     # and strided views the analysis cannot decide are computed through a temporary.
     np = pytest.importorskip("numpy")
     buffer = np.random.default_rng(0).standard_normal((8, 8))
@@ -287,9 +287,9 @@ def test_out_sharing_memory_through_another_storage(case):
 
 
 def test_negative_views_read_resolved_and_written_refused():
-    # A negative view (z.conj().imag: memory holding -values, the negative bit set) as out made PyTorch's
-    # Negative-key fallback fail an internal assert and corrupt memory (a later op segfaulted; found by a
-    # review): now a clear error, in a fresh process so that a regression cannot take this one down.
+    # A negative view (z.conj().imag: memory holding -values, the negative bit set) as out would make
+    # PyTorch's Negative-key fallback fail an internal assert and corrupt memory (a later op segfaults):
+    # a clear error, checked in a fresh process so that a regression cannot take this one down.
     result = run_python(
         "import torch, ops\n"
         "z = torch.randn(4, 4, dtype=torch.complex128)\n"

@@ -263,6 +263,15 @@ def test_convert_swaps_listed_classes_only(monkeypatch):
     assert report.rms_norm == [] and report.skipped == [], report  # not recognised: left as it is
 
 
+def _listed_class(module_path, qualname):
+    """A class listed by name, from the installed transformers (skips the test where it has none)."""
+    pytest.importorskip("transformers")
+    try:
+        return getattr(importlib.import_module(module_path), qualname)
+    except (ImportError, AttributeError):
+        pytest.skip(f"{module_path}.{qualname} is not in this transformers")
+
+
 def _listed_norm_classes():
     for kind, names in (("llama", _hf_classes.RMS_NORM_LLAMA), ("cast", _hf_classes.RMS_NORM_CAST)):
         for module, qualname in sorted(names):
@@ -272,11 +281,7 @@ def _listed_norm_classes():
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")  # old families' import notes
 @pytest.mark.parametrize("module_path,qualname", list(_listed_norm_classes()))
 def test_every_listed_rms_norm_class_converts_exactly(module_path, qualname):
-    pytest.importorskip("transformers")
-    try:
-        cls = getattr(importlib.import_module(module_path), qualname)
-    except (ImportError, AttributeError):
-        pytest.skip(f"{module_path}.{qualname} is not in this transformers")
+    cls = _listed_class(module_path, qualname)
     torch.manual_seed(0)
     stock = cls(16, eps=1e-5)
     with torch.no_grad():
@@ -363,11 +368,7 @@ def _recipe_blocks():
 
 def _tiny_block(module_path, qualname):
     """An instance of a listed block class, from its family's config at a tiny size (hidden 32)."""
-    pytest.importorskip("transformers")
-    try:
-        cls = getattr(importlib.import_module(module_path), qualname)
-    except (ImportError, AttributeError):
-        pytest.skip(f"{module_path}.{qualname} is not in this transformers")
+    cls = _listed_class(module_path, qualname)
     family = importlib.import_module(module_path.rsplit(".", 1)[0])
     sizes = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
     for name in sorted(dir(family)):

@@ -108,8 +108,8 @@ NON_STRIDED = {
     "sparse_coo": (lambda t: t.to_sparse(), "a sparse COO tensor", r"\.to_dense\(\)"),
     "sparse_csr": (lambda t: t.to_sparse_csr() if t.dim() == 2 else None, "layout SparseCsr", r"\.to_dense\(\)"),
     "nested": (lambda t: torch.nested.nested_tensor([t, t]), "a nested tensor", r"\.unbind\(\)"),
-    # A Python subclass, not a dispatch key: ops/_nested.py (a review found bare NotImplementedErrors, and
-    # for rms_norm torch's own rms_norm error, "Normalization over the ragged dim not supported").
+    # A Python subclass, not a dispatch key: ops/_nested.py gives the ops' errors (not bare
+    # NotImplementedErrors, nor for rms_norm torch's "Normalization over the ragged dim not supported").
     "nested_jagged": (lambda t: torch.nested.nested_tensor([t, t], layout=torch.jagged) if t.dim() >= 1 else None,
                       "a nested tensor", r"\.unbind\(\)"),
     "quantized": (lambda t: torch.quantize_per_tensor(t, 0.1, 0, torch.qint8), "a quantized tensor",

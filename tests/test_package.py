@@ -69,9 +69,9 @@ def test_allow_tf32_follows_torch_settings():
 
 
 def test_allow_tf32_follows_the_per_backend_precision_api():
-    """Found by a review: the library read TF32 through the legacy getter (allowTF32CuBLAS), which raises
-    "mix of the legacy and new APIs" once a user has set torch.backends.cuda.matmul.fp32_precision: every
-    CUDA cutlass_gemm and linear call then failed, whatever its dtype. In a fresh process: the settings are
+    """TF32 is read from the per-backend precision API: the legacy getter (allowTF32CuBLAS) raises "mix of
+    the legacy and new APIs" once a user has set torch.backends.cuda.matmul.fp32_precision, which would
+    fail every CUDA cutlass_gemm and linear call, whatever its dtype. In a fresh process: the settings are
     global."""
     result = run_python("""
 import torch, ops

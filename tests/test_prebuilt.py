@@ -114,9 +114,9 @@ def _ops_files(tree):
 
 @pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")
 def test_make_refuses_a_library_built_from_other_sources(tmp_path):
-    """Found by a review: `make` stamped the checkout's digest on whatever library ops/ held, so a
-    library older than an edit went to the device labelled as the new sources. setup.py now records
-    the digest of the sources it built (SOURCE_SHA256), and `make` compares."""
+    """A library older than an edit must not go to the device labelled as the new sources: setup.py
+    records the digest of the sources it built (SOURCE_SHA256), and `make` compares it with the
+    checkout's."""
     assert ops.build_info.SOURCE_SHA256 == prebuilt.source_digest()  # this build's record
     tree = _tree_with_library(tmp_path)
     checks = tree / "csrc" / "checks.cpp"
@@ -132,8 +132,8 @@ def test_use_installs_all_or_nothing(tmp_path):
     out = tree / ".prebuilt"
     assert _prebuilt(tree, "make", str(out)).returncode == 0
     before = _ops_files(tree)
-    # An incomplete or malformed prebuilt folder: refused before ops/ is touched (a review found `use`
-    # moving the installed files aside first, so a failed copy left ops/ without a library).
+    # An incomplete or malformed prebuilt folder: refused before ops/ is touched (a failed copy must not
+    # leave ops/ without a library).
     info = (out / prebuilt.BUILD_INFO).read_bytes()
     (out / prebuilt.BUILD_INFO).unlink()
     result = _prebuilt(tree, "use", str(out))

@@ -1,6 +1,6 @@
 """The Python API and the nn modules compile with TorchScript: a converted model scripts and matches
-eager, and scripted functions can call ops.* (a review found `OpOverload` attribute calls and
-torch.finfo in them, which TorchScript cannot compile)."""
+eager, and scripted functions can call ops.* (the wrappers avoid `OpOverload` attribute calls and
+torch.finfo, which TorchScript cannot compile)."""
 
 import warnings
 

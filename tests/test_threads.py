@@ -114,8 +114,8 @@ def test_ops_from_many_threads_match_single_threaded():
 
 
 def test_a_loaded_tuning_cache_appears_all_at_once(tmp_path):
-    # load_tuning_cache stored each entry under its own lock, so a reader in another thread could see
-    # part of a file (found by the thread-safety review); now all entries are stored under one lock.
+    # load_tuning_cache stores all entries under one lock: a reader in another thread never sees part of
+    # a file.
     entries = [{"key": f"test key {i}", "best": "sm90_bf16_rc", "timings_ms": {}} for i in range(300)]
     path = tmp_path / "tuning.json"
     path.write_text(json.dumps({"format": "ops.gemm tuning cache", "version": 1, "entries": entries}))

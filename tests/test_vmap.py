@@ -148,7 +148,7 @@ def test_errors_inside_vmap_name_the_op():
         torch.vmap(ops.rms_norm, in_dims=(0, None))(x, torch.randn(5))
 
 
-# Found by a review: merged calls must not misread samples the op would reject.
+# Merged calls must not misread samples the op would reject.
 ZERO_D_SAMPLES = [
     ("rms_norm", lambda x: torch.vmap(ops.rms_norm, in_dims=(0, None))(x, torch.randn(4)),
      r"rms_norm: expected input of shape \(\.\.\., hidden\), got a 0-D tensor"),

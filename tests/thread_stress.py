@@ -10,8 +10,7 @@ torch.ops calls release the GIL, so the C++ host code really runs concurrently; 
 the fused CPU kernels on the intra-op pool as well.
 
 Run from the repository root:  python tests/thread_stress.py [--seconds 30] [--threads 8]
-Exit status 0: no mismatch, no unexpected exception. tests/test_threads.py runs it for 10 s. (Written by a
-review of the library's thread safety, 2026-12-01: it found no fault in the C++ host code.)
+Exit status 0: no mismatch, no unexpected exception. tests/test_threads.py runs it for 10 s.
 """
 
 import argparse

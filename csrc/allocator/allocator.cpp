@@ -343,7 +343,7 @@ int ops_allocator_trim(int device, size_t keep_bytes) {
   // allocations and frees of other threads go on meanwhile. A capturing stream cannot be synchronised
   // (and its frees wait for the capture anyway). Relaxed capture mode, as in allocate: while another
   // thread captures in global mode (PyTorch's default), a synchronise from this thread would be a
-  // prohibited call that invalidates that capture (found by a review, from the code; not run: no GPU).
+  // prohibited call that invalidates that capture (CUDA programming guide, stream capture modes).
   return on_device(device, [&] {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);

@@ -1,0 +1,94 @@
+"""DTensor sharding rules of the ops (``torch.distributed.tensor.experimental.register_sharding``), for
+tensor, sequence and data parallel and FSDP2 (docs/distributed.md).
+
+Each rule lists, for one mesh dimension, the acceptable (output placements, input placements) pairs;
+DTensor expands them over the mesh and redistributes inputs to the cheapest. A placement an op cannot
+compute exactly is not offered, so DTensor redistributes first: an activation or a norm never runs on a
+Partial sum, a norm never on a sharded last dimension, ``silu_and_mul`` never on halves split across
+ranks. The in-place ``fused_add_rms_norm`` keeps its inputs' placements or raises (a redistributed
+written argument would be a copy, and the write lost).
+"""
+
+import torch
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.experimental import register_sharding
+
+R, P = Replicate(), Partial()
+
+
+def _leading_shards(ndim):
+    """Shard(d) for every dimension but the last: rows of a norm, of silu_and_mul, of linear's input."""
+    return [Shard(d) for d in range(ndim - 1)]
+
+
+@register_sharding(torch.ops.ops.cutlass_gemm.default)
+def _cutlass_gemm(A, B):
+    # As aten.mm: C = A @ B with A (M, K), B (K, N).
+    return [([R], [R, R]), ([Shard(0)], [Shard(0), R]), ([Shard(1)], [R, Shard(1)]),
+            ([P], [Shard(1), Shard(0)]), ([P], [P, R]), ([P], [R, P])]
+
+
+@register_sharding(torch.ops.ops.cutlass_gemm.out)
+def _cutlass_gemm_out(A, B, out):
+    raise RuntimeError(
+        f"cutlass_gemm: the out variant does not take DTensors (got A {list(A.placements)}, B {list(B.placements)}, "
+        f"out {list(out.placements)}); call ops.cutlass_gemm(A, B) without out")
+
+
+@register_sharding(torch.ops.ops.linear.default)
+def _linear(input, weight, bias=None, activation="none"):
+    b = (lambda placement: None if bias is None else placement)
+    last = input.ndim - 1
+    rules = [([R], [R, R, b(R)])]
+    rules += [([s], [s, R, b(R)]) for s in _leading_shards(input.ndim)]  # data / sequence parallel
+    rules.append(([Shard(last)], [R, Shard(0), b(Shard(0))]))  # colwise: out features sharded with the weight
+    if activation == "none":  # row-wise and Partial inputs give Partial sums: no activation may follow
+        # The bias as a Partial too (each rank adds bias / ranks; DTensor's Replicate -> Partial), so the
+        # sum adds it once.
+        rules += [([P], [Shard(last), Shard(1), b(P)]), ([P], [P, R, b(P)])]
+    return rules
+
+
+@register_sharding(torch.ops.ops.rms_norm.default)
+def _rms_norm(input, weight, eps=1e-6):
+    return [([R], [R, R])] + [([s], [s, R]) for s in _leading_shards(input.ndim)]
+
+
+@register_sharding(torch.ops.ops.silu_and_mul.default)
+def _silu_and_mul(input):
+    return [([R], [R])] + [([s], [s]) for s in _leading_shards(input.ndim)]
+
+
+def _fused_add_rms_norm(op_schema):
+    """An op strategy (not register_sharding, which lets DTensor pick any listed placement): input and
+    residual are written in place, so the only strategy keeps their placements, and DTensor moves only
+    the weight (read whole)."""
+    from torch.distributed.tensor._op_schema import OpStrategy
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    input, residual = (op_schema.args_schema[i].strategies[0].output_spec for i in (0, 1))
+    ok = {R, *_leading_shards(input.ndim)}
+    if input.placements != residual.placements or any(p not in ok for p in input.placements):
+        raise RuntimeError(
+            f"fused_add_rms_norm: input and residual are written in place, so they must have one placement, "
+            f"Replicate or Shard of a dimension but the last (hidden) one, on every mesh dimension: got input "
+            f"{list(input.placements)}, residual {list(residual.placements)}; redistribute them first")
+    # No outputs: each strategy is the placements of (input, residual, weight).
+    every = expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, [[p, p, R] for p in ok],
+                                            input_index=0, allow_uneven_sharding=True)  # rows are independent
+    return OpStrategy([s for s in every.strategies if s.input_specs[0].placements == input.placements])
+
+
+def _register_op_strategies():
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    propagator.register_op_strategy(torch.ops.ops.fused_add_rms_norm.default, _fused_add_rms_norm,
+                                    RuntimeSchemaInfo(needs_pytree=True))
+    # The activation decides linear's placements, so it must enter DTensor's sharding cache key:
+    # register_sharding treats only int arguments as static (torch 2.14).
+    propagator.op_to_schema_info[torch.ops.ops.linear.default] = RuntimeSchemaInfo(static_argnum=3, needs_pytree=True)
+
+
+_register_op_strategies()

@@ -1,0 +1,107 @@
+"""Every op on DTensors of fuzzed placements against the same op on the full tensors (run inside each
+rank by tests/dtensor_worker.py). Hypothesis is derandomized, so every rank draws the same examples;
+each check gathers full tensors (a collective), so every rank sees the same outcome."""
+
+import time
+
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+import ops
+
+
+def placements(ndim, mesh_ndim, partial=True):
+    choices = [Replicate()] + [Shard(d) for d in range(ndim)] + ([Partial()] if partial else [])
+    return st.tuples(*[st.sampled_from(choices)] * mesh_ndim)
+
+
+def dt(full, mesh, where):
+    """A DTensor holding `full` with placements `where`. DTensor makes a Partial from a Shard only: each
+    rank's shard in place, zeros elsewhere."""
+    start = [Shard(0) if p.is_partial() else Replicate() for p in where]
+    return distribute_tensor(full, mesh, start).redistribute(mesh, list(where))
+
+
+def close(got, expected, what):
+    got = got.full_tensor() if hasattr(got, "full_tensor") else got
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5, msg=what)
+
+
+def run(world_size, seconds):
+    mesh = init_device_mesh("cpu", (world_size,) if world_size < 4 else (2, world_size // 2))
+    m = mesh.ndim
+    dims = st.sampled_from([4, 6, 8])
+    deadline = time.monotonic() + seconds
+    failures = []
+
+    def fuzz(strategy, examples):
+        def wrap(check):
+            @settings(derandomize=True, max_examples=examples, deadline=None, database=None,
+                      suppress_health_check=list(HealthCheck), print_blob=False)
+            @given(strategy)
+            def test(case):
+                if time.monotonic() < deadline:
+                    torch.manual_seed(0)
+                    try:
+                        check(case)
+                    except Exception as e:
+                        raise AssertionError(f"{case}: {e}") from e
+            try:
+                test()
+            except Exception as e:  # noqa: BLE001 - recorded with its example for the test to report
+                failures.append(f"{check.__name__}: {e!r}"[:2000])
+            return check
+        return wrap
+
+    @fuzz(st.tuples(dims, dims, dims, placements(2, m), placements(2, m)), 30)
+    def cutlass_gemm(case):
+        M, K, N, pa, pb = case
+        A, B = torch.randn(M, K), torch.randn(K, N)
+        close(ops.cutlass_gemm(dt(A, mesh, pa), dt(B, mesh, pb)), A @ B, case)
+
+    acts = st.sampled_from(["none", "relu", "gelu", "gelu_tanh", "silu"])
+
+    @fuzz(st.tuples(st.sampled_from([2, 3]), dims, dims, st.booleans(), acts, st.data()), 40)
+    def linear(case):
+        ndim, K, N, bias, act, data = case
+        x, w = torch.randn(*(3, 4, K)[-ndim:]), torch.randn(N, K)
+        b = torch.randn(N) if bias else None
+        px, pw = data.draw(placements(ndim, m)), data.draw(placements(2, m))
+        pb = data.draw(placements(1, m)) if bias else None
+        got = ops.linear(dt(x, mesh, px), dt(w, mesh, pw), None if b is None else dt(b, mesh, pb), act)
+        close(got, ops.linear(x, w, b, act), (ndim, K, N, act, px, pw, pb))
+
+    @fuzz(st.tuples(st.sampled_from([2, 3]), st.data()), 30)
+    def rms_norm(case):
+        ndim, data = case
+        x, w = torch.randn(*(3, 4, 8)[-ndim:]), torch.rand(8) + 0.5
+        px, pw = data.draw(placements(ndim, m)), data.draw(placements(1, m))
+        close(ops.rms_norm(dt(x, mesh, px), dt(w, mesh, pw), 1e-5), ops.rms_norm(x, w, 1e-5), (px, pw))
+
+    @fuzz(st.tuples(st.sampled_from([2, 3]), st.data()), 30)
+    def silu_and_mul(case):
+        ndim, data = case
+        x = torch.randn(*(3, 4, 8)[-ndim:])
+        px = data.draw(placements(ndim, m))
+        close(ops.silu_and_mul(dt(x, mesh, px)), ops.silu_and_mul(x), px)
+
+    @fuzz(st.tuples(placements(3, m), placements(3, m), placements(1, m, partial=False)), 30)
+    def fused_add_rms_norm(case):
+        px, pr, pw = case
+        x, r, w = torch.randn(3, 4, 8), torch.randn(3, 4, 8), torch.rand(8) + 0.5
+        dx, dr = dt(x.clone(), mesh, px), dt(r.clone(), mesh, pr)  # a replicated local tensor may be x itself
+        allowed = px == pr and all(p == Replicate() or p in (Shard(0), Shard(1)) for p in px)
+        try:
+            ops.fused_add_rms_norm(dx, dr, dt(w, mesh, pw), 1e-5)
+        except RuntimeError as e:
+            assert not allowed and "must have one placement" in str(e), (case, e)
+            return
+        assert allowed, case
+        assert dx.placements == px and dr.placements == pr  # written in place, placements kept
+        ops.fused_add_rms_norm(x, r, w, 1e-5)
+        close(dx, x, case)
+        close(dr, r, case)
+
+    return failures

@@ -1,0 +1,178 @@
+"""Worker of tests/test_dtensor.py: one rank of a tensor parallel, FSDP2 or placement-fuzzing run on
+gloo. Kept in its own module so that spawned processes can import it. Each case writes what rank 0
+computed to out_dir; the test compares it with one process."""
+
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import ops
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, heads, kv_heads):
+        super().__init__()
+        self.head_dim, self.groups = dim // heads, heads // kv_heads
+        self.q_proj = torch.nn.Linear(dim, dim, bias=False)
+        self.k_proj = torch.nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.v_proj = torch.nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.o_proj = torch.nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        # Heads from the local widths (-1): under tensor parallel each rank holds its share of heads.
+        q, k, v = (proj(x).view(b, t, -1, self.head_dim).transpose(1, 2) for proj in (self.q_proj, self.k_proj,
+                                                                                      self.v_proj))
+        k, v = k.repeat_interleave(self.groups, 1), v.repeat_interleave(self.groups, 1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(dim, hidden, bias=False)
+        self.up_proj = torch.nn.Linear(dim, hidden, bias=False)
+        self.down_proj = torch.nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, dim, heads, kv_heads, hidden):
+        super().__init__()
+        self.input_norm, self.post_norm = torch.nn.RMSNorm(dim, eps=1e-5), torch.nn.RMSNorm(dim, eps=1e-5)
+        self.attn, self.mlp = Attention(dim, heads, kv_heads), MLP(dim, hidden)
+
+    def forward(self, x):
+        h = x + self.attn(self.input_norm(x))
+        return h + self.mlp(self.post_norm(h))
+
+
+class Decoder(torch.nn.Module):
+    """A Llama-style decoder (pre-norm, grouped-query attention, gated SiLU MLP), as torchtitan's."""
+
+    def __init__(self, vocab=64, dim=32, heads=4, kv_heads=4, hidden=48, layers=2):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.layers = torch.nn.ModuleList([Layer(dim, heads, kv_heads, hidden) for _ in range(layers)])
+        self.norm = torch.nn.RMSNorm(dim, eps=1e-5)
+        self.lm_head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for layer in self.layers:
+            h = layer(h)
+        return self.lm_head(self.norm(h))
+
+
+def model_and_data(seed=0):
+    torch.manual_seed(seed)
+    model = Decoder()
+    ops.nn.convert(model)
+    return model, torch.randint(0, 64, (2, 8))
+
+
+def tensor_parallel(model, mesh):
+    """torchtitan's plan: projections colwise/rowwise, norms and the residual stream sequence parallel."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    parallelize_module(model, mesh, {
+        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    })
+    for layer in model.layers:
+        parallelize_module(layer, mesh, {
+            "input_norm": SequenceParallel(), "post_norm": SequenceParallel(),
+            "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "attn.q_proj": ColwiseParallel(), "attn.k_proj": ColwiseParallel(), "attn.v_proj": ColwiseParallel(),
+            "attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+    return model
+
+
+def full(t):
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def case_tp(rank, world_size, out_dir, device="cpu"):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    model, ids = model_and_data()
+    model, ids = model.to(device), ids.to(device)
+    tensor_parallel(model, init_device_mesh(device, (world_size,)))
+    logits = model(ids)
+    logits.square().mean().backward()
+    grads = {name: full(p.grad).cpu() for name, p in model.named_parameters()}
+    if rank == 0:
+        torch.save({"logits": full(logits).cpu(), "grads": grads}, os.path.join(out_dir, "tp.pt"))
+
+
+def case_fsdp(rank, world_size, out_dir):
+    from torch.distributed.fsdp import fully_shard
+
+    model, ids = model_and_data()
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(3):  # every rank its own half of the batch: FSDP averages the gradients
+        loss = model(ids[rank:rank + 1]).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    params = {name: full(p.detach()) for name, p in model.named_parameters()}
+    if rank == 0:
+        torch.save({"params": params}, os.path.join(out_dir, "fsdp.pt"))
+
+
+def case_fuzz(rank, world_size, out_dir, seconds):
+    import dtensor_fuzz
+
+    failures = dtensor_fuzz.run(world_size, seconds)
+    if rank == 0:
+        torch.save({"failures": failures}, os.path.join(out_dir, "fuzz.pt"))
+
+
+CASES = {"tp": case_tp, "fsdp": case_fsdp, "fuzz": case_fuzz}
+
+
+def run(rank, world_size, init_file, case, out_dir, *extra):
+    nccl = "cuda" in extra
+    if nccl:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if nccl else "gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=120))
+    try:
+        CASES[case](rank, world_size, out_dir, *extra)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)  # as tests/ddp_worker.py: no interpreter teardown after the work is done
+
+
+def spawn(case, world_size, tmp_path, *extra, timeout=300):
+    """Runs `case` on world_size ranks; raises if a rank fails or the run outlives `timeout` seconds."""
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(run, args=(world_size, str(tmp_path / "init"), case, str(tmp_path), *extra),
+                                 nprocs=world_size, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in context.processes:
+                p.kill()
+            raise TimeoutError(f"{case} on {world_size} ranks did not finish in {timeout} s")

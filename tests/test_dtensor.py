@@ -1,0 +1,101 @@
+"""The ops under torch.distributed's DTensor (ops/_dtensor.py), in processes of their own on gloo over
+loopback: a converted Llama-style decoder under tensor + sequence parallel on 2 and 4 ranks and FSDP2
+training steps on 2 ranks equal one process; every op under fuzzed placements equals the op on the full
+tensors; and single-process checks of what DTensor is told (placements, clear errors)."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+import dtensor_worker
+import ops
+
+pytestmark = pytest.mark.slow
+
+
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL)")
+
+
+@pytest.mark.parametrize("world_size,device", [(2, "cpu"), (4, "cpu"),
+                                               pytest.param(2, "cuda", marks=[pytest.mark.cuda, TWO_GPUS])])
+def test_tensor_parallel_decoder_equals_one_process(world_size, device, tmp_path):
+    dtensor_worker.spawn("tp", world_size, tmp_path, device)
+    got = torch.load(tmp_path / "tp.pt")
+    model, ids = dtensor_worker.model_and_data()
+    logits = model(ids)
+    logits.square().mean().backward()
+    torch.testing.assert_close(got["logits"], logits, atol=1e-5, rtol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got["grads"][name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fsdp2_training_steps_equal_one_process(tmp_path):
+    dtensor_worker.spawn("fsdp", 2, tmp_path)
+    got = torch.load(tmp_path / "fsdp.pt")
+    model, ids = dtensor_worker.model_and_data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):  # the mean over the two ranks' halves of the batch
+        loss = sum(model(ids[r:r + 1]).square().mean() for r in range(2)) / 2
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got["params"][name], p.detach(), atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_op_under_fuzzed_placements_equals_the_full_op(world_size, tmp_path):
+    dtensor_worker.spawn("fuzz", world_size, tmp_path, 60.0)
+    failures = torch.load(tmp_path / "fuzz.pt")["failures"]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory):
+    """A one-rank mesh in this process: the placements DTensor chooses, without other processes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg') / 'init'}", rank=0,
+                            world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_placements_the_rules_give(mesh):
+    x, w, b = torch.randn(4, 6), torch.randn(8, 6), torch.randn(8)
+    d = lambda t, *p: distribute_tensor(t, mesh, list(p))  # noqa: E731
+    # Colwise: out features sharded; row-wise without activation: a Partial sum, bias added once.
+    assert ops.linear(d(x, Replicate()), d(w, Shard(0)), d(b, Shard(0)), "gelu").placements == (Shard(1),)
+    out = ops.linear(d(x, Shard(1)), d(w, Shard(1)), d(b, Replicate()), "none")
+    assert out.placements == (Partial(),)
+    torch.testing.assert_close(out.full_tensor(), torch.nn.functional.linear(x, w, b))
+    # An activation on a row-wise product: the inputs are gathered first, never activated per part.
+    act = ops.linear(d(x, Shard(1)), d(w, Shard(1)), d(b, Replicate()), "relu")
+    assert act.placements != (Partial(),)
+    torch.testing.assert_close(act.full_tensor(), torch.relu(torch.nn.functional.linear(x, w, b)))
+    assert ops.cutlass_gemm(d(x, Shard(1)), d(w.t().contiguous(), Shard(0))).placements == (Partial(),)
+    assert ops.rms_norm(d(x, Shard(0)), d(w[0], Replicate())).placements == (Shard(0),)
+    assert ops.silu_and_mul(d(torch.randn(4, 8), Shard(0))).placements == (Shard(0),)
+
+
+def test_clear_errors(mesh):
+    d = lambda t, *p: distribute_tensor(t, mesh, list(p))  # noqa: E731
+    x, r, w = torch.randn(4, 8), torch.randn(4, 8), torch.rand(8)
+    with pytest.raises(RuntimeError, match=r"fused_add_rms_norm: input and residual are written in place"):
+        ops.fused_add_rms_norm(d(x, Shard(1)), d(r, Shard(1)), d(w, Replicate()))
+    with pytest.raises(RuntimeError, match=r"cutlass_gemm: the out variant does not take DTensors"):
+        ops.cutlass_gemm(d(x, Replicate()), d(x.t().contiguous(), Replicate()), out=d(torch.empty(4, 4), Replicate()))
+
+
+def test_convert_after_parallelize_says_it_must_run_first(mesh):
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    model = parallelize_module(torch.nn.Sequential(torch.nn.Linear(8, 8)), mesh, {"0": ColwiseParallel()})
+    assert isinstance(model[0].weight, DTensor)
+    with pytest.warns(UserWarning, match="run ops.nn.convert before parallelizing"):
+        report = ops.nn.convert(model)
+    assert report.linear == [] and "run ops.nn.convert before parallelizing" in dict(report.skipped)["0"]
