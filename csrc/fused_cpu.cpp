@@ -103,9 +103,7 @@ at::Tensor silu_and_mul_cpu(const at::Tensor& input) {
 }  // namespace
 }  // namespace ops
 
-TORCH_LIBRARY_FRAGMENT(ops, m) {
-  m.def("_fused_cpu_isa() -> str", &ops::fused_cpu_isa);
-}
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) { m.impl("_fused_cpu_isa", &ops::fused_cpu_isa); }
 
 TORCH_LIBRARY_IMPL(ops, CPU, m) {
   m.impl("rms_norm", &ops::rms_norm_cpu);

@@ -78,8 +78,8 @@ int64_t rms_norm_set_packs_per_thread(int64_t packs) {
 }  // namespace
 }  // namespace ops
 
-TORCH_LIBRARY_FRAGMENT(ops, m) {
-  m.def("_rms_norm_set_packs_per_thread(int packs) -> int", &ops::rms_norm_set_packs_per_thread);
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
+  m.impl("_rms_norm_set_packs_per_thread", &ops::rms_norm_set_packs_per_thread);
 }
 
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {

@@ -153,28 +153,17 @@ void add_tuning(const std::vector<std::string>& keys, const std::vector<std::str
 }  // namespace
 }  // namespace ops
 
-TORCH_LIBRARY_FRAGMENT(ops, m) {
-  m.def("_build_info() -> str", &ops::build_info_json);
-  m.def("_cutlass_gemm_kernels() -> str", &ops::kernels_json);
-  m.def("_allow_tf32() -> bool", &ops::matmul_allows_tf32);
-  m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
-        "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\", "
-        "int sm_count=132) -> str",
-        &ops::gemm_emulate);
-  m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
-        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None) -> str",
-        &ops::gemm_plan_for_target);
-  // Tactic controls (ops.gemm.set_tactic / set_autotune / tuning_cache): process-wide settings.
-  m.def("_cutlass_gemm_set_tactic(str? name) -> ()", &ops::set_tactic);
-  m.def("_cutlass_gemm_get_tactic() -> str", &ops::get_tactic);
-  m.def("_cutlass_gemm_set_autotune(bool enabled) -> ()", &ops::set_autotune);
-  m.def("_cutlass_gemm_autotune_enabled() -> bool", &ops::autotune_enabled);
-  m.def("_cutlass_gemm_tuning_cache() -> str", &ops::tuning_cache);
-  m.def("_cutlass_gemm_clear_tuning_cache() -> ()", &ops::clear_tuning_cache);
-  m.def("_cutlass_gemm_add_tuning(str[] keys, str[] bests, int[] timing_counts, str[] timing_names, "
-        "float[] timing_ms) -> ()",
-        &ops::add_tuning);
-  // The plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device; a CUDA
-  // kernel only (cutlass_gemm/gemm_cuda.cpp).
-  m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
+  m.impl("_build_info", &ops::build_info_json);
+  m.impl("_cutlass_gemm_kernels", &ops::kernels_json);
+  m.impl("_allow_tf32", &ops::matmul_allows_tf32);
+  m.impl("_cutlass_gemm_emulate", &ops::gemm_emulate);
+  m.impl("_cutlass_gemm_plan_for_target", &ops::gemm_plan_for_target);
+  m.impl("_cutlass_gemm_set_tactic", &ops::set_tactic);
+  m.impl("_cutlass_gemm_get_tactic", &ops::get_tactic);
+  m.impl("_cutlass_gemm_set_autotune", &ops::set_autotune);
+  m.impl("_cutlass_gemm_autotune_enabled", &ops::autotune_enabled);
+  m.impl("_cutlass_gemm_tuning_cache", &ops::tuning_cache);
+  m.impl("_cutlass_gemm_clear_tuning_cache", &ops::clear_tuning_cache);
+  m.impl("_cutlass_gemm_add_tuning", &ops::add_tuning);
 }

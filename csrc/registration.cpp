@@ -1,8 +1,9 @@
-// The op catalogue: every schema of the `ops` library, in one place (the table in README.md).
-// Kernels register elsewhere with TORCH_LIBRARY_IMPL; fake kernels and autograd live in the Python
-// package `ops`; set_python_module before each group names the module holding that group's fake
-// kernels, so a missing fake kernel says what to import. ops::define is m.def plus clear errors for
-// sparse, nested and quantized inputs (layout_errors.h).
+// The op catalogue: every schema of the `ops` library, public and private, in one place. Kernel files
+// only register kernels (TORCH_LIBRARY_IMPL). Fake kernels and autograd of the public ops live in the
+// Python package `ops`; set_python_module before each group names the module holding that group's
+// fake kernels, so a missing fake kernel says what to import. ops::define is m.def plus clear errors
+// for sparse, nested and quantized inputs (layout_errors.h). The private ops (a leading underscore)
+// have a CompositeImplicitAutograd kernel each, registered beside their code.
 #include <torch/library.h>
 
 #include "layout_errors.h"
@@ -27,4 +28,51 @@ TORCH_LIBRARY(ops, m) {
   ops::define(m, "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-6) -> ()");
   // x (..., 2d) -> silu(x[..., :d]) * x[..., d:].
   ops::define(m, "silu_and_mul(Tensor input) -> Tensor");
+
+  // ---- Tactic and introspection controls (ops.gemm, ops.build_info, ops.kernels) ----------------
+  m.set_python_module("ops.gemm");
+  // JSON of the facts setup.py recorded (versions, arch list, source digest). internal_ops.cpp
+  m.def("_build_info() -> str");
+  // JSON list of the GEMM kernels in this build (CUTLASS and SIMT GEMV). internal_ops.cpp
+  m.def("_cutlass_gemm_kernels() -> str");
+  // Whether torch's matmul precision setting allows TF32 on CUDA (what cuBLAS reads). internal_ops.cpp
+  m.def("_allow_tf32() -> bool");
+  // Forces a tactic by name (None: the heuristic) for every CUDA GEMM. internal_ops.cpp
+  m.def("_cutlass_gemm_set_tactic(str? name) -> ()");
+  // The forced tactic, or "". internal_ops.cpp
+  m.def("_cutlass_gemm_get_tactic() -> str");
+  // Times every candidate on the first call of a shape and caches the fastest. internal_ops.cpp
+  m.def("_cutlass_gemm_set_autotune(bool enabled) -> ()");
+  m.def("_cutlass_gemm_autotune_enabled() -> bool");
+  // JSON of the tuning cache; clearing it; adding entries (load_tuning_cache). internal_ops.cpp
+  m.def("_cutlass_gemm_tuning_cache() -> str");
+  m.def("_cutlass_gemm_clear_tuning_cache() -> ()");
+  m.def("_cutlass_gemm_add_tuning(str[] keys, str[] bests, int[] timing_counts, str[] timing_names, "
+        "float[] timing_ms) -> ()");
+  // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. gemm_cuda.cpp
+  m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
+  // Which build of the fused CPU kernels runs: "default", "avx2" or "avx512". fused_cpu.cpp
+  m.def("_fused_cpu_isa() -> str");
+#if OPS_WITH_CUDA
+  // Selects the CUDA rms_norm kernel: 0 the default, 1/2/4/8 packs per thread in registers; returns the
+  // previous choice. fused_cuda.cpp
+  m.def("_rms_norm_set_packs_per_thread(int packs) -> int");
+  // Gives the allocator's C++ object PyTorch's record_stream hook; false if the allocator is not ours.
+  // allocator/record_stream_hook.cpp
+  m.def("_allocator_install_record_stream_hook() -> bool");
+#endif
+
+  // ---- Test hooks: the CUDA host path replayed on CPU (tests/test_gemm_plan.py) -----------------
+  // Plans A @ B for a target GPU (compute capability, arch list, TF32, SM count) and replays the launch
+  // descriptors on CPU into out (poisoned first); returns the plan. internal_ops.cpp
+  m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
+        "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\", "
+        "int sm_count=132) -> str");
+  // The plan alone, for a target GPU. internal_ops.cpp
+  m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
+        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None) -> str");
+#if OPS_WITH_CUDA
+  // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. gemm_cuda.cpp
+  m.def("_cutlass_gemm_kernel_problems() -> str");
+#endif
 }

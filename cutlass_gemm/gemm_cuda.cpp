@@ -254,8 +254,8 @@ std::string kernel_problems_json() {
 }  // namespace
 }  // namespace ops::cutlass_gemm
 
-TORCH_LIBRARY_FRAGMENT(ops, m) {
-  m.def("_cutlass_gemm_kernel_problems() -> str", &ops::cutlass_gemm::kernel_problems_json);
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
+  m.impl("_cutlass_gemm_kernel_problems", &ops::cutlass_gemm::kernel_problems_json);
 }
 
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {

@@ -1,6 +1,6 @@
 """`ops.cutlass_gemm`: the Python API and the fake (meta) kernels of the CUTLASS GEMM op.
 
-The schemas live in csrc/registration.cpp; CPU kernels in csrc/gemm_cpu.cpp; CUDA kernels in
+The schemas live in csrc/registration.cpp; CPU kernels in cutlass_gemm/gemm_cpu.cpp; CUDA kernels in
 cutlass_gemm/.
 """
 

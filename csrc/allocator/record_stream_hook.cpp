@@ -24,6 +24,6 @@ bool install_record_stream_hook() {
 }  // namespace
 }  // namespace ops
 
-TORCH_LIBRARY_FRAGMENT(ops, m) {
-  m.def("_allocator_install_record_stream_hook() -> bool", &ops::install_record_stream_hook);
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
+  m.impl("_allocator_install_record_stream_hook", &ops::install_record_stream_hook);
 }

@@ -7,7 +7,7 @@
 #include <ATen/ops/mm_cpu_dispatch.h>
 #include <torch/library.h>
 
-#include "checks.h"
+#include "../csrc/checks.h"
 
 namespace ops {
 namespace {

@@ -4,8 +4,8 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
-#include "../cutlass_gemm/gemm_host.h"
-#include "checks.h"
+#include "gemm_host.h"
+#include "../csrc/checks.h"
 
 namespace ops {
 namespace {
