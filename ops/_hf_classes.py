@@ -15,13 +15,18 @@ def _classes(names: str) -> frozenset:
                      for folder, cls in (name.split(".") for name in names.split()))
 
 
-def class_key(module: torch.nn.Module):
-    """(module path, qualname) of a module's class, if its forward is the class's own (not patched onto
-    the class or set on the instance), else None."""
+def class_key(module: torch.nn.Module, accept=()):
+    """(module path, qualname) of a module's class, if the module runs the class's own forward (not one
+    patched onto the class; on the instance, only that same forward bound, as unpickling sets it, or
+    one of the functions in `accept`), else None."""
     cls = type(module)
     forward = getattr(cls, "forward", None)
-    if ("forward" in vars(module) or getattr(forward, "__qualname__", None) != f"{cls.__qualname__}.forward"
+    if (getattr(forward, "__qualname__", None) != f"{cls.__qualname__}.forward"
             or getattr(forward, "__module__", None) != cls.__module__):
+        return None
+    own = vars(module).get("forward")
+    if own is not None and (getattr(own, "__self__", None) is not module
+                            or getattr(own, "__func__", None) not in (forward, *accept)):
         return None
     return cls.__module__, cls.__qualname__
 

@@ -181,8 +181,33 @@ def _register_all():
 
     passes = {name: pm.PatternMatcherPass(pass_name=f"ops_{name}") for name in PATTERNS}
 
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     def check(name, tensors, extra=lambda match: True):
         return lambda match: _allowed(name, _consistent(match, tensors)) and extra(match)
+
+    def same(a, b):
+        return bool(statically_known_true(a == b))
+
+    def norm_shapes(match):  # the ops' contract: weight (hidden,), no broadcasting
+        x, w = _val(match.kwargs["x"]), _val(match.kwargs["w"])
+        return x.dim() >= 1 and w.dim() == 1 and same(w.shape[0], x.shape[-1])
+
+    def add_norm_shapes(match):
+        x, residual = _val(match.kwargs["x"]), _val(match.kwargs["residual"])
+        return (norm_shapes(match) and x.dim() == residual.dim()
+                and all(same(a, b) for a, b in zip(x.shape, residual.shape)))
+
+    def input_not_written_back(match):
+        # The op writes the norm into its `input`: where that is a graph input the graph writes back to
+        # (r.add_(x) in the model), Inductor's re-inplacing would leave the norm in the caller's tensor.
+        return not any(user.target is torch.ops.aten.copy_.default for user in match.kwargs["x"].users)
+
+    def linear_shapes(match):
+        x, w = _val(match.kwargs["x"]), _val(match.kwargs["w"])
+        b = _val(match.kwargs.get("b"))
+        return (x.dim() >= 1 and w.dim() == 2 and same(w.shape[1], x.shape[-1])
+                and (b is None or (b.dim() == 1 and same(b.shape[0], w.shape[0]))))
 
     def not_float64(match):  # the hand-written norms compute float64 input in float32; ops.rms_norm in float64
         return _val(match.kwargs["x"]).dtype != torch.float64
@@ -209,13 +234,17 @@ def _register_all():
     for dtype in (torch.float32, torch.bfloat16):
         x, w, eps = torch.randn(3, 8, dtype=dtype), torch.randn(8, dtype=dtype), _EPS
         for norm in _NORMS:
-            extra = ((lambda match: not_float64(match) and eps_is_a_number(match)) if norm is not _f_norm
-                     else eps_is_a_number)
+            def extra(match, cast=norm is not _f_norm):
+                return (not cast or not_float64(match)) and eps_is_a_number(match) and norm_shapes(match)
+
+            def add_extra(match, extra=extra):
+                return extra(match) and add_norm_shapes(match) and input_not_written_back(match)
             register("rms_norm", norm, _rms_norm_replacement, [x, w, eps], check("rms_norm", ("x", "w"), extra),
                      scalars={"eps": _EPS})
             register("fused_add_rms_norm", _add_norm_search(norm), _add_norm_replacement,
                      [x, torch.randn(3, 8, dtype=dtype), w, eps],
-                     check("fused_add_rms_norm", ("x", "residual", "w"), extra), training=False, scalars={"eps": _EPS})
+                     check("fused_add_rms_norm", ("x", "residual", "w"), add_extra), training=False,
+                     scalars={"eps": _EPS})
         for search in _silu_mul_searches():
             register("silu_and_mul", search, _silu_and_mul_replacement, [x], check("silu_and_mul", ("x",), even))
         for shape in ((3, 8), (2, 3, 8)):
@@ -224,7 +253,8 @@ def _register_all():
                     search, replace = _linear_act(act, bias)
                     args = [torch.randn(shape, dtype=dtype), torch.randn(4, 8, dtype=dtype)]
                     args += [torch.randn(4, dtype=dtype)] if bias else []
-                    register("linear_act", search, replace, args, check("linear_act", ("x", "w", "b")[:len(args)]))
+                    register("linear_act", search, replace, args,
+                             check("linear_act", ("x", "w", "b")[:len(args)], linear_shapes))
     return passes
 
 

@@ -144,10 +144,18 @@ def _dense_act_forward(self, hidden_states):
     return linear(hidden_states, self.dense.weight, self.dense.bias, act)
 
 
+def _transformed(*tensors) -> bool:
+    """torch.func transforms (grad, vmap, jvp, ...) or forward-mode dual tensors: _GateUp, written for
+    reverse-mode autograd, steps aside."""
+    return torch._C._are_functorch_transforms_active() or any(
+        t is not None and torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors)
+
+
 def _gated_mlp_forward(self, x):
     act = activation_of(self.act_fn)
     if (act is None or torch.compiler.is_compiling() or not _linears_ready(self, ("gate_proj", "up_proj", "down_proj"), x)
-            or torch.is_autocast_enabled(x.device.type)):  # the half-writes' out tensors have x's dtype
+            or torch.is_autocast_enabled(x.device.type)  # the half-writes' out tensors have x's dtype
+            or _transformed(x, self.gate_proj.weight, self.gate_proj.bias, self.up_proj.weight, self.up_proj.bias)):
         return type(self).forward(self, x)
     if act == "silu":
         h = fused.silu_and_mul(_gate_up(x, self.gate_proj, self.up_proj))
@@ -199,11 +207,13 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in (
 
 
 def recipe_for(block) -> Optional[Recipe]:
-    key = _hf_classes.class_key(block)
+    """The recipe listing the block's class, if the block runs its class's forward (also when set on the
+    instance, as unpickling does) or a recipe's (convert ran before)."""
+    key = _hf_classes.class_key(block, accept=tuple(r.forward for r in RECIPES.values()))
     return next((r for r in RECIPES.values() if key in r.classes), None)
 
 
 def apply(block, recipe: Recipe) -> None:
     """Replace ``block.forward`` with the recipe's (a bound method: copy.deepcopy keeps it; pickling
-    restores the class's forward, which computes the same)."""
+    restores the class's forward, which computes the same, until convert runs again)."""
     block.forward = recipe.forward.__get__(block, type(block))

@@ -202,3 +202,42 @@ def test_pass_identity_and_errors():
     a, b, c = ops.compile.FusionPass(), ops.compile.FusionPass(), ops.compile.FusionPass(["rms_norm"])
     assert a.uuid() == b.uuid() != c.uuid()  # the FX graph cache tells graphs compiled with other rules apart
     assert torch._inductor.config.joint_custom_pre_pass is None  # import ops switches nothing on
+
+
+def test_a_residual_updated_in_place_keeps_its_sum():
+    # r.add_(x) then the norm of r: the caller's r must hold x + r afterwards, as in eager.
+    def layer(x, r, w):
+        r.add_(x)
+        return hf_norm(r, w)
+
+    def layer_out_of_place(x, r, w):
+        r.copy_(x + r)
+        return hf_norm(r, w)
+
+    torch.manual_seed(0)
+    x, r0, w = torch.randn(4, 16), torch.randn(4, 16), torch.rand(16) + 0.5
+    for f in (layer, layer_out_of_place):
+        torch._dynamo.reset()
+        fn, backend = compiled(f)
+        r_eager, r_compiled = r0.clone(), r0.clone()
+        torch.testing.assert_close(fn(x, r_compiled, w), f(x, r_eager, w))
+        torch.testing.assert_close(r_compiled, r_eager, msg=f.__name__)
+        assert backend.counts["fused_add_rms_norm"] == (f is layer_out_of_place), backend.counts
+
+
+def test_broadcasting_weights_and_biases_are_left_alone():
+    # Valid PyTorch whose weights broadcast: not the ops' contract (weight (hidden,), bias (N,)).
+    torch.manual_seed(0)
+    x, r = torch.randn(8, 16), torch.randn(1, 16)
+    cases = [(lambda x: hf_norm(x, torch.ones(1, 16) * 2)), (lambda x: hf_norm(x, x[:1].abs())),
+             (lambda x: F.gelu(F.linear(x, x[:8], x[0, :1]))), (lambda x: F.silu(F.linear(x, x[:8], x[:, :8])))]
+    for f in cases:
+        torch._dynamo.reset()
+        fn, backend = compiled(f)
+        torch.testing.assert_close(fn(x), f(x))
+        assert only(backend.counts), backend.counts
+    # A residual that broadcasts: no fused add (the op writes both in place), the norm of the sum alone.
+    torch._dynamo.reset()
+    fn, backend = compiled(lambda x: hf_norm(x + r, torch.ones(16)))
+    torch.testing.assert_close(fn(x), hf_norm(x + r, torch.ones(16)))
+    assert only(backend.counts, rms_norm=1), backend.counts

@@ -441,7 +441,32 @@ def test_recipes_touch_listed_blocks_only_and_step_aside_when_their_parts_change
     torch.testing.assert_close(mlp(x), ref(x))
     assert ops.nn.convert(copy.deepcopy(stock)).recipes == []
     monkeypatch.undo()
-    # A deep copy keeps the recipe; pickling restores the class's forward (same values).
+    # A deep copy keeps the recipe; pickling restores the class's forward (same values), and convert
+    # applies the recipe again; so does a second convert.
     assert "forward" in vars(copy.deepcopy(mlp))
-    restored = pickle.loads(pickle.dumps(mlp))
+    restored = torch.nn.Sequential(pickle.loads(pickle.dumps(mlp)))
     torch.testing.assert_close(restored(x), ref(x))
+    assert ops.nn.convert(restored).recipes == [("0", "gated_mlp")]
+    assert vars(restored[0])["forward"].__func__ is ops.recipes.RECIPES["gated_mlp"].forward
+    assert ops.nn.convert(restored).recipes == [("0", "gated_mlp")]
+    torch.testing.assert_close(restored(x), ref(x))
+    # A forward of another instance set on this one is not this block's: left alone.
+    other = copy.deepcopy(ref)
+    other.forward = ref.forward
+    assert ops.nn.convert(torch.nn.Sequential(other)).recipes == []
+    # torch.func transforms and forward-mode AD: the class's forward runs, with its autograd.
+    params = {k: v.detach() for k, v in mlp.named_parameters()}
+    ref_params = {k: v.detach() for k, v in ref.named_parameters()}
+
+    def loss(module, p, v):
+        return torch.func.functional_call(module, p, (v,)).square().sum()
+    torch.testing.assert_close(torch.func.grad(loss, argnums=1)(mlp, params, x),
+                               torch.func.grad(loss, argnums=1)(ref, ref_params, x))
+    torch.testing.assert_close(torch.vmap(mlp)(x.unsqueeze(1)), torch.vmap(ref)(x.unsqueeze(1)))
+    tangent = torch.randn_like(x)
+    torch.testing.assert_close(torch.func.jvp(mlp, (x,), (tangent,)), torch.func.jvp(ref, (x,), (tangent,)))
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, tangent)
+        got = torch.autograd.forward_ad.unpack_dual(mlp(dual)).tangent
+        expected = torch.autograd.forward_ad.unpack_dual(ref(dual)).tangent
+    torch.testing.assert_close(got, expected)
