@@ -15,20 +15,10 @@ at::Tensor linear_cpu(const at::Tensor& input, const at::Tensor& weight, const c
   check_linear_inputs("linear", input, weight, bias);
   const auto epilogue = cutlass_gemm::epilogue_for_activation("linear", activation);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  const int64_t K = input.size(-1), N = weight.size(0);
-  // Rows = product of the leading dimensions (not -1 in reshape: K or N may be 0).
-  const int64_t M = c10::multiply_integers(input.sizes().slice(0, input.dim() - 1));
-  auto out_sizes = input.sizes().vec();
-  out_sizes.back() = N;
-  at::Tensor out = at::empty(out_sizes, input.options());
-  at::Tensor out2d = out.view({M, N});
-  const at::Tensor x2d = input.reshape({M, K});
-  if (bias.has_value() && bias->defined()) {
-    at::addmm_out(out2d, *bias, x2d, weight.t());
-  } else {
-    at::mm_out(out2d, x2d, weight.t());
-  }
-  cutlass_gemm::apply_activation_(out2d, epilogue);
+  // ATen's own linear (addmm on folded leading dimensions, as F.linear runs), then the activation in
+  // place: the same BLAS calls as F.linear + activation, one output buffer.
+  at::Tensor out = at::linear(input, weight, bias).contiguous();
+  cutlass_gemm::apply_activation_(out, epilogue);
   return out;
 }
 
