@@ -46,9 +46,9 @@ PATTERNS = ("fused_add_rms_norm", "rms_norm", "silu_and_mul", "linear_act")  # i
 # The patterns the default pass applies per device type, each from the smallest last dimension (the
 # norms' hidden size, silu_and_mul's 2 * d) at which it was measured faster than the code Inductor
 # generates for the same formula (python -m benchmarks.ops, "torch.compile" rows; docs/fusion.md). CPU,
-# benchmarks/results/2026-12-01-cpu: rms_norm and fused_add_rms_norm 1.4-14x at hidden 512, 1024 and 4096
-# (0.97-1.32x at 128: not applied); silu_and_mul 1.2-3.3x at 2 * d = 3584, 7168 and 28672; ops.linear,
-# addmm plus the activation on CPU, 0.84-1.40x: not applied. CUDA: not measured against Inductor, none.
+# benchmarks/results/2026-12-01-cpu: rms_norm and fused_add_rms_norm 1.2-14x at hidden 512, 1024 and 4096
+# (0.96-1.32x at 128: not applied); silu_and_mul 1.3-3.3x at 2 * d = 3584, 7168 and 28672; ops.linear,
+# addmm plus the activation on CPU, 0.95-1.31x: not applied. CUDA: not measured against Inductor, none.
 RULES: Dict[str, Dict[str, int]] = {
     "cpu": {"rms_norm": 512, "fused_add_rms_norm": 512, "silu_and_mul": 3584},
     "cuda": {},
