@@ -1,4 +1,4 @@
-// CPU kernel of ops::linear: ATen's addmm (BLAS) plus the activation, with the same checks and
+// CPU kernel of ops::linear: ATen's linear (addmm, BLAS) plus the activation, with the same checks and
 // semantics as the CUDA kernel (cutlass_gemm/linear_cuda.cpp).
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>

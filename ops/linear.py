@@ -59,7 +59,7 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     On CUDA, float16/bfloat16 run a CUTLASS GEMM (SM90 warp-specialized on Hopper, SM80 on Ampere/Ada)
     whose epilogue adds the bias and applies the activation in float32 before the single rounding to the
     output dtype; float32/float64 run the CUTLASS GEMM of ``cutlass_gemm``, then bias and activation as
-    separate ATen ops. On CPU: ATen's addmm plus the activation. The two agree to the output's rounding,
+    separate ATen ops. On CPU: ATen's linear (addmm) plus the activation. The two agree to the output's rounding,
     except where a float16/bfloat16 pre-activation lies beyond the dtype's range: CPU (like
     ``F.linear`` + activation) rounds it to +-inf first, so gelu/gelu_tanh/silu of -inf give NaN, while the
     fused CUDA epilogue applies the activation to the float32 value and gives -0.

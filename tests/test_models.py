@@ -29,6 +29,9 @@ def test_nn_linear_is_a_drop_in():
     assert list(lin.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
     x = torch.randn(3, 16)
     torch.testing.assert_close(lin(x), torch.nn.functional.gelu(ref(x)))
+    for shape in ((3, 16), (2, 5, 16), (16,)):  # float32 on CPU: the same ATen linear, to the last bit
+        v = torch.randn(shape)
+        assert torch.equal(ops.nn.Linear.from_linear(ref)(v), ref(v)), shape
     fresh = ops.nn.Linear(16, 8, activation="silu")
     fresh.load_state_dict(ref.state_dict())
     torch.testing.assert_close(fresh(x), torch.nn.functional.silu(ref(x)))
