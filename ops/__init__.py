@@ -17,5 +17,5 @@ _nested.register()  # clear errors for jagged nested tensors, which never reach 
 if torch.distributed.is_available():
     from . import _dtensor  # noqa: F401  (the ops' DTensor sharding rules)
 
-__all__ = ["allocator", "compile", "nn", "recipes", "cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "build_info",
-           "kernels", "library_path"]
+__all__ = ["allocator", "compile", "nn", "recipes", "cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm",
+           "silu_and_mul", "build_info", "kernels", "library_path"]

@@ -24,8 +24,8 @@ Training graphs get the ops' registered autograd (the replacement is traced forw
 the backward runs the ops' backward formulas.
 
 By default a rewrite is made only on a device type, and from a size, where it was measured faster than
-the code Inductor generates for the same formula: ``RULES`` (docs/fusion.md gives the measurements). ``FusionPass(patterns=...)``
-overrides that with an explicit set of pattern names for every device. ``counts`` tells how many
+the code Inductor generates for the same formula: ``RULES`` (docs/fusion.md gives the measurements).
+``FusionPass(patterns=...)`` overrides that with an explicit set of pattern names for every device. ``counts`` tells how many
 rewrites each pattern made (a graph served from Inductor's cache is not rewritten again).
 """
 
@@ -48,7 +48,7 @@ PATTERNS = ("fused_add_rms_norm", "rms_norm", "silu_and_mul", "linear_act")  # i
 # generates for the same formula (python -m benchmarks.ops, "torch.compile" rows; docs/fusion.md). CPU,
 # benchmarks/results/2026-12-01-cpu: rms_norm and fused_add_rms_norm 1.2-14x at hidden 512, 1024 and 4096
 # (0.96-1.32x at 128: not applied); silu_and_mul 1.3-3.3x at 2 * d = 3584, 7168 and 28672; ops.linear,
-# addmm plus the activation on CPU, 0.95-1.31x: not applied. CUDA: not measured against Inductor, none.
+# ATen's linear plus the activation on CPU, 0.95-1.31x: not applied. CUDA: not measured against Inductor, none.
 RULES: Dict[str, Dict[str, int]] = {
     "cpu": {"rms_norm": 512, "fused_add_rms_norm": 512, "silu_and_mul": 3584},
     "cuda": {},
@@ -62,6 +62,13 @@ _EPS = 2.0 ** -20  # the traced eps: a float32 value, so F.rms_norm's float32 ro
 
 def _val(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _known(condition) -> bool:
+    """Whether a condition on (possibly symbolic) sizes holds for every size the graph admits."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(condition))
 
 
 def _consistent(match, names) -> Optional[torch.Tensor]:
@@ -181,13 +188,11 @@ def _register_all():
 
     passes = {name: pm.PatternMatcherPass(pass_name=f"ops_{name}") for name in PATTERNS}
 
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
     def check(name, tensors, extra=lambda match: True):
         return lambda match: _allowed(name, _consistent(match, tensors)) and extra(match)
 
     def same(a, b):
-        return bool(statically_known_true(a == b))
+        return _known(a == b)
 
     def norm_shapes(match):  # the ops' contract: weight (hidden,), no broadcasting
         x, w = _val(match.kwargs["x"]), _val(match.kwargs["w"])
@@ -296,14 +301,12 @@ class FusionPass(_CustomGraphPass):
 
     def enabled(self, name: str, value: torch.Tensor) -> bool:
         """Whether to rewrite pattern `name` whose first input is `value` (a fake tensor)."""
-        from torch.fx.experimental.symbolic_shapes import statically_known_true
-
         if self.patterns is not None:
             return name in self.patterns
         smallest = RULES.get(value.device.type, {}).get(name)
         last = value.shape[-1] if value.dim() else 0
         # A symbolic size is rewritten only if it is known to be large enough.
-        return smallest is not None and bool(statically_known_true(last >= smallest))
+        return smallest is not None and _known(last >= smallest)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         from torch._inductor.fx_passes.post_grad import remove_noop_ops

@@ -178,11 +178,12 @@ _DTENSOR_PARAMS = ("its parameters are DTensors (parallelize_module or fully_sha
                    "parallelizing")
 
 
-def _why_parallelized(module: torch.nn.Module) -> str:
+_COMPILED_IN_PLACE = "is compiled in place (module.compile()); convert before compiling"
+
+
+def _has_dtensor_parameters(module: torch.nn.Module) -> bool:
     dtensor = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
-    if dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in module._parameters.values()):
-        return _DTENSOR_PARAMS
-    return ""
+    return dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in module._parameters.values())
 
 
 def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
@@ -190,7 +191,7 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     pruned or old-style weight-normed module computes its weight in a forward pre-hook from other
     parameters, which a replacement would lose) and no child modules. Otherwise the reason it is left
     alone."""
-    if _DTENSOR_PARAMS in _why_parallelized(module):
+    if _has_dtensor_parameters(module):
         return _DTENSOR_PARAMS
     hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
     if hooks:
@@ -198,7 +199,7 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     if "forward" in vars(module):
         return "has a forward of its own (set on the instance)"
     if getattr(module, "_compiled_call_impl", None) is not None:  # module.compile(): runs that code instead
-        return "is compiled in place (module.compile()); convert before compiling"
+        return _COMPILED_IN_PLACE
     extra = sorted(set(module._parameters) - {"weight", "bias"}) + sorted(module._buffers)
     if extra:
         return f"has other parameters or buffers ({', '.join(extra)})"
@@ -297,7 +298,7 @@ def convert(model: torch.nn.Module, recipes: bool = True) -> ConversionReport:
                 continue
             why = recipe.why_not(block)
             if getattr(block, "_compiled_call_impl", None) is not None:
-                why = "is compiled in place (module.compile()); convert before compiling"
+                why = _COMPILED_IN_PLACE
             if why is not None:
                 report.skipped.append((name, f"recipe {recipe.name} not applied: {why}"))
                 continue

@@ -171,6 +171,8 @@ def _gate_up_mlp_forward(self, hidden_states):
     return self.down_proj(fused.silu_and_mul(self.gate_up_proj(hidden_states)))
 
 
+# Named "forward": pickle stores a bound method as getattr(block, name), which unpickling resolves to the
+# class's own forward (the same values; convert applies the recipe again).
 _dense_act_forward.__name__ = _gated_mlp_forward.__name__ = _gate_up_mlp_forward.__name__ = "forward"
 
 

@@ -65,9 +65,14 @@ def mesh(tmp_path_factory):
         dist.destroy_process_group()
 
 
+def _on(mesh):
+    """d(tensor, *placements): the tensor distributed over mesh with those placements."""
+    return lambda t, *placements: distribute_tensor(t, mesh, list(placements))
+
+
 def test_placements_the_rules_give(mesh):
     x, w, b = torch.randn(4, 6), torch.randn(8, 6), torch.randn(8)
-    d = lambda t, *p: distribute_tensor(t, mesh, list(p))  # noqa: E731
+    d = _on(mesh)
     # Colwise: out features sharded; row-wise without activation: a Partial sum, bias added once.
     assert ops.linear(d(x, Replicate()), d(w, Shard(0)), d(b, Shard(0)), "gelu").placements == (Shard(1),)
     out = ops.linear(d(x, Shard(1)), d(w, Shard(1)), d(b, Replicate()), "none")
@@ -83,7 +88,7 @@ def test_placements_the_rules_give(mesh):
 
 
 def test_clear_errors(mesh):
-    d = lambda t, *p: distribute_tensor(t, mesh, list(p))  # noqa: E731
+    d = _on(mesh)
     x, r, w = torch.randn(4, 8), torch.randn(4, 8), torch.rand(8)
     with pytest.raises(RuntimeError, match=r"fused_add_rms_norm: input and residual are written in place"):
         ops.fused_add_rms_norm(d(x, Shard(1)), d(r, Shard(1)), d(w, Replicate()))
