@@ -137,7 +137,9 @@ on_term() {
 trap finish EXIT
 trap on_term TERM
 
-stage "build (MAX_JOBS=$(nproc --all), TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-default 8.0;9.0a})"
+# The candidate-only kernels (swap-AB, SIMT GEMV) too: the candidate sweep and the sanitizer force them.
+export OPS_CANDIDATE_KERNELS=1
+stage "build (MAX_JOBS=$(nproc --all), TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-default 8.0;9.0a}, OPS_CANDIDATE_KERNELS=1)"
 export MAX_JOBS="$(nproc --all)"
 start=$(date +%s)
 # A library prebuilt on a CPU machine for this torch and sm_90a (benchmarks/prebuilt.py; carry

@@ -2,7 +2,7 @@
 skip its build (about 2 minutes of a 15-minute GPU budget; see device_check.sh).
 
     # here, in a checkout whose sources are the ones to test, against the device's torch:
-    TORCH_CUDA_ARCH_LIST=9.0a PYTHONPATH=<torch 2.11 cu130> python setup.py build_ext --inplace
+    OPS_CANDIDATE_KERNELS=1 TORCH_CUDA_ARCH_LIST=9.0a PYTHONPATH=<torch 2.11 cu130> python setup.py build_ext --inplace
     PYTHONPATH=<torch 2.11 cu130> python -m benchmarks.prebuilt make .prebuilt
     # on the device (benchmarks/device_check.sh does this; carry .prebuilt, git-ignored):
     python -m benchmarks.prebuilt use .prebuilt      # exit 0: installed into ops/; 1: build instead
@@ -18,7 +18,8 @@ and the arch list. It refuses a library that setup.py built from other sources t
 `use` installs them into ops/ only if all of these hold, and says which one did not otherwise:
 the sources here hash the same, as the library's own record does; torch here is the same build
 (version and git commit); the GPU's compute capability is in the arch list (9.0 needs 9.0a: the SM90
-kernels exist only there); the library then loads in a fresh interpreter (`import ops`). On any
+kernels exist only there); it has the candidate-only kernels if OPS_CANDIDATE_KERNELS=1 asks for them
+(as setup.py would build); the library then loads in a fresh interpreter (`import ops`). On any
 failure it leaves ops/ as it was.
 """
 
@@ -161,6 +162,10 @@ def use(directory):
     reason = mismatch(manifest, torch.__version__, torch.version.git_version, capability, digest)
     if reason is None and info.get("SOURCE_SHA256") != digest:
         reason = "its own build record names other sources than its manifest"
+    wanted = os.environ.get("OPS_CANDIDATE_KERNELS", "0").lower() in ("1", "true", "yes", "on")
+    if reason is None and bool(info.get("CANDIDATE_KERNELS")) != wanted:
+        reason = (f"it was built with{'' if info.get('CANDIDATE_KERNELS') else 'out'} the candidate-only kernels, "
+                  f"and OPS_CANDIDATE_KERNELS={os.environ.get('OPS_CANDIDATE_KERNELS', '0')} here")
     if reason:
         print(f"prebuilt use: not used: {reason}")
         return 1

@@ -20,10 +20,11 @@ namespace {
 namespace cg = cutlass_gemm;
 
 // The device an emulation or a plan query stands for: compute capability, the archs of a binary
-// (TORCH_CUDA_ARCH_LIST syntax), torch's TF32 setting and the multiprocessor count. Raises
-// ValueError naming what is out of range.
+// (TORCH_CUDA_ARCH_LIST syntax), torch's TF32 setting, the multiprocessor count and whether the binary
+// has the candidate-only kernels (default: as this binary). Raises ValueError naming what is out of range.
 cg::DeviceTarget emulated_target(int64_t cc_major, int64_t cc_minor, c10::string_view arch_list,
-                                 bool allow_tf32, int64_t sm_count) {
+                                 bool allow_tf32, int64_t sm_count,
+                                 c10::optional<bool> candidate_kernels) {
   TORCH_CHECK_VALUE(sm_count > 0 && sm_count <= 1'000'000, "cutlass_gemm: sm_count must be in [1, 1e6], got ",
                     sm_count);
   TORCH_CHECK_VALUE(cc_major >= 0 && cc_major < 100 && cc_minor >= 0 && cc_minor < 100,
@@ -39,6 +40,7 @@ cg::DeviceTarget emulated_target(int64_t cc_major, int64_t cc_minor, c10::string
   target.allow_tf32 = allow_tf32;
   target.sm_count = static_cast<int>(sm_count);
   target.sm80_on_sm90 = cg::sm80_on_sm90_from_env();  // read per call: tests set it in os.environ
+  target.candidates_built = candidate_kernels.value_or(OPS_WITH_CANDIDATE_KERNELS != 0);
   return target;
 }
 
@@ -48,12 +50,14 @@ cg::DeviceTarget emulated_target(int64_t cc_major, int64_t cc_minor, c10::string
 std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                          int64_t cc_major, int64_t cc_minor, c10::string_view arch_list,
                          bool allow_tf32, bool poison, const c10::optional<at::Tensor>& bias,
-                         c10::string_view epilogue, int64_t sm_count) {
+                         c10::string_view epilogue, int64_t sm_count,
+                         c10::optional<bool> candidate_kernels) {
   check_gemm_inputs("cutlass_gemm", A, B);
   TORCH_CHECK(!check_gemm_out("cutlass_gemm", A, B, out),
               "cutlass_gemm emulation: out shares A's or B's buffer (the real op computes into a temporary)");
   TORCH_CHECK(A.device().is_cpu(), "cutlass_gemm emulation runs on CPU tensors, got ", A.device());
-  const cg::DeviceTarget target = emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count);
+  const cg::DeviceTarget target =
+      emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count, candidate_kernels);
   const auto dtype = A.scalar_type();
   const cg::GemmPlan plan = cg::gemm_into(
       A, B, out, target,
@@ -68,11 +72,13 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
 std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64_t cc_major,
                                  int64_t cc_minor, c10::string_view arch_list, bool allow_tf32,
                                  int64_t sm_count, c10::string_view epilogue,
-                                 const c10::optional<at::Tensor>& out) {
+                                 const c10::optional<at::Tensor>& out,
+                                 c10::optional<bool> candidate_kernels) {
   check_gemm_inputs("cutlass_gemm", A, B);
   if (out.has_value()) check_gemm_out("cutlass_gemm", A, B, *out);
   TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem");
-  const cg::DeviceTarget target = emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count);
+  const cg::DeviceTarget target =
+      emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count, candidate_kernels);
   const cg::Epilogue ep =
       epilogue == "plain" ? cg::Epilogue::Plain : cg::epilogue_for_activation("linear", epilogue);
   return cg::plan_json(cg::plan_for(A, B, out.has_value() ? *out : at::Tensor(), target, ep), target);
@@ -92,7 +98,8 @@ std::string kernels_json() {
         .add("alignment", info.alignment)
         .add("on_sm90", info.on_sm90)
         .add("epilogue", cg::epilogue_name(info.epilogue))
-        .add("config", cg::config_name(info.config));
+        .add("config", cg::config_name(info.config))
+        .add("candidate_only", cg::candidate_only(info.config));
     out += (i ? "," : "") + o.str();
   }
   return out + "]";
@@ -102,6 +109,7 @@ std::string build_info_json() {
   JsonObject o;
   o.add("with_cuda", static_cast<bool>(OPS_WITH_CUDA))
       .add("cuda_arch_list", OPS_CUDA_ARCH_LIST)
+      .add("candidate_kernels", static_cast<bool>(OPS_WITH_CANDIDATE_KERNELS))
       .add("cutlass_version", OPS_CUTLASS_VERSION)
       .add("torch_version", OPS_TORCH_VERSION)
       .add("cuda_version", OPS_CUDA_VERSION);

@@ -63,14 +63,16 @@ TORCH_LIBRARY(ops, m) {
 #endif
 
   // ---- Test hooks: the CUDA host path replayed on CPU (tests/test_gemm_plan.py) -----------------
-  // Plans A @ B for a target GPU (compute capability, arch list, TF32, SM count) and replays the launch
-  // descriptors on CPU into out (poisoned first); returns the plan. internal_ops.cpp
+  // Plans A @ B for a target GPU (compute capability, arch list, TF32, SM count, whether its binary has
+  // the candidate-only kernels; default: as this one) and replays the launch descriptors on CPU into out (poisoned first);
+  // returns the plan. internal_ops.cpp
   m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
         "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\", "
-        "int sm_count=132) -> str");
+        "int sm_count=132, bool? candidate_kernels=None) -> str");
   // The plan alone, for a target GPU. internal_ops.cpp
   m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
-        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None) -> str");
+        "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None, "
+        "bool? candidate_kernels=None) -> str");
 #if OPS_WITH_CUDA
   // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");

@@ -25,14 +25,33 @@
 
 namespace ops::cutlass_gemm {
 
-const KernelEntry& kernel_entry(int kernel_id) {
+namespace {
+
+// One entry per kernel_list.h line. Candidate-only kernels without OPS_CANDIDATE_KERNELS=1: null (the
+// planner leaves them out).
+const KernelEntry* entries() {
   static const KernelEntry kEntries[] = {
 #define OPS_KERNEL_ENTRY(name, ...) {&name##_workspace_size, &name##_run, &name##_kernel_problem},
-      OPS_CUTLASS_GEMM_KERNELS(OPS_KERNEL_ENTRY)
+#define OPS_NO_KERNEL_ENTRY(name, ...) {nullptr, nullptr, nullptr},
+      OPS_CUTLASS_GEMM_DEFAULT_KERNELS(OPS_KERNEL_ENTRY)
+#if OPS_WITH_CANDIDATE_KERNELS
+      OPS_CUTLASS_GEMM_CANDIDATE_KERNELS(OPS_KERNEL_ENTRY)
+#else
+      OPS_CUTLASS_GEMM_CANDIDATE_KERNELS(OPS_NO_KERNEL_ENTRY)
+#endif
+#undef OPS_NO_KERNEL_ENTRY
 #undef OPS_KERNEL_ENTRY
   };
+  return kEntries;
+}
+
+}  // namespace
+
+const KernelEntry& kernel_entry(int kernel_id) {
   TORCH_CHECK(kernel_id >= 0 && kernel_id < kNumKernels, "cutlass_gemm: bad kernel id ", kernel_id);
-  return kEntries[kernel_id];
+  TORCH_CHECK(entries()[kernel_id].run != nullptr, "cutlass_gemm: kernel ", kKernels[kernel_id].name,
+              " is candidate-only and not in this build (rebuild with OPS_CANDIDATE_KERNELS=1)");
+  return entries()[kernel_id];
 }
 
 namespace {
@@ -56,6 +75,7 @@ DeviceTarget current_device_target() {
   target.name = props->name;
   static const bool sm80_on_sm90 = sm80_on_sm90_from_env();  // read once: this runs on every GEMM
   target.sm80_on_sm90 = sm80_on_sm90;
+  target.candidates_built = OPS_WITH_CANDIDATE_KERNELS != 0;
   return target;
 }
 
@@ -216,7 +236,7 @@ std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B,
   return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target), target);
 }
 
-// For every instantiation: the problem its kernel parameters hold for one synthetic launch descriptor
+// For every instantiation in this build: the problem its kernel parameters hold for one synthetic launch descriptor
 // (M, N, K = 136, 264, 72; A, B, D at fake addresses; leading dimensions by layout), computed on the
 // host without a GPU (KernelProblem). JSON list of {name, known, m, n, k, a, b, d} plus the
 // descriptor's values under "expected".
@@ -239,12 +259,13 @@ std::string kernel_problems_json() {
   std::string list = "[";
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
+    if (entries()[i].kernel_problem == nullptr) continue;  // not in this build
     args.lda = info.a == Layout::Row ? args.k : args.m;
     args.ldb = info.b == Layout::Row ? args.n : args.k;
     const KernelProblem p = kernel_entry(i).kernel_problem(args);
     JsonObject o = problem_json(p.m, p.n, p.k, p.a, p.b, p.d);
     o.add("name", info.name).add("known", p.known);
-    list += (i ? "," : "") + o.str();
+    list += (list.size() > 1 ? "," : "") + o.str();
   }
   JsonObject result;
   result.add("expected", problem_json(args.m, args.n, args.k, args.a, args.b, args.d)).raw("kernels", list + "]");

@@ -52,6 +52,36 @@ JsonObject operand_json(const OperandPlan& p) {
   return o;
 }
 
+// The candidate-only kernels (kernel_list.h) of plan's family that the target's binary lacks.
+std::vector<KernelId> unbuilt_candidates(const GemmPlan& plan, const DeviceTarget& target) {
+  std::vector<KernelId> out;
+  if (target.candidates_built || plan.family.empty()) return out;
+  const KernelInfo& family = kernel_info(plan.family.front());
+  for (int i = 0; i < kNumKernels; ++i) {
+    const KernelInfo& info = kKernels[i];
+    if (candidate_only(info.config) && info.sm == family.sm && info.dtype == family.dtype &&
+        info.math == family.math && info.epilogue == family.epilogue && info.a == family.a &&
+        info.b == family.b) {
+      out.push_back(static_cast<KernelId>(i));
+    }
+  }
+  return out;
+}
+
+// For an error about tactic `name`: why it is missing when it names a candidate-only kernel that the
+// target's binary lacks, else "".
+std::string not_built_note(const std::string& name, const DeviceTarget& target) {
+  if (target.candidates_built) return "";
+  const std::string kernel = name.substr(0, name.find('/'));
+  for (const KernelInfo& info : kKernels) {
+    if (kernel == info.name && candidate_only(info.config)) {
+      return std::string(" (") + info.name + " is a candidate-only kernel, " + config_name(info.config) +
+             ", which this build leaves out: rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
@@ -80,6 +110,11 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
     candidates += (candidates.size() > 1 ? "," : "") + JsonObject::quote(tactic_name(t));
   }
   candidates += "]";
+  std::string not_built = "[";
+  for (KernelId id : unbuilt_candidates(plan, target)) {
+    not_built += (not_built.size() > 1 ? "," : "") + JsonObject::quote(kernel_info(id).name);
+  }
+  not_built += "]";
   JsonObject tactic;
   tactic.add("name", tactic_name(plan.tactic))
       .add("config", config_name(info.config))
@@ -94,6 +129,7 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
       .add("tactic_source", source)
       .add("tuning_key", tuning_key(plan, target))
       .raw("candidates", candidates)
+      .raw("candidates_not_built", not_built)
       .add("swap_ab", plan.swap_ab)
       .add("m", plan.m)
       .add("n", plan.n)
@@ -157,6 +193,7 @@ GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& ou
   request.allow_swap = epilogue == Epilogue::Plain;
   request.sm_count = target.sm_count;
   request.sm80_on_sm90 = target.sm80_on_sm90;
+  request.candidates_built = target.candidates_built;
   const std::string error = plan_gemm(request, &plan);
   TORCH_CHECK(error.empty(), error);
   return plan;
@@ -197,15 +234,15 @@ void select_tactic(GemmPlan& plan, const DeviceTarget& target, at::ScalarType dt
     std::string names;
     const bool found = candidate_named(plan, target.sm_count, forced, &plan.tactic, &names);
     TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", plan.m,
-                ", N=", plan.n, ", K=", plan.k, ", ", torch_dtype_name(dtype), "); its candidates are: ", names,
-                ". Clear it with ops.gemm.set_tactic(None).");
+                ", N=", plan.n, ", K=", plan.k, ", ", torch_dtype_name(dtype), ")", not_built_note(forced, target),
+                "; its candidates are: ", names, ". Clear it with ops.gemm.set_tactic(None).");
     plan.tactic_source = TacticSource::Forced;
     return;
   }
   const bool autotune = autotune_flag.load(std::memory_order_relaxed);
   if (!autotune && !tuning_cache_used.load(std::memory_order_relaxed)) return;
   const std::string key = tuning_key(plan, target);
-  if (find_tuned(key, plan, target.sm_count, &plan.tactic)) {
+  if (find_tuned(key, plan, target, &plan.tactic)) {
     plan.tactic_source = TacticSource::Tuned;
   } else if (autotune && tactic_candidates(plan, target.sm_count).size() > 1) {
     plan.autotune_key = key;
@@ -353,14 +390,14 @@ std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target) {
          std::to_string(plan.d.ld);
 }
 
-bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tactic* tactic) {
+bool find_tuned(const std::string& key, const GemmPlan& plan, const DeviceTarget& target, Tactic* tactic) {
   std::string dropped;
   {
     std::lock_guard<std::mutex> lock(controls().mutex);
     const auto it = controls().cache.find(key);
     if (it == controls().cache.end()) return false;
     TuningRecord& record = it->second;
-    if (!record.resolved) record.resolved = candidate_named(plan, sm_count, record.best, &record.tactic);
+    if (!record.resolved) record.resolved = candidate_named(plan, target.sm_count, record.best, &record.tactic);
     if (record.resolved) {
       *tactic = record.tactic;
       return true;
@@ -369,9 +406,11 @@ bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tact
     controls().cache.erase(it);
     tuning_cache_used.store(!controls().cache.empty());
   }
+  const std::string note = not_built_note(dropped, target);
   TORCH_WARN("cutlass_gemm: the tuning cache chose '", dropped, "' for '", key,
-             "', which is not a candidate of this GEMM in this build of ops (a cache saved by another "
-             "version?); dropped that entry, the GEMM runs the ", autotune_enabled() ? "autotuner's" : "heuristic's",
+             "', which is not a candidate of this GEMM in this build of ops",
+             note.empty() ? std::string(" (a cache saved by another version?)") : note,
+             "; dropped that entry, the GEMM runs the ", autotune_enabled() ? "autotuner's" : "heuristic's",
              " choice.");
   return false;
 }

@@ -26,6 +26,8 @@ struct DeviceTarget {
   std::string name = "emulated";
   // GemmRequest::sm80_on_sm90 (the environment variable OPS_CUTLASS_SM80_ON_SM90=1: sm80_on_sm90_from_env).
   bool sm80_on_sm90 = false;
+  // GemmRequest::candidates_built: OPS_WITH_CANDIDATE_KERNELS for the device; chosen by the emulation.
+  bool candidates_built = false;
 };
 
 // Whether the environment asks for the SM80 kernels on Hopper (OPS_CUTLASS_SM80_ON_SM90=1).
@@ -50,8 +52,8 @@ GemmPlan gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& o
 GemmPlan plan_for(const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
                   const DeviceTarget& target, Epilogue epilogue = Epilogue::Plain);
 
-// A plan as JSON (kernel, tactic and where it came from, candidates, operands, tuning-cache key), for
-// the introspection ops.
+// A plan as JSON (kernel, tactic and where it came from, candidates, the candidate-only kernels of the
+// family this build leaves out, operands, tuning-cache key), for the introspection ops.
 std::string plan_json(const GemmPlan& plan, const DeviceTarget& target);
 
 // act(x) for a Bias<Act> epilogue, with ATen ops (in place); identity for Plain and BiasIdentity.
@@ -96,7 +98,7 @@ struct TuningRecord {
 std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target);
 // The cached tactic for `key`, resolved against plan's candidates. A record whose tactic is not among
 // them (a cache written by another build) is dropped with a warning and false is returned.
-bool find_tuned(const std::string& key, const GemmPlan& plan, int sm_count, Tactic* tactic);
+bool find_tuned(const std::string& key, const GemmPlan& plan, const DeviceTarget& target, Tactic* tactic);
 // Adds or replaces the record of each key (the autotuner's result, or the entries of a loaded file),
 // all under one lock.
 void store_tuned(std::vector<std::pair<std::string, TuningRecord>> records);

@@ -62,53 +62,57 @@
 //   sm90_{f16,bf16}_{rr,rc}_{coop256,ping,streamk}  the shape-specific Hopper configs above, for the
 //                       two layouts real workloads use (rr: torch.mm of row-major tensors; rc: x @ W^T
 //                       with an nn.Linear weight). Other layouts run the Coop128x128 kernels. 12
-//                       kernels instead of 24: each SM90 instantiation costs ~15 s of nvcc per core.
+//                       kernels instead of 24.
 //   sm90_{f16,bf16}_rc_<act>_streamk  ops.linear at small M (decode): the fused epilogue on the
 //                       stream-K config, so a GEMM with few output tiles still fills the GPU.
 //   sm90_{f16,bf16}_rc_<act>_coop256  ops.linear at large M and N (prefill, training): the fused
 //                       epilogue on 128x256 tiles, as the plain GEMM gets (on 128x128 tiles the fused
 //                       linear ran at 0.88-0.96x of torch._addmm_activation at T = 1024-4096, 2026-11-30).
 //   sm90_{f16,bf16}_{rr,rc}_swap  swap-AB candidates for small M (decode), to be measured against the
-//                       stream-K kernels (tactic.h); the heuristic does not choose them by default.
+//                       stream-K kernels (tactic.h); the heuristic does not choose them, and they are
+//                       built only with OPS_CANDIDATE_KERNELS=1.
 //   sm90_{f16,bf16}_rc[_<act>]_gemv  the SIMT GEMV candidates for M <= 16 (decode), plain GEMM and
 //                       ops.linear: only the rc layout, which the decode GEMMs of a model have (x @ W^T);
-//                       measured against the tensor-core kernels, not chosen by default.
+//                       measured against the tensor-core kernels; built only with OPS_CANDIDATE_KERNELS=1.
 #pragma once
 
 #include <cstdint>
 
-#define OPS_CUTLASS_GEMM_KERNELS(X)                          \
-  X(sm90_f16_rr, 90, Half, Standard, Row, Row, 8, 1, Plain, Coop128x128)            \
-  X(sm90_f16_rc, 90, Half, Standard, Row, Col, 8, 1, Plain, Coop128x128)            \
-  X(sm90_f16_cr, 90, Half, Standard, Col, Row, 8, 1, Plain, Coop128x128)            \
-  X(sm90_f16_cc, 90, Half, Standard, Col, Col, 8, 1, Plain, Coop128x128)            \
-  X(sm90_bf16_rr, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, Coop128x128)       \
-  X(sm90_bf16_rc, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Coop128x128)       \
-  X(sm90_bf16_cr, 90, BFloat16, Standard, Col, Row, 8, 1, Plain, Coop128x128)       \
-  X(sm90_bf16_cc, 90, BFloat16, Standard, Col, Col, 8, 1, Plain, Coop128x128)       \
-  X(sm90_tf32_rr, 90, Float, TF32, Row, Row, 4, 1, Plain, Coop128x128)              \
-  X(sm90_tf32_rc, 90, Float, TF32, Row, Col, 4, 1, Plain, Coop128x128)              \
-  X(sm90_tf32_cr, 90, Float, TF32, Col, Row, 4, 1, Plain, Coop128x128)              \
-  X(sm90_tf32_cc, 90, Float, TF32, Col, Col, 4, 1, Plain, Coop128x128)              \
-  X(sm80_f16_rr, 80, Half, Standard, Row, Row, 8, 0, Plain, Sm80)            \
-  X(sm80_f16_rc, 80, Half, Standard, Row, Col, 8, 0, Plain, Sm80)            \
-  X(sm80_f16_cr, 80, Half, Standard, Col, Row, 8, 0, Plain, Sm80)            \
-  X(sm80_f16_cc, 80, Half, Standard, Col, Col, 8, 0, Plain, Sm80)            \
-  X(sm80_bf16_rr, 80, BFloat16, Standard, Row, Row, 8, 0, Plain, Sm80)       \
-  X(sm80_bf16_rc, 80, BFloat16, Standard, Row, Col, 8, 0, Plain, Sm80)       \
-  X(sm80_bf16_cr, 80, BFloat16, Standard, Col, Row, 8, 0, Plain, Sm80)       \
-  X(sm80_bf16_cc, 80, BFloat16, Standard, Col, Col, 8, 0, Plain, Sm80)       \
-  X(sm80_tf32_rr, 80, Float, TF32, Row, Row, 4, 0, Plain, Sm80)              \
-  X(sm80_tf32_rc, 80, Float, TF32, Row, Col, 4, 0, Plain, Sm80)              \
-  X(sm80_tf32_cr, 80, Float, TF32, Col, Row, 4, 0, Plain, Sm80)              \
-  X(sm80_tf32_cc, 80, Float, TF32, Col, Col, 4, 0, Plain, Sm80)              \
-  X(sm80_3xtf32_rr, 80, Float, Fast3xTF32, Row, Row, 4, 1, Plain, Sm80)      \
-  X(sm80_3xtf32_rc, 80, Float, Fast3xTF32, Row, Col, 4, 1, Plain, Sm80)      \
-  X(sm80_3xtf32_cr, 80, Float, Fast3xTF32, Col, Row, 4, 1, Plain, Sm80)      \
-  X(sm80_3xtf32_cc, 80, Float, Fast3xTF32, Col, Col, 4, 1, Plain, Sm80)      \
-  X(sm80_f64_rr, 80, Double, Standard, Row, Row, 1, 1, Plain, Sm80)          \
-  X(sm80_f64_rc, 80, Double, Standard, Row, Col, 1, 1, Plain, Sm80)          \
-  X(sm80_f64_cr, 80, Double, Standard, Col, Row, 1, 1, Plain, Sm80)          \
+#define OPS_CUTLASS_GEMM_KERNELS(X) OPS_CUTLASS_GEMM_DEFAULT_KERNELS(X) OPS_CUTLASS_GEMM_CANDIDATE_KERNELS(X)
+
+// The configurations the dispatcher can choose on its own (tactic.cpp): always built.
+#define OPS_CUTLASS_GEMM_DEFAULT_KERNELS(X) \
+  X(sm90_f16_rr, 90, Half, Standard, Row, Row, 8, 1, Plain, Coop128x128) \
+  X(sm90_f16_rc, 90, Half, Standard, Row, Col, 8, 1, Plain, Coop128x128) \
+  X(sm90_f16_cr, 90, Half, Standard, Col, Row, 8, 1, Plain, Coop128x128) \
+  X(sm90_f16_cc, 90, Half, Standard, Col, Col, 8, 1, Plain, Coop128x128) \
+  X(sm90_bf16_rr, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, Coop128x128) \
+  X(sm90_bf16_rc, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Coop128x128) \
+  X(sm90_bf16_cr, 90, BFloat16, Standard, Col, Row, 8, 1, Plain, Coop128x128) \
+  X(sm90_bf16_cc, 90, BFloat16, Standard, Col, Col, 8, 1, Plain, Coop128x128) \
+  X(sm90_tf32_rr, 90, Float, TF32, Row, Row, 4, 1, Plain, Coop128x128) \
+  X(sm90_tf32_rc, 90, Float, TF32, Row, Col, 4, 1, Plain, Coop128x128) \
+  X(sm90_tf32_cr, 90, Float, TF32, Col, Row, 4, 1, Plain, Coop128x128) \
+  X(sm90_tf32_cc, 90, Float, TF32, Col, Col, 4, 1, Plain, Coop128x128) \
+  X(sm80_f16_rr, 80, Half, Standard, Row, Row, 8, 0, Plain, Sm80) \
+  X(sm80_f16_rc, 80, Half, Standard, Row, Col, 8, 0, Plain, Sm80) \
+  X(sm80_f16_cr, 80, Half, Standard, Col, Row, 8, 0, Plain, Sm80) \
+  X(sm80_f16_cc, 80, Half, Standard, Col, Col, 8, 0, Plain, Sm80) \
+  X(sm80_bf16_rr, 80, BFloat16, Standard, Row, Row, 8, 0, Plain, Sm80) \
+  X(sm80_bf16_rc, 80, BFloat16, Standard, Row, Col, 8, 0, Plain, Sm80) \
+  X(sm80_bf16_cr, 80, BFloat16, Standard, Col, Row, 8, 0, Plain, Sm80) \
+  X(sm80_bf16_cc, 80, BFloat16, Standard, Col, Col, 8, 0, Plain, Sm80) \
+  X(sm80_tf32_rr, 80, Float, TF32, Row, Row, 4, 0, Plain, Sm80) \
+  X(sm80_tf32_rc, 80, Float, TF32, Row, Col, 4, 0, Plain, Sm80) \
+  X(sm80_tf32_cr, 80, Float, TF32, Col, Row, 4, 0, Plain, Sm80) \
+  X(sm80_tf32_cc, 80, Float, TF32, Col, Col, 4, 0, Plain, Sm80) \
+  X(sm80_3xtf32_rr, 80, Float, Fast3xTF32, Row, Row, 4, 1, Plain, Sm80) \
+  X(sm80_3xtf32_rc, 80, Float, Fast3xTF32, Row, Col, 4, 1, Plain, Sm80) \
+  X(sm80_3xtf32_cr, 80, Float, Fast3xTF32, Col, Row, 4, 1, Plain, Sm80) \
+  X(sm80_3xtf32_cc, 80, Float, Fast3xTF32, Col, Col, 4, 1, Plain, Sm80) \
+  X(sm80_f64_rr, 80, Double, Standard, Row, Row, 1, 1, Plain, Sm80) \
+  X(sm80_f64_rc, 80, Double, Standard, Row, Col, 1, 1, Plain, Sm80) \
+  X(sm80_f64_cr, 80, Double, Standard, Col, Row, 1, 1, Plain, Sm80) \
   X(sm80_f64_cc, 80, Double, Standard, Col, Col, 1, 1, Plain, Sm80) \
   X(sm90_f16_rc_none, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, Coop128x128) \
   X(sm90_f16_rc_relu, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, Coop128x128) \
@@ -142,10 +146,6 @@
   X(sm90_bf16_rc_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Coop128x256) \
   X(sm90_bf16_rc_ping, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, Ping64x128) \
   X(sm90_bf16_rc_streamk, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, StreamK128x128) \
-  X(sm90_f16_rr_swap, 90, Half, Standard, Row, Row, 8, 1, Plain, SwapStreamK128x32) \
-  X(sm90_f16_rc_swap, 90, Half, Standard, Row, Col, 8, 1, Plain, SwapStreamK128x32) \
-  X(sm90_bf16_rr_swap, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, SwapStreamK128x32) \
-  X(sm90_bf16_rc_swap, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, SwapStreamK128x32) \
   X(sm90_f16_rc_none_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, StreamK128x128) \
   X(sm90_f16_rc_relu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasReLU, StreamK128x128) \
   X(sm90_f16_rc_gelu_streamk, 90, Half, Standard, Row, Col, 8, 1, BiasGELU, StreamK128x128) \
@@ -165,7 +165,16 @@
   X(sm90_bf16_rc_relu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasReLU, Coop128x256) \
   X(sm90_bf16_rc_gelu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELU, Coop128x256) \
   X(sm90_bf16_rc_gelu_tanh_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasGELUTanh, Coop128x256) \
-  X(sm90_bf16_rc_silu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, Coop128x256) \
+  X(sm90_bf16_rc_silu_coop256, 90, BFloat16, Standard, Row, Col, 8, 1, BiasSiLU, Coop128x256)
+
+// Candidate-only configurations (candidate_only() below): the heuristic never chooses them; they
+// are built with OPS_CANDIDATE_KERNELS=1 (setup.py) for benchmarks.gemm --candidates, autotuning and
+// set_tactic. Without it they stay in the planner's tables but not in its families.
+#define OPS_CUTLASS_GEMM_CANDIDATE_KERNELS(X) \
+  X(sm90_f16_rr_swap, 90, Half, Standard, Row, Row, 8, 1, Plain, SwapStreamK128x32) \
+  X(sm90_f16_rc_swap, 90, Half, Standard, Row, Col, 8, 1, Plain, SwapStreamK128x32) \
+  X(sm90_bf16_rr_swap, 90, BFloat16, Standard, Row, Row, 8, 1, Plain, SwapStreamK128x32) \
+  X(sm90_bf16_rc_swap, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, SwapStreamK128x32) \
   X(sm90_f16_rc_gemv, 90, Half, Standard, Row, Col, 8, 1, Plain, SimtGemv) \
   X(sm90_bf16_rc_gemv, 90, BFloat16, Standard, Row, Col, 8, 1, Plain, SimtGemv) \
   X(sm90_f16_rc_none_gemv, 90, Half, Standard, Row, Col, 8, 1, BiasIdentity, SimtGemv) \
@@ -220,6 +229,23 @@ inline constexpr KernelInfo kKernels[] = {
 };
 inline constexpr int kNumKernels = static_cast<int>(KernelId::kCount);
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kNumKernels);
+
+// The configurations the shape heuristic never chooses (tactic.cpp): swap-AB and the SIMT GEMV. Their
+// kernels form OPS_CUTLASS_GEMM_CANDIDATE_KERNELS, compiled only with OPS_CANDIDATE_KERNELS=1.
+constexpr bool candidate_only(TileConfig config) {
+  return config == TileConfig::SwapStreamK128x32 || config == TileConfig::SimtGemv;
+}
+#define OPS_KERNEL_COUNT_ONE(...) +1
+inline constexpr int kNumDefaultKernels = 0 OPS_CUTLASS_GEMM_DEFAULT_KERNELS(OPS_KERNEL_COUNT_ONE);
+#undef OPS_KERNEL_COUNT_ONE
+constexpr bool candidates_listed_last() {
+  for (int i = 0; i < kNumKernels; ++i) {
+    if (candidate_only(kKernels[i].config) != (i >= kNumDefaultKernels)) return false;
+  }
+  return true;
+}
+static_assert(candidates_listed_last(),
+              "OPS_CUTLASS_GEMM_CANDIDATE_KERNELS holds exactly the candidate_only() configurations");
 
 constexpr const KernelInfo& kernel_info(KernelId id) { return kKernels[static_cast<int>(id)]; }
 

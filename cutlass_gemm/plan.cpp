@@ -186,7 +186,7 @@ constexpr bool alignments_divide_16() {
 static_assert(alignments_divide_16(), "the plan cache keys addresses by address % 16");
 
 struct PlanKey {
-  int64_t values[26];
+  int64_t values[27];
   std::vector<BuiltArch> built;
 
   explicit PlanKey(const GemmRequest& r)
@@ -194,7 +194,8 @@ struct PlanKey {
                r.a.rows, r.a.cols, r.a.stride0, r.a.stride1, static_cast<int64_t>(r.a.address % 16),
                r.b.rows, r.b.cols, r.b.stride0, r.b.stride1, static_cast<int64_t>(r.b.address % 16),
                r.c.rows, r.c.cols, r.c.stride0, r.c.stride1, static_cast<int64_t>(r.c.address % 16),
-               static_cast<int64_t>(r.epilogue), r.allow_swap, r.sm_count, r.sm80_on_sm90},
+               static_cast<int64_t>(r.epilogue), r.allow_swap, r.sm_count, r.sm80_on_sm90,
+               r.candidates_built},
         built(r.built) {}
 
   bool operator==(const PlanKey& o) const {
@@ -254,6 +255,7 @@ std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan) {
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
     if (info.dtype != req.dtype || info.math != math || info.epilogue != req.epilogue) continue;
+    if (candidate_only(info.config) && !req.candidates_built) continue;
     if (kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, req.sm80_on_sm90)) {
       candidates.push_back(static_cast<KernelId>(i));
     } else if (kernel_runs_on(info, req.cc_major, req.cc_minor, req.built, /*sm80_on_sm90=*/true)) {

@@ -75,6 +75,9 @@ struct GemmRequest {
   // H200 they gave wrong, partly unwritten results (benchmarks/results/2026-11-30-h200/SUMMARY.md), so
   // Hopper computes the GEMMs only they serve (fp32 without TF32, fp64) with ATen instead.
   bool sm80_on_sm90 = false;
+  // Whether the binary holds the candidate-only kernels (kernel_list.h, candidate_only(); built with
+  // OPS_CANDIDATE_KERNELS=1). Without them they are left out of every family.
+  bool candidates_built = false;
 };
 
 enum class Source : int8_t {

@@ -70,14 +70,15 @@ build_info = load()
 
 
 def compiled_build_info():
-    """Build facts compiled into the library itself (dict): with_cuda, cuda_arch_list, cutlass_version,
-    torch_version, cuda_version."""
+    """Build facts compiled into the library itself (dict): with_cuda, cuda_arch_list, candidate_kernels,
+    cutlass_version, torch_version, cuda_version."""
     return json.loads(torch.ops.ops._build_info())
 
 
 def kernels():
-    """The GEMM kernels built in (cutlass_gemm/kernel_list.h: the CUTLASS instantiations and the SIMT GEMV
-    kernels), as a list of dicts."""
+    """The GEMM kernels the planner knows (cutlass_gemm/kernel_list.h: the CUTLASS instantiations and the
+    SIMT GEMV kernels), as a list of dicts. ``candidate_only`` ones are compiled only with
+    OPS_CANDIDATE_KERNELS=1 (``build_info()["candidate_kernels"]``)."""
     return json.loads(torch.ops.ops._cutlass_gemm_kernels())
 
 
@@ -87,23 +88,28 @@ def allow_tf32():
 
 
 def gemm_emulate(A, B, out, cc_major, cc_minor, arch_list, allow_tf32, poison=True, bias=None,
-                 epilogue="plain", sm_count=132):
+                 epilogue="plain", sm_count=132, candidate_kernels=None):
     """Test hook: runs the CUDA wrapper's host path on CPU tensors (see tests/test_gemm_plan.py) for a
     device of compute capability (cc_major, cc_minor) and a binary built for `arch_list`; the CUTLASS
     launch is replaced by a replay of its launch descriptor. ``epilogue``: "plain" (cutlass_gemm) or an
     ops.linear activation ("none", "relu", ...), which computes act(A @ B + bias). ``sm_count``: the
-    emulated device's multiprocessors (the tactic heuristic's wave size; 132 = H100 SXM / H200). Writes
-    `out`; returns the plan (dict, as ops.gemm.plan), with the tactic actually used (a forced one too)."""
+    emulated device's multiprocessors (the tactic heuristic's wave size; 132 = H100 SXM / H200).
+    ``candidate_kernels``: whether the emulated binary has the candidate-only kernels (an
+    OPS_CANDIDATE_KERNELS=1 build); None: as this build. Writes `out`; returns the plan (dict, as ops.gemm.plan), with the
+    tactic actually used (a forced one too)."""
     return json.loads(torch.ops.ops._cutlass_gemm_emulate(A, B, out, cc_major, cc_minor, arch_list,
-                                                            allow_tf32, poison, bias, epilogue, sm_count))
+                                                            allow_tf32, poison, bias, epilogue, sm_count,
+                                                            candidate_kernels))
 
 
 def gemm_plan_for_target(A, B, cc_major, cc_minor, arch_list, allow_tf32=False, sm_count=132,
-                         epilogue="plain", out=None):
+                         epilogue="plain", out=None, candidate_kernels=None):
     """Test hook: the plan (dict, as ops.gemm.plan: kernel, heuristic tactic, candidates) the CUDA
     wrapper would make for A @ B on a device of compute capability (cc_major, cc_minor) with
     ``sm_count`` multiprocessors and a binary built for ``arch_list``. Nothing runs; A and B may be CPU
     tensors (only their sizes, strides and addresses matter). ``out``: the out tensor, if any (its
-    layout can change the plan); without it, a new row-major output (nothing is allocated)."""
+    layout can change the plan); without it, a new row-major output (nothing is allocated).
+    ``candidate_kernels``: as for gemm_emulate."""
     return json.loads(torch.ops.ops._cutlass_gemm_plan_for_target(A, B, cc_major, cc_minor, arch_list,
-                                                                    allow_tf32, sm_count, epilogue, out))
+                                                                    allow_tf32, sm_count, epilogue, out,
+                                                                    candidate_kernels))

@@ -210,7 +210,8 @@ def test_linear_every_tactic(restore_tactic_settings, M, activation):
 
 
 def simt_gemv_available():
-    return torch.cuda.get_device_capability() == (9, 0) and "9.0a" in ops.build_info.CUDA_ARCH_LIST
+    return (torch.cuda.get_device_capability() == (9, 0) and "9.0a" in ops.build_info.CUDA_ARCH_LIST
+            and ops.build_info.CANDIDATE_KERNELS)
 
 
 def assert_elementwise(out, ref, dtype):
@@ -228,7 +229,7 @@ def test_simt_gemv_every_row_count(restore_tactic_settings, dtype):
     # the rows it rounds up past), N not a multiple of a block's 16 columns or of a warp's 4, K not a
     # multiple of a warp's 256-element step: every output written (NaN-poisoned), every element right.
     if not simt_gemv_available():
-        pytest.skip("the SIMT GEMV kernels are built for sm_90a")
+        pytest.skip("the SIMT GEMV kernels are candidate-only: built for sm_90a with OPS_CANDIDATE_KERNELS=1")
     name = f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_gemv"
     for M in range(1, 17):
         for N, K in [(1000, 4104), (44, 264), (8, 8)]:
@@ -245,7 +246,7 @@ def test_simt_gemv_every_row_count(restore_tactic_settings, dtype):
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu"])
 def test_simt_gemv_linear_epilogues(restore_tactic_settings, activation):
     if not simt_gemv_available():
-        pytest.skip("the SIMT GEMV kernels are built for sm_90a")
+        pytest.skip("the SIMT GEMV kernels are candidate-only: built for sm_90a with OPS_CANDIDATE_KERNELS=1")
     for dtype in (torch.float16, torch.bfloat16):
         x = torch.randn(5, 2056, device="cuda", dtype=dtype)
         weight = (torch.randn(1004, 2056, device="cuda") / 2056 ** 0.5).to(dtype)

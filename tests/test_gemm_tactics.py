@@ -30,10 +30,13 @@ def sm80_kernels_on_hopper(monkeypatch):
     monkeypatch.setenv("OPS_CUTLASS_SM80_ON_SM90", "1")
 
 
-def emulate(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain", bias=None):
+def emulate(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain", bias=None,
+            candidate_kernels=True):
+    """A @ B through the host path for `target`, a binary with the candidate-only kernels by default (the
+    GPU check's build: OPS_CANDIDATE_KERNELS=1)."""
     out = torch.full((A.shape[0], B.shape[1]), float("nan"), dtype=A.dtype)
     plan = ops._library.gemm_emulate(A, B, out, target["cc_major"], target["cc_minor"], target["arch_list"],
-                                     allow_tf32, True, bias, epilogue, sm_count)
+                                     allow_tf32, True, bias, epilogue, sm_count, candidate_kernels)
     return out, plan
 
 
@@ -47,10 +50,11 @@ def operands(M, N, K, dtype=torch.bfloat16, b_layout="col", values=True):
     return strided(M, K, dtype, "row", seed=1), strided(K, N, dtype, b_layout, seed=2)
 
 
-def plan_only(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain"):
-    """The plan for A @ B on the target, without running (or replaying) anything."""
+def plan_only(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue="plain", candidate_kernels=True):
+    """The plan for A @ B on the target (with the candidate-only kernels, as emulate), without running
+    (or replaying) anything."""
     return ops._library.gemm_plan_for_target(A, B, target["cc_major"], target["cc_minor"], target["arch_list"],
-                                             allow_tf32, sm_count, epilogue)
+                                             allow_tf32, sm_count, epilogue, candidate_kernels=candidate_kernels)
 
 
 @pytest.fixture(autouse=True)
@@ -211,22 +215,51 @@ def test_simt_gemv_is_a_decode_candidate_but_not_the_default(M, epilogue):
     # candidate to measure there, never the heuristic's choice until measured; rr GEMMs have none.
     x = strided(M, 4096, torch.bfloat16, "row")
     weight = strided(4096, 4096, torch.bfloat16, "row")
-    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue=epilogue)
+    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue=epilogue,
+                                                   candidate_kernels=True)
     gemv = "sm90_bf16_rc_gemv" if epilogue == "plain" else f"sm90_bf16_rc_{epilogue}_gemv"
     assert (gemv in plan["candidates"]) == (M <= 16)
     assert plan["tactic"]["config"] != "simt_gemv_m16"
     rr = plan_only(*operands(M, 4096, 4096, b_layout="row", values=False))
     assert not [n for n in rr["candidates"] if "_gemv" in n]
     # Ampere has no SIMT GEMV kernel (sm_90a only, like the other SM90 configs).
-    ampere = ops._library.gemm_plan_for_target(x, weight.t(), 8, 0, "8.0;9.0a", epilogue=epilogue)
+    ampere = ops._library.gemm_plan_for_target(x, weight.t(), 8, 0, "8.0;9.0a", epilogue=epilogue,
+                                                   candidate_kernels=True)
     assert not [n for n in ampere["candidates"] if "_gemv" in n]
 
 
 def test_linear_epilogues_have_no_swap_ab_candidates():
     x = strided(4, 4096, torch.bfloat16, "row")
     weight = strided(4096, 4096, torch.bfloat16, "row")
-    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue="silu")
+    plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue="silu",
+                                                   candidate_kernels=True)
     assert plan["candidates"] and not [n for n in plan["candidates"] if "_swap" in n]
+
+
+def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
+    # The default build (OPS_CANDIDATE_KERNELS=0) compiles no swap-AB or SIMT GEMV kernel: the planner
+    # offers only what the binary has and lists the rest; the heuristic's choice is the same.
+    A, B = operands(1, 4096, 4096, values=False)
+    full, lean = plan_only(A, B), plan_only(A, B, candidate_kernels=False)
+    assert any("_swap/" in n for n in full["candidates"]) and "sm90_bf16_rc_gemv" in full["candidates"]
+    assert lean["candidates"] == [n for n in full["candidates"] if "_swap/" not in n and "_gemv" not in n]
+    assert lean["tactic"] == full["tactic"]
+    assert sorted(lean["candidates_not_built"]) == ["sm90_bf16_rc_gemv", "sm90_bf16_rc_swap"]
+    assert full["candidates_not_built"] == []
+    # Forcing one names the build switch; with the kernels built it runs.
+    A, B = operands(1, 256, 512)
+    ops.gemm.set_tactic("sm90_bf16_rc_swap/dp")
+    with pytest.raises(RuntimeError, match=r"sm90_bf16_rc_swap is a candidate-only kernel.*OPS_CANDIDATE_KERNELS=1"):
+        emulate(A, B, candidate_kernels=False)
+    out, plan = emulate(A, B)
+    assert plan["tactic"]["name"] == "sm90_bf16_rc_swap/dp"
+    reference_check(out, A, B)
+
+
+def test_candidate_only_means_the_configs_the_heuristic_never_picks():
+    kernels = ops.kernels()
+    assert {k["config"] for k in kernels if k["candidate_only"]} == {"swap_ab_streamk_128x32_c1x1", "simt_gemv_m16"}
+    assert ops._library.compiled_build_info()["candidate_kernels"] == ops.build_info.CANDIDATE_KERNELS
 
 
 def test_candidates_leave_out_what_cannot_pay_off():
@@ -404,6 +437,17 @@ def test_a_stale_choice_is_dropped_with_a_warning(tmp_path, clean_tuning_cache, 
     assert plan["tactic_source"] == "heuristic"
     reference_check(out, A, B)
     assert ops.gemm.tuning_cache() == []  # dropped: warned once
+
+
+def test_a_cached_candidate_this_build_lacks_is_dropped_saying_why(tmp_path, clean_tuning_cache, capfd):
+    A, B = operands(16, 256, 512)
+    key = plan_only(A, B)["tuning_key"]
+    ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [{"key": key, "best": "sm90_bf16_rc_gemv"}]))
+    out, plan = emulate(A, B, candidate_kernels=False)
+    err = capfd.readouterr().err
+    assert "the tuning cache chose 'sm90_bf16_rc_gemv'" in err and "OPS_CANDIDATE_KERNELS=1" in err, err
+    assert plan["tactic_source"] == "heuristic"
+    reference_check(out, A, B)
 
 
 @pytest.mark.parametrize("content,match", [

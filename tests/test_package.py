@@ -27,6 +27,7 @@ def test_build_info():
     compiled = ops._library.compiled_build_info()
     assert compiled["torch_version"] == info.TORCH_VERSION
     assert compiled["with_cuda"] == info.WITH_CUDA
+    assert compiled["candidate_kernels"] == info.CANDIDATE_KERNELS
     if info.WITH_CUDA:
         assert info.TORCH_CUDA_VERSION == torch.version.cuda
         assert compiled["cuda_version"] == torch.version.cuda

@@ -101,8 +101,9 @@ def _tree_with_library(tmp_path):
     return tree
 
 
-def _prebuilt(tree, *args):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def _prebuilt(tree, *args, **environ):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPS_CANDIDATE_KERNELS")}
+    env.update(environ)
     return subprocess.run([sys.executable, "-m", "benchmarks.prebuilt", *args], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -124,6 +125,20 @@ def test_make_refuses_a_library_built_from_other_sources(tmp_path):
     result = _prebuilt(tree, "make", str(tree / ".prebuilt"))
     assert result.returncode != 0 and "built from other sources than these" in result.stderr, result.stderr
     assert not (tree / ".prebuilt" / prebuilt.MANIFEST).exists()
+
+
+@pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")
+def test_use_refuses_a_library_without_the_candidate_kernels_asked_for(tmp_path):
+    # The GPU check asks for the candidate-only kernels (OPS_CANDIDATE_KERNELS=1): a default build must
+    # not stand in for that build, nor the other way round.
+    tree = _tree_with_library(tmp_path)
+    out = tree / ".prebuilt"
+    assert _prebuilt(tree, "make", str(out)).returncode == 0
+    before = _ops_files(tree)
+    other = "0" if ops.build_info.CANDIDATE_KERNELS else "1"
+    result = _prebuilt(tree, "use", str(out), OPS_CANDIDATE_KERNELS=other)
+    assert result.returncode == 1 and "candidate-only kernels" in result.stdout, result.stdout + result.stderr
+    assert _ops_files(tree) == before
 
 
 @pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")

@@ -1,0 +1,36 @@
+// Every SM80 (CUTLASS 2.x) GEMM of kernel_list.h in one TU, so that the templates they share are
+// instantiated once. 3xTF32 and fp64 are also built into the sm_90a image (kernel_list.h's on_sm90).
+#include "../sm80_gemm.cuh"
+
+OPS_DEFINE_SM80_GEMM(sm80_f16_rr)
+OPS_DEFINE_SM80_GEMM(sm80_f16_rc)
+OPS_DEFINE_SM80_GEMM(sm80_f16_cr)
+OPS_DEFINE_SM80_GEMM(sm80_f16_cc)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rr)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_cr)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_cc)
+OPS_DEFINE_SM80_GEMM(sm80_tf32_rr)
+OPS_DEFINE_SM80_GEMM(sm80_tf32_rc)
+OPS_DEFINE_SM80_GEMM(sm80_tf32_cr)
+OPS_DEFINE_SM80_GEMM(sm80_tf32_cc)
+OPS_DEFINE_SM80_GEMM(sm80_3xtf32_rr)
+OPS_DEFINE_SM80_GEMM(sm80_3xtf32_rc)
+OPS_DEFINE_SM80_GEMM(sm80_3xtf32_cr)
+OPS_DEFINE_SM80_GEMM(sm80_3xtf32_cc)
+OPS_DEFINE_SM80_GEMM(sm80_f64_rr)
+OPS_DEFINE_SM80_GEMM(sm80_f64_rc)
+OPS_DEFINE_SM80_GEMM(sm80_f64_cr)
+OPS_DEFINE_SM80_GEMM(sm80_f64_cc)
+
+// ops.linear: bias + activation in the epilogue (rc layout).
+OPS_DEFINE_SM80_GEMM(sm80_f16_rc_none)
+OPS_DEFINE_SM80_GEMM(sm80_f16_rc_relu)
+OPS_DEFINE_SM80_GEMM(sm80_f16_rc_gelu)
+OPS_DEFINE_SM80_GEMM(sm80_f16_rc_gelu_tanh)
+OPS_DEFINE_SM80_GEMM(sm80_f16_rc_silu)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc_none)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc_relu)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc_gelu)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc_gelu_tanh)
+OPS_DEFINE_SM80_GEMM(sm80_bf16_rc_silu)

@@ -1,7 +1,0 @@
-// SM80 float16 GEMMs, one per operand layout (see kernel_list.h).
-#include "../sm80_gemm.cuh"
-
-OPS_DEFINE_SM80_GEMM(sm80_f16_rr)
-OPS_DEFINE_SM80_GEMM(sm80_f16_rc)
-OPS_DEFINE_SM80_GEMM(sm80_f16_cr)
-OPS_DEFINE_SM80_GEMM(sm80_f16_cc)
