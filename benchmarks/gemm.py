@@ -97,6 +97,10 @@ def run(args, log=None):
               "ops.cutlass_gemm runs ATen's BLAS, so this run compares two CPU BLAS calls "
               f"({'quick' if quick else 'full'} suite).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
+    if args.candidates and device == "cuda" and not ops.build_info.CANDIDATE_KERNELS:
+        print("--candidates: this build has no candidate-only kernels (swap-AB, SIMT GEMV); their "
+              "tactics are not timed (rebuild with OPS_CANDIDATE_KERNELS=1). Each case's not_built "
+              "lists them.", flush=True)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not dtypes:
         sys.exit(f"--dtypes is empty; choose from {', '.join(DTYPES)}")
@@ -168,6 +172,7 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
             "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
             "heuristic": tactic, "best": fastest(times),
             "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()}, "problems": problems,
+            "not_built": plan.get("candidates_not_built", []),
         })
     del ref
     flops = 2.0 * M * N * K

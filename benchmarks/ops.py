@@ -144,6 +144,9 @@ def main(argv=None):
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite, "
               f"{torch.get_num_threads()} threads).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
+    if args.candidates and timer and not ops.build_info.CANDIDATE_KERNELS:
+        print("--candidates: this build has no candidate-only kernels (SIMT GEMV); their tactics are not "
+              "timed (rebuild with OPS_CANDIDATE_KERNELS=1).", flush=True)
     results, sweeps, rms_sweeps = [], [], []
     only = set(args.ops.split(",")) if args.ops else None
     todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile, hidden=args.hidden,

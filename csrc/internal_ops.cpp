@@ -88,8 +88,17 @@ std::string kernels_json() {
   std::string out = "[";
   for (int i = 0; i < cg::kNumKernels; ++i) {
     const cg::KernelInfo& info = cg::kKernels[i];
+    const cg::ConfigShape shape = cg::config_shape(info);
+    const char* schedule = shape.schedule == cg::Schedule::Multistage    ? "multistage"
+                           : shape.schedule == cg::Schedule::Cooperative ? "cooperative"
+                           : shape.schedule == cg::Schedule::Pingpong    ? "pingpong"
+                                                                         : "simt";
+    JsonObject tile, cluster;
+    tile.add("m", shape.tile_m).add("n", shape.tile_n).add("k", shape.tile_k);
+    cluster.add("m", shape.cluster_m).add("n", shape.cluster_n);
     JsonObject o;
-    o.add("name", info.name)
+    o.add("name", cg::kernel_name(static_cast<cg::KernelId>(i)))
+        .add("id", info.id)
         .add("sm", info.sm)
         .add("dtype", cg::dtype_name(info.dtype))
         .add("math", cg::math_name(info.math))
@@ -99,6 +108,12 @@ std::string kernels_json() {
         .add("on_sm90", info.on_sm90)
         .add("epilogue", cg::epilogue_name(info.epilogue))
         .add("config", cg::config_name(info.config))
+        .add("tile", tile)
+        .add("cluster", cluster)
+        .add("stages", shape.stages)
+        .add("schedule", schedule)
+        .add("stream_k", shape.stream_k)
+        .add("swap_ab", shape.swap_ab)
         .add("candidate_only", cg::candidate_only(info.config));
     out += (i ? "," : "") + o.str();
   }

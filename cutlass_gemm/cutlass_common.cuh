@@ -27,8 +27,6 @@ template <> struct CutlassElement<DType::BFloat16> { using type = cutlass::bfloa
 template <> struct CutlassElement<DType::Float> { using type = float; };
 template <> struct CutlassElement<DType::Double> { using type = double; };
 
-constexpr Layout flip(Layout l) { return l == Layout::Row ? Layout::Col : Layout::Row; }
-
 template <Layout L>
 using CutlassLayout = std::conditional_t<L == Layout::Row, cutlass::layout::RowMajor,
                                          cutlass::layout::ColumnMajor>;

@@ -49,7 +49,7 @@ const KernelEntry* entries() {
 
 const KernelEntry& kernel_entry(int kernel_id) {
   TORCH_CHECK(kernel_id >= 0 && kernel_id < kNumKernels, "cutlass_gemm: bad kernel id ", kernel_id);
-  TORCH_CHECK(entries()[kernel_id].run != nullptr, "cutlass_gemm: kernel ", kKernels[kernel_id].name,
+  TORCH_CHECK(entries()[kernel_id].run != nullptr, "cutlass_gemm: kernel ", kernel_name(static_cast<KernelId>(kernel_id)),
               " is candidate-only and not in this build (rebuild with OPS_CANDIDATE_KERNELS=1)");
   return entries()[kernel_id];
 }
@@ -264,7 +264,7 @@ std::string kernel_problems_json() {
     args.ldb = info.b == Layout::Row ? args.n : args.k;
     const KernelProblem p = kernel_entry(i).kernel_problem(args);
     JsonObject o = problem_json(p.m, p.n, p.k, p.a, p.b, p.d);
-    o.add("name", info.name).add("known", p.known);
+    o.add("name", kernel_name(static_cast<KernelId>(i))).add("id", info.id).add("known", p.known);
     list += (list.size() > 1 ? "," : "") + o.str();
   }
   JsonObject result;

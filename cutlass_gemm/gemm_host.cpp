@@ -73,10 +73,10 @@ std::vector<KernelId> unbuilt_candidates(const GemmPlan& plan, const DeviceTarge
 std::string not_built_note(const std::string& name, const DeviceTarget& target) {
   if (target.candidates_built) return "";
   const std::string kernel = name.substr(0, name.find('/'));
-  for (const KernelInfo& info : kKernels) {
-    if (kernel == info.name && candidate_only(info.config)) {
-      return std::string(" (") + info.name + " is a candidate-only kernel, " + config_name(info.config) +
-             ", which this build leaves out: rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
+  for (int i = 0; i < kNumKernels; ++i) {
+    if (kernel == kernel_name(static_cast<KernelId>(i)) && candidate_only(kKernels[i].config)) {
+      return " (" + kernel + " is a candidate-only kernel, which this build leaves out: rebuild with "
+             "OPS_CANDIDATE_KERNELS=1 to run it)";
     }
   }
   return "";
@@ -112,7 +112,7 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
   candidates += "]";
   std::string not_built = "[";
   for (KernelId id : unbuilt_candidates(plan, target)) {
-    not_built += (not_built.size() > 1 ? "," : "") + JsonObject::quote(kernel_info(id).name);
+    not_built += (not_built.size() > 1 ? "," : "") + JsonObject::quote(kernel_name(id));
   }
   not_built += "]";
   JsonObject tactic;
@@ -124,7 +124,8 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
   const char* source = plan.tactic_source == TacticSource::Forced  ? "forced"
                        : plan.tactic_source == TacticSource::Tuned ? "tuned"
                                                                    : "heuristic";
-  o.add("kernel", info.name)
+  o.add("kernel", kernel_name(plan.tactic.kernel))
+      .add("kernel_id", info.id)
       .add("tactic", tactic)
       .add("tactic_source", source)
       .add("tuning_key", tuning_key(plan, target))
@@ -384,7 +385,7 @@ bool autotune_enabled() { return autotune_flag.load(std::memory_order_relaxed); 
 std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target) {
   return target.name + " sm" + std::to_string(target.cc_major) + std::to_string(target.cc_minor) + "x" +
          std::to_string(target.sm_count) + " " +
-         (plan.family.empty() ? std::string("none") : kernel_info(plan.family.front()).name) +
+         (plan.family.empty() ? std::string("none") : family_name(plan.family.front())) +
          " m=" + std::to_string(plan.m) + " n=" + std::to_string(plan.n) + " k=" + std::to_string(plan.k) +
          " ld=" + std::to_string(plan.a.ld) + "," + std::to_string(plan.b.ld) + "," +
          std::to_string(plan.d.ld);

@@ -4,11 +4,14 @@
 // registry (function pointers, CUDA builds only) and by the kernel translation units (definitions).
 //
 // Every kernel computes D (M x N, row-major, ldd) = A (M x K) @ B (K x N) with fp32 accumulation
-// (fp64 for double). A and B are row-major (R) or column-major (C); the kernel name ends in
+// (fp64 for double). A and B are row-major (R) or column-major (C); the kernel id ends in
 // <layout A><layout B>, e.g. `rc` = A row-major (K-major), B column-major (K-major): the "TN" GEMM.
 // A column-major output is handled by the planner as D^T = B^T A^T, so no kernel writes one.
 //
-// X(name, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90, epilogue, config)
+// X(id, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90, epilogue, config)
+//   id        the C++ identifier (KernelId and the launcher symbols). The kernel's public name
+//             (ops.kernels(), tactic names, tuning caches) is kernel_name(): spelled from its fields
+//             as CUTLASS's generator spells its kernels (plan.cpp).
 //   sm        80: CUTLASS 2.x SM80 tensor-op kernel (runs on sm80..sm89 and, where built for 9.0a, sm90)
 //             90: CUTLASS 3.x SM90 TMA warp-specialized kernel (sm_90a only)
 //   math      Standard: the dtype's native tensor-core math; TF32: fp32 inputs rounded to tf32;
@@ -209,7 +212,7 @@ enum class KernelId : int {
 };
 
 struct KernelInfo {
-  const char* name;
+  const char* id;
   int sm;
   DType dtype;
   Math math;
@@ -221,8 +224,8 @@ struct KernelInfo {
 };
 
 inline constexpr KernelInfo kKernels[] = {
-#define OPS_KERNEL_INFO(name, sm, dtype, math, la, lb, align, on90, epilogue, config)        \
-  {#name, sm, DType::dtype, Math::math, Layout::la, Layout::lb, align, on90 != 0, Epilogue::epilogue, \
+#define OPS_KERNEL_INFO(id, sm, dtype, math, la, lb, align, on90, epilogue, config)        \
+  {#id, sm, DType::dtype, Math::math, Layout::la, Layout::lb, align, on90 != 0, Epilogue::epilogue, \
    TileConfig::config},
     OPS_CUTLASS_GEMM_KERNELS(OPS_KERNEL_INFO)
 #undef OPS_KERNEL_INFO
@@ -258,6 +261,46 @@ constexpr int element_size(DType dtype) {
     case DType::Double: return 8;
   }
   return 1;
+}
+
+constexpr Layout flip(Layout l) { return l == Layout::Row ? Layout::Col : Layout::Row; }
+
+// The mainloop schedule of a configuration: CUTLASS 2.x multistage (SM80), CUTLASS 3.x warp-specialized
+// cooperative or ping-pong (SM90), or the hand-written SIMT GEMV.
+enum class Schedule : int8_t { Multistage, Cooperative, Pingpong, Simt };
+
+// What a configuration is, field by field: sm80_gemm.cuh and sm90_gemm.cuh build each kernel from
+// these, tactic.cpp reasons with them, and kernel_name() spells them.
+struct ConfigShape {
+  int tile_m, tile_n, tile_k;  // the kernel's output tile and K step (swap-AB: a tile of D^T)
+  int cluster_m, cluster_n;    // SM90 thread block cluster (1 x 1 for SM80 and SIMT)
+  int stages;                  // SM80 pipeline stages; 0: CUTLASS's StageCountAutoCarveout (SM90)
+  Schedule schedule;
+  bool stream_k;  // CUTLASS's stream-K tile scheduler (data-parallel, split-K or stream-K at run time)
+  bool swap_ab;   // the kernel runs D^T = B^T A^T (column-major D)
+};
+
+constexpr ConfigShape config_shape(TileConfig config, DType dtype, Math math) {
+  const int k90 = 128 / element_size(dtype);  // SM90: 128 bytes of each operand row per stage
+  switch (config) {
+    case TileConfig::Sm80:  // CUTLASS's SM80 tensor-op tiles per dtype (3xTF32 as in its example 27)
+      if (dtype == DType::Double) return {64, 64, 16, 1, 1, 4, Schedule::Multistage, false, false};
+      if (math == Math::Fast3xTF32) return {128, 64, 16, 1, 1, 3, Schedule::Multistage, false, false};
+      if (math == Math::TF32) return {128, 128, 16, 1, 1, 4, Schedule::Multistage, false, false};
+      return {128, 128, 32, 1, 1, 4, Schedule::Multistage, false, false};
+    case TileConfig::Coop128x128: return {128, 128, k90, 2, 1, 0, Schedule::Cooperative, false, false};
+    case TileConfig::Coop128x256: return {128, 256, k90, 2, 1, 0, Schedule::Cooperative, false, false};
+    case TileConfig::Ping64x128: return {64, 128, k90, 1, 1, 0, Schedule::Pingpong, false, false};
+    case TileConfig::StreamK128x128: return {128, 128, k90, 1, 1, 0, Schedule::Cooperative, true, false};
+    case TileConfig::SwapStreamK128x32: return {128, 32, k90, 1, 1, 0, Schedule::Cooperative, true, true};
+    // A block: kSimtGemvMaxRows rows, 4 warps of 4 columns; each warp steps K by 256 (simt_gemv.cuh).
+    case TileConfig::SimtGemv: return {kSimtGemvMaxRows, 16, 256, 1, 1, 0, Schedule::Simt, false, false};
+  }
+  return {};
+}
+
+constexpr ConfigShape config_shape(const KernelInfo& info) {
+  return config_shape(info.config, info.dtype, info.math);
 }
 
 }  // namespace ops::cutlass_gemm

@@ -111,6 +111,68 @@ const char* epilogue_name(Epilogue epilogue) {
   return "?";
 }
 
+namespace {
+
+// CUTLASS's element names for a dtype and math (cutlass_library DataTypeNames), 3xtf32 for the split.
+const char* element_token(DType dtype, Math math) {
+  if (math == Math::TF32) return "tf32";
+  if (math == Math::Fast3xTF32) return "3xtf32";
+  switch (dtype) {
+    case DType::Half: return "f16";
+    case DType::BFloat16: return "bf16";
+    case DType::Float: return "f32";
+    case DType::Double: return "f64";
+  }
+  return "?";
+}
+
+// BLAS letters, as CUTLASS's ShortLayoutTypeNames: t for row-major, n for column-major.
+char layout_letter(Layout layout) { return layout == Layout::Row ? 't' : 'n'; }
+
+std::string spell_kernel_name(const KernelInfo& info) {
+  const ConfigShape s = config_shape(info);
+  // The kernel's own operands: swap-AB reads B^T as A and A^T as B and writes D column-major.
+  const Layout a = s.swap_ab ? flip(info.b) : info.a, b = s.swap_ab ? flip(info.a) : info.b;
+  std::ostringstream o;
+  o << "sm" << info.sm << "_" << element_token(info.dtype, info.math) << "_";
+  if (info.sm == 80) {  // the 2.x generator: <M>x<N>_<K>x<stages>_<layout A><layout B>
+    o << s.tile_m << "x" << s.tile_n << "_" << s.tile_k << "x" << s.stages << "_" << layout_letter(a)
+      << layout_letter(b);
+  } else {  // the 3.x generator: <M>x<N>x<K>_<cluster>_<layout A><layout B><layout D>
+    o << s.tile_m << "x" << s.tile_n << "x" << s.tile_k << "_" << s.cluster_m << "x" << s.cluster_n << "x1_"
+      << layout_letter(a) << layout_letter(b) << (s.swap_ab ? 'n' : 't');
+  }
+  o << "_align" << info.alignment;
+  if (s.stream_k) o << "_stream_k";
+  switch (s.schedule) {
+    case Schedule::Multistage: break;
+    case Schedule::Cooperative: o << "_warpspecialized_cooperative"; break;
+    case Schedule::Pingpong: o << "_warpspecialized_pingpong"; break;
+    case Schedule::Simt: o << "_simt_gemv"; break;
+  }
+  if (info.epilogue != Epilogue::Plain) o << "_" << epilogue_name(info.epilogue);
+  return o.str();
+}
+
+}  // namespace
+
+std::string family_name(KernelId id) {
+  const KernelInfo& info = kernel_info(id);
+  std::string name = std::string("sm") + std::to_string(info.sm) + "_" + element_token(info.dtype, info.math) + "_" +
+                     layout_letter(info.a) + layout_letter(info.b);
+  if (info.epilogue != Epilogue::Plain) name += std::string("_") + epilogue_name(info.epilogue);
+  return name;
+}
+
+const std::string& kernel_name(KernelId id) {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const KernelInfo& info : kKernels) out.push_back(spell_kernel_name(info));
+    return out;
+  }();
+  return names.at(static_cast<size_t>(id));
+}
+
 std::vector<BuiltArch> parse_arch_list(const std::string& arch_list) {
   std::vector<BuiltArch> built;
   std::string token;

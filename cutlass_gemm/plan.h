@@ -126,6 +126,18 @@ Math math_for(DType dtype, bool allow_tf32);
 bool kernel_runs_on(const KernelInfo& info, int cc_major, int cc_minor,
                     const std::vector<BuiltArch>& built, bool sm80_on_sm90 = false);
 
+// A kernel's public name, spelled from its fields (config_shape() and the kernel_list.h columns) in the
+// order of CUTLASS's generator (cutlass_library's procedural_name): arch, element type, tile, cluster
+// (SM90), stages (SM80), layouts in BLAS letters (t row-major, n column-major; SM90: A, B and D, so a
+// swap-AB kernel reads "..n"), alignment, tile scheduler, schedule, then the fused epilogue, e.g.
+// sm90_bf16_128x128x64_2x1x1_tnt_align8_warpspecialized_cooperative or
+// sm80_f16_128x128_32x4_tn_align8_bias_relu.
+const std::string& kernel_name(KernelId id);
+
+// The family a kernel belongs to (what its configs share: arch, element type, the layouts of the GEMM
+// served, epilogue), spelled as kernel_name() spells them, e.g. sm90_bf16_tn or sm90_f16_tn_bias_silu.
+std::string family_name(KernelId id);
+
 const char* dtype_name(DType dtype);
 const char* math_name(Math math);
 const char* layout_name(Layout layout);

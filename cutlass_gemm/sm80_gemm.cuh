@@ -69,35 +69,30 @@ struct Sm80GemmConfig {
   }
 };
 
-// The tile configurations the kernel TUs instantiate (threadblock, warp, instruction shape, stages).
-template <KernelId kId>
-using Sm80HalfConfig = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<128, 128, 32>,
-                                      cutlass::gemm::GemmShape<64, 64, 32>, cutlass::gemm::GemmShape<16, 8, 16>, 4>;
-template <KernelId kId>
-using Sm80Tf32Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<128, 128, 16>,
-                                      cutlass::gemm::GemmShape<64, 64, 16>, cutlass::gemm::GemmShape<16, 8, 8>, 4>;
-// 3xTF32 runs three tf32 MMAs per product: smaller tiles, as in CUTLASS's example 27.
-template <KernelId kId>
-using Sm80Fast3xTf32Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<128, 64, 16>,
-                                            cutlass::gemm::GemmShape<64, 32, 16>, cutlass::gemm::GemmShape<16, 8, 8>, 3>;
-template <KernelId kId>
-using Sm80F64Config = Sm80GemmConfig<kId, cutlass::gemm::GemmShape<64, 64, 16>,
-                                     cutlass::gemm::GemmShape<32, 32, 16>, cutlass::gemm::GemmShape<8, 8, 4>, 4>;
+// The mma.sync instruction of a dtype and math: 16x8x16 for 16-bit types, 16x8x8 for tf32 (also 3xTF32),
+// 8x8x4 DMMA for fp64.
+template <DType kDType>
+using Sm80Instruction = std::conditional_t<
+    kDType == DType::Double, cutlass::gemm::GemmShape<8, 8, 4>,
+    std::conditional_t<kDType == DType::Float, cutlass::gemm::GemmShape<16, 8, 8>, cutlass::gemm::GemmShape<16, 8, 16>>>;
 
-// The configuration of an sm80 entry of kernel_list.h, from its dtype and math.
-template <KernelId kId, DType kDType = kernel_info(kId).dtype, Math kMath = kernel_info(kId).math>
-struct Sm80Config : Sm80HalfConfig<kId> {
-  static_assert(kDType == DType::Half || kDType == DType::BFloat16, "no SM80 configuration for this entry");
+template <KernelId kId>
+inline constexpr ConfigShape kSm80Shape = config_shape(kernel_info(kId));
+
+// The kernel of an sm80 entry of kernel_list.h, built from its config_shape(): threadblock tile and
+// stages; four warps, each a quarter (half of M by half of N) of the tile.
+template <KernelId kId>
+struct Sm80Config
+    : Sm80GemmConfig<kId,
+                     cutlass::gemm::GemmShape<kSm80Shape<kId>.tile_m, kSm80Shape<kId>.tile_n, kSm80Shape<kId>.tile_k>,
+                     cutlass::gemm::GemmShape<kSm80Shape<kId>.tile_m / 2, kSm80Shape<kId>.tile_n / 2,
+                                              kSm80Shape<kId>.tile_k>,
+                     Sm80Instruction<kernel_info(kId).dtype>, kSm80Shape<kId>.stages> {
+  static_assert(kSm80Shape<kId>.schedule == Schedule::Multistage && kSm80Shape<kId>.stages > 0);
 };
-template <KernelId kId>
-struct Sm80Config<kId, DType::Float, Math::TF32> : Sm80Tf32Config<kId> {};
-template <KernelId kId>
-struct Sm80Config<kId, DType::Float, Math::Fast3xTF32> : Sm80Fast3xTf32Config<kId> {};
-template <KernelId kId, Math kMath>
-struct Sm80Config<kId, DType::Double, kMath> : Sm80F64Config<kId> {};
 
 }  // namespace ops::cutlass_gemm
 
-// Defines the launcher of one sm80 entry of kernel_list.h, built from its dtype and math.
+// Defines the launcher of one sm80 entry of kernel_list.h, built from its config_shape().
 #define OPS_DEFINE_SM80_GEMM(name) \
   OPS_DEFINE_CUTLASS_GEMM(name, ops::cutlass_gemm::Sm80Config<ops::cutlass_gemm::KernelId::name>)

@@ -136,54 +136,41 @@ struct Sm90GemmConfig {
   }
 };
 
-// The configurations of kernel_list.h's `config` column. The K extent of a tile is 128 bytes of each
-// operand (64 elements for 16-bit types, 32 for tf32): the same shared memory per pipeline stage.
-template <KernelId kId>
-using Sm90TileK = cute::Int<128 / element_size(kernel_info(kId).dtype)>;  // tactic.cpp's tile_k
+// The CUTLASS schedules of a config_shape() schedule (kernel_list.h).
+template <Schedule> struct Sm90Schedules;
+template <>
+struct Sm90Schedules<Schedule::Cooperative> {  // 2 consumer warpgroups on one tile
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>
+struct Sm90Schedules<Schedule::Pingpong> {  // 2 consumer warpgroups on alternate tiles
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
 
-template <KernelId kId, TileConfig kConfig = kernel_info(kId).config>
-struct Sm90Config;
-
-// The general kernel: cooperative, 128x128 tile, 2x1 cluster (TMA multicast of B across the pair).
 template <KernelId kId>
-struct Sm90Config<kId, TileConfig::Coop128x128>
-    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, Sm90TileK<kId>>,
-                     cute::Shape<cute::_2, cute::_1, cute::_1>> {};
-
-// Large M and N: 128x256 tiles (each consumer warpgroup a 64x256 accumulator: 128 registers).
+inline constexpr ConfigShape kSm90Shape = config_shape(kernel_info(kId));
 template <KernelId kId>
-struct Sm90Config<kId, TileConfig::Coop128x256>
-    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_256, Sm90TileK<kId>>,
-                     cute::Shape<cute::_2, cute::_1, cute::_1>> {};
-
-// Ping-pong: the two consumer warpgroups work on alternate 64x128 tiles.
+using Sm90TileShape = cute::Shape<cute::Int<kSm90Shape<kId>.tile_m>, cute::Int<kSm90Shape<kId>.tile_n>,
+                                  cute::Int<kSm90Shape<kId>.tile_k>>;
 template <KernelId kId>
-struct Sm90Config<kId, TileConfig::Ping64x128>
-    : Sm90GemmConfig<kId, cute::Shape<cute::_64, cute::_128, Sm90TileK<kId>>,
-                     cute::Shape<cute::_1, cute::_1, cute::_1>,
-                     cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                     cutlass::epilogue::TmaWarpSpecialized> {};
+using Sm90ClusterShape = cute::Shape<cute::Int<kSm90Shape<kId>.cluster_m>, cute::Int<kSm90Shape<kId>.cluster_n>, cute::_1>;
 
-// Cooperative 128x128 on the stream-K tile scheduler (data-parallel / split-K / stream-K at run time).
+// The kernel of an sm90 entry of kernel_list.h, built from its config_shape(): tile, cluster,
+// schedule, tile scheduler, swap-AB.
 template <KernelId kId>
-struct Sm90Config<kId, TileConfig::StreamK128x128>
-    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_128, Sm90TileK<kId>>,
-                     cute::Shape<cute::_1, cute::_1, cute::_1>,
-                     cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                     cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::StreamKScheduler> {};
-
-// Swap-AB for small M: the transposed problem (N x M) on 128x32 tiles (a decode M <= 32 is one tile
-// column; the weight streams through the 128-row side), cooperative, 1x1 cluster, stream-K scheduler.
-template <KernelId kId>
-struct Sm90Config<kId, TileConfig::SwapStreamK128x32>
-    : Sm90GemmConfig<kId, cute::Shape<cute::_128, cute::_32, Sm90TileK<kId>>,
-                     cute::Shape<cute::_1, cute::_1, cute::_1>,
-                     cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                     cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::StreamKScheduler,
-                     /*kSwapAB=*/true> {};
+struct Sm90Config
+    : Sm90GemmConfig<kId, Sm90TileShape<kId>, Sm90ClusterShape<kId>,
+                     typename Sm90Schedules<kSm90Shape<kId>.schedule>::Mainloop,
+                     typename Sm90Schedules<kSm90Shape<kId>.schedule>::Epilogue,
+                     std::conditional_t<kSm90Shape<kId>.stream_k, cutlass::gemm::StreamKScheduler, void>,
+                     kSm90Shape<kId>.swap_ab> {
+  static_assert(kSm90Shape<kId>.stages == 0, "SM90 kernels take CUTLASS's automatic stage count");
+};
 
 }  // namespace ops::cutlass_gemm
 
-// Defines the launcher of one sm90 entry of kernel_list.h, built from its `config` column.
+// Defines the launcher of one sm90 entry of kernel_list.h, built from its config_shape().
 #define OPS_DEFINE_SM90_GEMM(name) \
   OPS_DEFINE_CUTLASS_GEMM(name, ops::cutlass_gemm::Sm90Config<ops::cutlass_gemm::KernelId::name>)

@@ -7,8 +7,8 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// K elements per mainloop iteration: 128 bytes of each operand row (64 for 16-bit types, 32 for tf32).
-int64_t tile_k(DType dtype) { return 128 / element_size(dtype); }
+// K elements per mainloop iteration of the SM90 configs (128 bytes of each operand row).
+int64_t tile_k(DType dtype) { return config_shape(TileConfig::Coop128x128, dtype, Math::Standard).tile_k; }
 
 // The family member with `config`, or kCount.
 KernelId find_config(const GemmPlan& plan, TileConfig config) {
@@ -39,7 +39,7 @@ std::vector<int> split_counts(int64_t k_iterations) {
 }  // namespace
 
 bool has_stream_k_scheduler(TileConfig config) {
-  return config == TileConfig::StreamK128x128 || config == TileConfig::SwapStreamK128x32;
+  return config_shape(config, DType::Half, Math::Standard).stream_k;
 }
 
 const char* config_name(TileConfig config) {
@@ -65,16 +65,10 @@ const char* decomposition_name(Decomposition decomposition) {
 }
 
 TileMN tile_of(TileConfig config) {
-  switch (config) {
-    case TileConfig::Coop128x256: return {128, 256};
-    case TileConfig::Ping64x128: return {64, 128};
-    case TileConfig::SwapStreamK128x32: return {32, 128};  // the kernel's 128x32 tile of D^T
-    case TileConfig::SimtGemv: return {16, 16};  // a block: 4 warps of 4 columns, every row (M <= 16)
-    case TileConfig::Sm80:
-    case TileConfig::Coop128x128:
-    case TileConfig::StreamK128x128: return {128, 128};
-  }
-  return {};
+  // The 16-bit tiles (tile M and N do not depend on the dtype but for SM80's fp32 and fp64).
+  const ConfigShape shape = config_shape(config, DType::Half, Math::Standard);
+  if (shape.swap_ab) return {shape.tile_n, shape.tile_m};  // the kernel's tile of D^T
+  return {shape.tile_m, shape.tile_n};
 }
 
 int64_t tile_count(int64_t m, int64_t n, TileMN tile) {
@@ -83,7 +77,7 @@ int64_t tile_count(int64_t m, int64_t n, TileMN tile) {
 
 std::string tactic_name(const Tactic& tactic) {
   if (tactic.kernel == KernelId::kCount) return "none";
-  std::string name = kernel_info(tactic.kernel).name;
+  std::string name = kernel_name(tactic.kernel);
   if (has_stream_k_scheduler(kernel_info(tactic.kernel).config)) {
     switch (tactic.decomposition) {
       case Decomposition::DataParallel: name += "/dp"; break;

@@ -134,10 +134,13 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
             column-major out is computed as C^T = B^T A^T, by another kernel family).
 
     Returns:
-        dict with ``kernel`` (instantiation name), ``tactic`` (name, config, decomposition, splits,
-        swizzle: the heuristic's choice, ignoring ``set_tactic`` and the tuning cache),
-        ``tactic_source`` ("heuristic"), ``tuning_key`` (its key in the tuning cache), ``candidates`` (every
-        tactic name ``set_tactic`` accepts for this GEMM), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
+        dict with ``kernel`` (the kernel's name, spelled from its configuration as CUTLASS's generator
+        spells kernels: ``ops.kernels()``), ``kernel_id`` (its identifier in cutlass_gemm/kernel_list.h),
+        ``tactic`` (name, config, decomposition, splits, swizzle: the heuristic's choice, ignoring
+        ``set_tactic`` and the tuning cache), ``tactic_source`` ("heuristic"), ``tuning_key`` (its key in
+        the tuning cache), ``candidates`` (every tactic name ``set_tactic`` accepts for this GEMM),
+        ``candidates_not_built`` (candidate-only kernels of this GEMM's family that the build leaves
+        out: OPS_CANDIDATE_KERNELS=1 builds them), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
         how each operand is read (``a``, ``b``, ``d``: in place or copied, layout, leading dimension).
         Where no CUTLASS kernel may run for this dtype on this GPU (fp32 without TF32 and fp64 on Hopper,
         until the SM80 kernels are confirmed there: README), ``{"kernel": "aten", "tactic": {"name":
@@ -164,7 +167,8 @@ _CONTROLS_LOCK = threading.Lock()
 
 def set_tactic(name: Optional[str]) -> Optional[str]:
     """Force every CUDA ``cutlass_gemm`` / ``linear`` GEMM to run the tactic ``name`` (a name from
-    ``plan(A, B)["candidates"]``, e.g. ``"sm90_bf16_rc_streamk/splitk4"``), or restore the normal choice
+    ``plan(A, B)["candidates"]``, e.g.
+    ``"sm90_bf16_128x128x64_1x1x1_tnt_align8_stream_k_warpspecialized_cooperative/splitk4"``), or restore the normal choice
     with ``None``. For benchmarking and experiments: a GEMM whose candidates do not include ``name``
     raises a RuntimeError listing them. Returns the previous setting."""
     if name is not None and not isinstance(name, str):

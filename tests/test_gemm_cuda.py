@@ -20,6 +20,9 @@ import torch
 import ops
 from test_linear import reference as linear_reference
 
+# kernel_list.h ids to the kernels' public names (tactic names).
+KERNEL_NAME = {k["id"]: k["name"] for k in ops.kernels()}
+
 pytestmark = pytest.mark.cuda
 
 TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float64: 1e-12}
@@ -230,7 +233,7 @@ def test_simt_gemv_every_row_count(restore_tactic_settings, dtype):
     # multiple of a warp's 256-element step: every output written (NaN-poisoned), every element right.
     if not simt_gemv_available():
         pytest.skip("the SIMT GEMV kernels are candidate-only: built for sm_90a with OPS_CANDIDATE_KERNELS=1")
-    name = f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_gemv"
+    name = KERNEL_NAME[f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_gemv"]
     for M in range(1, 17):
         for N, K in [(1000, 4104), (44, 264), (8, 8)]:
             A, B = make(M, K, dtype, "row"), make(K, N, dtype, "col")
@@ -251,7 +254,7 @@ def test_simt_gemv_linear_epilogues(restore_tactic_settings, activation):
         x = torch.randn(5, 2056, device="cuda", dtype=dtype)
         weight = (torch.randn(1004, 2056, device="cuda") / 2056 ** 0.5).to(dtype)
         bias = torch.randn(1004, device="cuda", dtype=dtype)
-        ops.gemm.set_tactic(f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_{activation}_gemv")
+        ops.gemm.set_tactic(KERNEL_NAME[f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_{activation}_gemv"])
         for b in (bias, None):
             y = ops.linear(x, weight, b, activation)
             ref = ops.linear(x.double().cpu(), weight.double().cpu(), None if b is None else b.double().cpu(),

@@ -55,10 +55,19 @@ def emulate(A, B, out=None, allow_tf32=False, target=HOPPER):
     return out, plan
 
 
-def family(kernel):
-    """A kernel's family name: its instantiation name without the tile-config suffix (the configs of one
-    family differ only in tile, cluster and schedule: tests/test_gemm_tactics.py covers that choice)."""
-    return re.sub(r"_(coop256|ping|streamk)$", "", kernel)
+def family(kernel_id):
+    """A kernel's family: its kernel_list.h id without the tile-config suffix (the configs of one family
+    differ only in tile, cluster and schedule: tests/test_gemm_tactics.py covers that choice)."""
+    return re.sub(r"_(coop256|ping|streamk)$", "", kernel_id)
+
+
+# Kernel ids (kernel_list.h's identifiers, short) to the public names tactics and plans use.
+KERNEL_NAME = {k["id"]: k["name"] for k in ops.kernels()}
+
+
+def tactic(kernel_id, *settings):
+    """The tactic name of kernel `kernel_id` with scheduler settings ("dp", "splitk4", ...)."""
+    return "/".join([KERNEL_NAME[kernel_id], *settings])
 
 
 def reference_check(out, A, B):
@@ -78,7 +87,7 @@ def test_half_types_on_hopper_use_sm90_in_place(dtype, name, la, lb, suffix):
     A = strided(64, 128, dtype, la)
     B = strided(128, 32, dtype, lb)
     out, plan = emulate(A, B)
-    assert family(plan["kernel"]) == f"sm90_{name}_{suffix}"
+    assert family(plan["kernel_id"]) == f"sm90_{name}_{suffix}"
     assert not plan["swap_ab"]
     assert plan["copied_elements"] == 0
     assert (plan["m"], plan["n"], plan["k"]) == (64, 32, 128)
@@ -94,7 +103,7 @@ def test_column_major_output_swaps_operands():
     out, plan = emulate(A, B, out)
     # D^T (40 x 64) = B^T (40 x 96, row-major) @ A^T (96 x 64, column-major): still no copies.
     assert plan["swap_ab"] and plan["copied_elements"] == 0
-    assert family(plan["kernel"]) == "sm90_bf16_rc"
+    assert family(plan["kernel_id"]) == "sm90_bf16_rc"
     assert (plan["m"], plan["n"], plan["k"]) == (40, 64, 96)
     reference_check(out, A, B)
 
@@ -104,7 +113,7 @@ def test_float32_follows_tf32_setting_on_hopper(allow_tf32, kernel):
     A = strided(32, 64, torch.float32, "row")
     B = strided(64, 16, torch.float32, "col")
     out, plan = emulate(A, B, allow_tf32=allow_tf32)
-    assert plan["kernel"] == kernel
+    assert plan["kernel_id"] == kernel
     reference_check(out, A, B)
 
 
@@ -122,7 +131,7 @@ def test_kernel_family_by_arch(target, dtype, allow_tf32, kernel):
     A = strided(16, 32, dtype, "row")
     B = strided(32, 8, dtype, "col")
     out, plan = emulate(A, B, allow_tf32=allow_tf32, target=target)
-    assert plan["kernel"] == kernel
+    assert plan["kernel_id"] == kernel
     reference_check(out, A, B)
 
 
@@ -146,7 +155,7 @@ def test_hopper_float32_accurate_with_sm80_only_in_90a_image():
     A = strided(16, 32, torch.float32, "row")
     B = strided(32, 8, torch.float32, "col")
     _, plan = emulate(A, B, target=dict(cc_major=9, cc_minor=0, arch_list="9.0a"))
-    assert plan["kernel"] == "sm80_3xtf32_rc"
+    assert plan["kernel_id"] == "sm80_3xtf32_rc"
 
 
 def test_malformed_arch_list():
@@ -162,7 +171,7 @@ def test_misaligned_pointer_is_copied(offset):
     A = strided(64, 64, torch.float16, "row", offset=offset)
     B = strided(64, 64, torch.float16, "col")
     out, plan = emulate(A, B)
-    assert plan["kernel"].startswith("sm90_f16")
+    assert plan["kernel_id"].startswith("sm90_f16")
     assert plan["a"]["source"] == "copy" or plan["swap_ab"]
     assert plan["b"]["source"] == "in_place" or plan["swap_ab"]
     reference_check(out, A, B)
@@ -292,7 +301,7 @@ def test_linear_epilogue_kernels(dtype, name, act, target, sm):
     out = torch.full((24, 40), float("nan"), dtype=dtype)
     plan = ops._library.gemm_emulate(x, w.t(), out, target["cc_major"], target["cc_minor"],
                                      target["arch_list"], False, True, b, act)
-    assert family(plan["kernel"]) == f"sm{sm}_{name}_rc_{act}"
+    assert family(plan["kernel_id"]) == f"sm{sm}_{name}_rc_{act}"
     assert plan["copied_elements"] == 0 and not plan["swap_ab"]
     expected = linear_reference(x, w, b, act)
     torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)
@@ -362,10 +371,10 @@ def test_hopper_computes_fp32_accurate_and_fp64_with_aten_by_default(monkeypatch
 def test_only_the_sm80_kernels_are_withheld_on_hopper(monkeypatch):
     monkeypatch.delenv("OPS_CUTLASS_SM80_ON_SM90")
     A32, B32 = strided(16, 32, torch.float32, "row"), strided(32, 8, torch.float32, "col")
-    assert emulate(A32, B32, allow_tf32=True)[1]["kernel"] == "sm90_tf32_rc"
-    assert emulate(A32, B32, target=AMPERE)[1]["kernel"] == "sm80_3xtf32_rc"
+    assert emulate(A32, B32, allow_tf32=True)[1]["kernel_id"] == "sm90_tf32_rc"
+    assert emulate(A32, B32, target=AMPERE)[1]["kernel_id"] == "sm80_3xtf32_rc"
     A16, B16 = strided(16, 32, torch.bfloat16, "row"), strided(32, 8, torch.bfloat16, "col")
-    assert family(emulate(A16, B16)[1]["kernel"]) == "sm90_bf16_rc"
+    assert family(emulate(A16, B16)[1]["kernel_id"]) == "sm90_bf16_rc"
     # Devices with no kernel at all still get the clear error, not a fallback.
     with pytest.raises(RuntimeError, match="no CUTLASS kernel for .*compute capability 7.5"):
         emulate(A32, B32, target=dict(cc_major=7, cc_minor=5, arch_list="8.0;9.0a"))
@@ -374,7 +383,7 @@ def test_only_the_sm80_kernels_are_withheld_on_hopper(monkeypatch):
 def test_a_forced_tactic_does_not_stop_the_aten_fallback(monkeypatch):
     monkeypatch.delenv("OPS_CUTLASS_SM80_ON_SM90")
     A, B = strided(16, 32, torch.float64, "row"), strided(32, 8, torch.float64, "col")
-    previous = ops.gemm.set_tactic("sm90_bf16_rc")
+    previous = ops.gemm.set_tactic(tactic("sm90_bf16_rc"))
     try:
         out, plan = emulate(A, B)
     finally:

@@ -10,6 +10,7 @@ CPU-visible API is checked here, its behaviour in tests/test_gemm_cuda.py.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import ops
-from tests.test_gemm_plan import HOPPER, AMPERE, reference_check, strided
+from tests.test_gemm_plan import HOPPER, AMPERE, KERNEL_NAME, reference_check, strided, tactic
 
 H200_SMS = 132
 
@@ -66,7 +67,7 @@ def _no_forced_tactic():
 # ---- the instantiation list ----------------------------------------------------------------------
 
 def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
-    kernels = {k["name"]: k for k in ops.kernels()}
+    kernels = {k["id"]: k for k in ops.kernels()}
     for dt in ("f16", "bf16"):
         for layout in ("rr", "rc"):
             assert kernels[f"sm90_{dt}_{layout}"]["config"] == "coop_128x128_c2x1"
@@ -83,6 +84,58 @@ def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
     assert {(k["layout_a"], k["layout_b"]) for k in kernels.values() if k["config"] == "simt_gemv_m16"} == \
         {("row", "col")}
     assert {k["config"] for k in kernels.values() if k["sm"] == 80} == {"sm80"}
+
+
+NAME = re.compile(
+    r"sm(?P<sm>80|90)_(?P<element>f16|bf16|tf32|3xtf32|f64)_"
+    r"(?:(?P<m2>\d+)x(?P<n2>\d+)_(?P<k2>\d+)x(?P<stages>\d+)_(?P<ab2>[tn]{2})"  # CUTLASS 2.x
+    r"|(?P<m3>\d+)x(?P<n3>\d+)x(?P<k3>\d+)_(?P<cm>\d+)x(?P<cn>\d+)x1_(?P<abd>[tn]{3}))"  # CUTLASS 3.x
+    r"_align(?P<align>\d+)(?P<stream_k>_stream_k)?"
+    r"(?P<schedule>_warpspecialized_cooperative|_warpspecialized_pingpong|_simt_gemv)?"
+    r"(?:_(?P<epilogue>bias(?:_relu|_gelu_tanh|_gelu|_silu)?))?")
+
+
+def test_every_kernel_name_spells_its_fields():
+    # Names as CUTLASS's generator spells kernels (cutlass_library procedural_name: arch, element type,
+    # tile, cluster or stages, layouts in BLAS letters, alignment, tile scheduler, schedule), then the
+    # fused epilogue; each field read back must be the kernel's.
+    letter = {"row": "t", "col": "n"}
+    flip = {"row": "col", "col": "row"}
+    element = {("float16", "standard"): "f16", ("bfloat16", "standard"): "bf16", ("float32", "tf32"): "tf32",
+               ("float32", "3xtf32"): "3xtf32", ("float64", "standard"): "f64"}
+    kernels = ops.kernels()
+    assert len({k["name"] for k in kernels}) == len(kernels)
+    for k in kernels:
+        match = NAME.fullmatch(k["name"])
+        assert match, k["name"]
+        f = match.groupdict()
+        assert int(f["sm"]) == k["sm"] and f["element"] == element[(k["dtype"], k["math"])], k
+        # The kernel's own operands: swap-AB reads B^T as A, A^T as B, and writes D column-major.
+        a, b = (flip[k["layout_b"]], flip[k["layout_a"]]) if k["swap_ab"] else (k["layout_a"], k["layout_b"])
+        if k["sm"] == 80:
+            assert (int(f["m2"]), int(f["n2"]), int(f["k2"])) == (k["tile"]["m"], k["tile"]["n"], k["tile"]["k"])
+            assert int(f["stages"]) == k["stages"] > 0 and k["schedule"] == "multistage" and f["schedule"] is None
+            assert f["ab2"] == letter[a] + letter[b]
+        else:
+            assert (int(f["m3"]), int(f["n3"]), int(f["k3"])) == (k["tile"]["m"], k["tile"]["n"], k["tile"]["k"])
+            assert (int(f["cm"]), int(f["cn"])) == (k["cluster"]["m"], k["cluster"]["n"])
+            assert f["abd"] == letter[a] + letter[b] + ("n" if k["swap_ab"] else "t")
+            assert f["schedule"] == {"cooperative": "_warpspecialized_cooperative", "simt": "_simt_gemv",
+                                     "pingpong": "_warpspecialized_pingpong"}[k["schedule"]]
+        assert int(f["align"]) == k["alignment"]
+        assert bool(f["stream_k"]) == k["stream_k"]
+        assert (f["epilogue"] or "plain") == k["epilogue"]
+    # The configs' short labels name the same fields.
+    for k in kernels:
+        label = re.fullmatch(r"(coop|pingpong|streamk|swap_ab_streamk)_(\d+)x(\d+)_c(\d)x(\d)", k["config"])
+        if label:
+            schedule, m, n, cm, cn = label.groups()
+            assert (int(m), int(n), int(cm), int(cn)) == (k["tile"]["m"], k["tile"]["n"], k["cluster"]["m"],
+                                                          k["cluster"]["n"]), k
+            assert k["stream_k"] == ("streamk" in schedule) and k["swap_ab"] == schedule.startswith("swap")
+            assert k["schedule"] == ("pingpong" if schedule == "pingpong" else "cooperative")
+        else:
+            assert k["config"] in ("sm80", "simt_gemv_m16"), k
 
 
 # ---- the heuristic -------------------------------------------------------------------------------
@@ -124,7 +177,7 @@ def test_linear_heuristic_choice(M, N, K, config):
     weight = strided(N, K, torch.bfloat16, "row")
     plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue="gelu")
     assert plan["tactic"]["config"] == config, plan["tactic"]
-    assert plan["kernel"].endswith("_gelu" + {"coop_128x256_c2x1": "_coop256", "coop_128x128_c2x1": "",
+    assert plan["kernel_id"].endswith("_gelu" + {"coop_128x256_c2x1": "_coop256", "coop_128x128_c2x1": "",
                                               "streamk_128x128_c1x1": "_streamk"}[config])
 
 
@@ -165,7 +218,7 @@ def test_linear_uses_stream_k_kernels_at_small_m(M, K, decomposition):
     weight = strided(4096, K, torch.bfloat16, "row")
     bias = torch.randn(4096, dtype=torch.bfloat16)
     out, plan = emulate(x, weight.t(), epilogue="silu", bias=bias)
-    assert plan["kernel"] == "sm90_bf16_rc_silu_streamk"
+    assert plan["kernel_id"] == "sm90_bf16_rc_silu_streamk"
     assert plan["tactic"]["decomposition"] == decomposition
     expected = torch.nn.functional.silu(x.float() @ weight.float().t() + bias.float())
     torch.testing.assert_close(out.float(), expected, atol=2e-2 * K ** 0.5, rtol=2e-2)
@@ -202,9 +255,9 @@ def test_swap_ab_kernels_are_decode_candidates_but_not_the_default(b_layout):
     layout = "rc" if b_layout == "col" else "rr"
     plan = plan_only(*operands(1, 4096, 4096, b_layout=b_layout, values=False))
     assert plan["tactic"]["config"] == "streamk_128x128_c1x1"
-    swap = [n for n in plan["candidates"] if n.startswith(f"sm90_bf16_{layout}_swap/")]
+    swap = [n for n in plan["candidates"] if n.startswith(KERNEL_NAME[f"sm90_bf16_{layout}_swap"] + "/")]
     # 32 tiles of 32x128 (in M x N terms) on 132 SMs, 64 K iterations: every decomposition applies.
-    assert sorted(swap) == sorted(f"sm90_bf16_{layout}_swap/{s}" for s in ["dp", "streamk", "splitk2", "splitk4",
+    assert sorted(swap) == sorted(tactic(f"sm90_bf16_{layout}_swap", s) for s in ["dp", "streamk", "splitk2", "splitk4",
                                                                            "splitk8"])
 
 
@@ -217,15 +270,15 @@ def test_simt_gemv_is_a_decode_candidate_but_not_the_default(M, epilogue):
     weight = strided(4096, 4096, torch.bfloat16, "row")
     plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue=epilogue,
                                                    candidate_kernels=True)
-    gemv = "sm90_bf16_rc_gemv" if epilogue == "plain" else f"sm90_bf16_rc_{epilogue}_gemv"
+    gemv = tactic("sm90_bf16_rc_gemv" if epilogue == "plain" else f"sm90_bf16_rc_{epilogue}_gemv")
     assert (gemv in plan["candidates"]) == (M <= 16)
     assert plan["tactic"]["config"] != "simt_gemv_m16"
     rr = plan_only(*operands(M, 4096, 4096, b_layout="row", values=False))
-    assert not [n for n in rr["candidates"] if "_gemv" in n]
+    assert not [n for n in rr["candidates"] if "_simt_gemv" in n]
     # Ampere has no SIMT GEMV kernel (sm_90a only, like the other SM90 configs).
     ampere = ops._library.gemm_plan_for_target(x, weight.t(), 8, 0, "8.0;9.0a", epilogue=epilogue,
                                                    candidate_kernels=True)
-    assert not [n for n in ampere["candidates"] if "_gemv" in n]
+    assert not [n for n in ampere["candidates"] if "_simt_gemv" in n]
 
 
 def test_linear_epilogues_have_no_swap_ab_candidates():
@@ -233,7 +286,7 @@ def test_linear_epilogues_have_no_swap_ab_candidates():
     weight = strided(4096, 4096, torch.bfloat16, "row")
     plan = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue="silu",
                                                    candidate_kernels=True)
-    assert plan["candidates"] and not [n for n in plan["candidates"] if "_swap" in n]
+    assert plan["candidates"] and not [n for n in plan["candidates"] if "_tnn_" in n]  # D^T: swap-AB
 
 
 def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
@@ -241,18 +294,19 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
     # offers only what the binary has and lists the rest; the heuristic's choice is the same.
     A, B = operands(1, 4096, 4096, values=False)
     full, lean = plan_only(A, B), plan_only(A, B, candidate_kernels=False)
-    assert any("_swap/" in n for n in full["candidates"]) and "sm90_bf16_rc_gemv" in full["candidates"]
-    assert lean["candidates"] == [n for n in full["candidates"] if "_swap/" not in n and "_gemv" not in n]
+    swap, gemv = KERNEL_NAME["sm90_bf16_rc_swap"], KERNEL_NAME["sm90_bf16_rc_gemv"]
+    assert any(n.startswith(swap + "/") for n in full["candidates"]) and gemv in full["candidates"]
+    assert lean["candidates"] == [n for n in full["candidates"] if n.split("/")[0] not in (swap, gemv)]
     assert lean["tactic"] == full["tactic"]
-    assert sorted(lean["candidates_not_built"]) == ["sm90_bf16_rc_gemv", "sm90_bf16_rc_swap"]
+    assert sorted(lean["candidates_not_built"]) == sorted([swap, gemv])
     assert full["candidates_not_built"] == []
     # Forcing one names the build switch; with the kernels built it runs.
     A, B = operands(1, 256, 512)
-    ops.gemm.set_tactic("sm90_bf16_rc_swap/dp")
-    with pytest.raises(RuntimeError, match=r"sm90_bf16_rc_swap is a candidate-only kernel.*OPS_CANDIDATE_KERNELS=1"):
+    ops.gemm.set_tactic(tactic("sm90_bf16_rc_swap", "dp"))
+    with pytest.raises(RuntimeError, match=f"{swap} is a candidate-only kernel.*OPS_CANDIDATE_KERNELS=1"):
         emulate(A, B, candidate_kernels=False)
     out, plan = emulate(A, B)
-    assert plan["tactic"]["name"] == "sm90_bf16_rc_swap/dp"
+    assert plan["tactic"]["name"] == tactic("sm90_bf16_rc_swap", "dp")
     reference_check(out, A, B)
 
 
@@ -270,7 +324,7 @@ def test_candidates_leave_out_what_cannot_pay_off():
     assert not [n for n in names(128 * 132, 256, 4096) if n.endswith("/streamk")]
     # K loop of 8 iterations (K = 512): CUTLASS gives no tile stream-K work.
     assert not [n for n in names(128, 1024, 512) if n.endswith("/streamk")]
-    assert "sm90_bf16_rc_streamk/streamk" in names(128, 1024, 576)
+    assert tactic("sm90_bf16_rc_streamk", "streamk") in names(128, 1024, 576)
     assert plan_only(*operands(128, 1024, 512, values=False))["tactic"]["decomposition"] != "stream_k"
 
 
@@ -279,7 +333,7 @@ def test_candidates_leave_out_what_cannot_pay_off():
 def test_every_forced_candidate_computes_the_product(M, N, K, b_layout):
     A, B = operands(M, N, K, b_layout=b_layout)
     names = plan_only(A, B)["candidates"]
-    assert any("_swap/" in n for n in names) == (M <= 64)  # swap-AB: small M only
+    assert any(n.split("/")[0] == KERNEL_NAME[f"sm90_bf16_r{b_layout[0]}_swap"] for n in names) == (M <= 64)
     for name in names:
         ops.gemm.set_tactic(name)
         out, plan = emulate(A, B)
@@ -289,19 +343,20 @@ def test_every_forced_candidate_computes_the_product(M, N, K, b_layout):
 
 def test_forcing_a_tactic_that_cannot_run_names_the_candidates():
     A, B = operands(64, 64, 64)
-    previous = ops.gemm.set_tactic("sm90_f16_rc_streamk/streamk")  # bf16 operands: not a candidate
+    forced = tactic("sm90_f16_rc_streamk", "streamk")  # bf16 operands: not a candidate
+    previous = ops.gemm.set_tactic(forced)
     assert previous is None
-    assert ops.gemm.get_tactic() == "sm90_f16_rc_streamk/streamk"
-    with pytest.raises(RuntimeError, match=r"forced tactic 'sm90_f16_rc_streamk/streamk' cannot run this "
-                       r"GEMM .*candidates are: .*sm90_bf16_rc"):
+    assert ops.gemm.get_tactic() == forced
+    with pytest.raises(RuntimeError, match=f"forced tactic '{forced}' cannot run this "
+                       f"GEMM .*candidates are: .*{KERNEL_NAME['sm90_bf16_rc']}"):
         emulate(A, B)
-    assert ops.gemm.set_tactic(None) == "sm90_f16_rc_streamk/streamk"
+    assert ops.gemm.set_tactic(None) == forced
     assert ops.gemm.get_tactic() is None
     emulate(A, B)  # the normal choice again
 
 
 def test_forced_tactic_does_not_affect_cpu_tensors():
-    ops.gemm.set_tactic("sm90_bf16_rc_streamk/streamk")
+    ops.gemm.set_tactic(tactic("sm90_bf16_rc_streamk", "streamk"))
     A, B = torch.randn(8, 16), torch.randn(16, 4)
     torch.testing.assert_close(ops.cutlass_gemm(A, B), A @ B)
 
@@ -423,7 +478,7 @@ def test_a_loaded_choice_runs_and_round_trips(tmp_path, clean_tuning_cache):
 def test_tuning_key_names_device_model_shape_and_leading_dimensions():
     A, B = operands(16, 256, 512)
     key = plan_only(A, B)["tuning_key"]
-    assert key == "emulated sm90x132 sm90_bf16_rc m=16 n=256 k=512 ld=512,512,256", key
+    assert key == "emulated sm90x132 sm90_bf16_tn m=16 n=256 k=512 ld=512,512,256", key
     assert plan_only(A, B, sm_count=114)["tuning_key"] != key
 
 
@@ -442,10 +497,10 @@ def test_a_stale_choice_is_dropped_with_a_warning(tmp_path, clean_tuning_cache, 
 def test_a_cached_candidate_this_build_lacks_is_dropped_saying_why(tmp_path, clean_tuning_cache, capfd):
     A, B = operands(16, 256, 512)
     key = plan_only(A, B)["tuning_key"]
-    ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [{"key": key, "best": "sm90_bf16_rc_gemv"}]))
+    ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [{"key": key, "best": tactic("sm90_bf16_rc_gemv")}]))
     out, plan = emulate(A, B, candidate_kernels=False)
     err = capfd.readouterr().err
-    assert "the tuning cache chose 'sm90_bf16_rc_gemv'" in err and "OPS_CANDIDATE_KERNELS=1" in err, err
+    assert f"the tuning cache chose '{tactic('sm90_bf16_rc_gemv')}'" in err and "OPS_CANDIDATE_KERNELS=1" in err, err
     assert plan["tactic_source"] == "heuristic"
     reference_check(out, A, B)
 
@@ -480,11 +535,11 @@ def test_tuning_cache_environment_variable(tmp_path):
     # A file that cannot be loaded warns; whatever is wrong with it, `import ops` goes on.
     A, B = operands(16, 256, 512, values=False)
     key = plan_only(A, B)["tuning_key"]
-    path = write_tuning_file(tmp_path / "t.json", [{"key": key, "best": "sm90_bf16_rc_streamk/splitk2"}])
+    path = write_tuning_file(tmp_path / "t.json", [{"key": key, "best": tactic("sm90_bf16_rc_streamk", "splitk2")}])
     code = "import ops; print([e['best'] for e in ops.gemm.tuning_cache()])"
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(path)),
                          capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['sm90_bf16_rc_streamk/splitk2']"
+    assert out.stdout.strip() == str([tactic("sm90_bf16_rc_streamk", "splitk2")])
     out = subprocess.run([sys.executable, "-W", "error", "-c", "import ops"],
                          env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(tmp_path / "missing.json")),
                          capture_output=True, text=True)

@@ -59,7 +59,7 @@ int run_case(int M, int N, int K, int pad_a, int pad_b, int pad_d, bool with_bia
   const LaunchStatus status = simt_gemv::run<kId>(args, nullptr);
   int wrong = 0;
   if (!status.ok) {
-    std::printf("%s rejected M=%d N=%d K=%d: %s\n", kernel_info(kId).name, M, N, K, status.message);
+    std::printf("%s rejected M=%d N=%d K=%d: %s\n", kernel_info(kId).id, M, N, K, status.message);
     wrong = 1;
   }
   for (int r = 0; status.ok && r < M; ++r) {
@@ -77,13 +77,13 @@ int run_case(int M, int N, int K, int pad_a, int pad_b, int pad_d, bool with_bia
       const bool ok = std::isnan(expected) ? std::isnan(got) : got == expected;
       if (!ok && wrong++ < 3) {
         std::printf("%s M=%d N=%d K=%d lda=%ld ldb=%ld ldd=%ld bias=%d: D[%d, %ld] = %g, expected %g\n",
-                    kernel_info(kId).name, M, N, K, static_cast<long>(lda), static_cast<long>(ldb),
+                    kernel_info(kId).id, M, N, K, static_cast<long>(lda), static_cast<long>(ldb),
                     static_cast<long>(ldd), with_bias, r, static_cast<long>(c), got, expected);
       }
     }
   }
   for (size_t i = static_cast<size_t>(M * ldd); i < D.size(); ++i) {
-    if (!std::isnan(static_cast<float>(D[i])) && wrong++ < 3) std::printf("%s wrote past D\n", kernel_info(kId).name);
+    if (!std::isnan(static_cast<float>(D[i])) && wrong++ < 3) std::printf("%s wrote past D\n", kernel_info(kId).id);
   }
   std::free(a);
   std::free(b);
