@@ -8,7 +8,7 @@
 # nvidia-cutlass and no registry. Carry the wheel (about 6 MB) in .whl/ (git-ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl nvidia-cutlass==4.2.0.0
 # and call, from the repository root:   bash benchmarks/device_check.sh OUTDIR   (carry: [".whl"])
-# To skip the build on the device (~2 minutes), prebuild the library here for its torch
+# To skip the build on the device (minutes: an SM90 16-bit kernel TU takes ~3 on one core here), prebuild the library here for its torch
 # and sm_90a (benchmarks/prebuilt.py says how) into .prebuilt/ (git-ignored) and carry it too
 # (carry: [".whl", ".prebuilt"]). It is used only if built from these very sources against the same
 # torch build; PREBUILT=0 builds anyway.
@@ -143,7 +143,7 @@ stage "build (MAX_JOBS=$(nproc --all), TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LI
 export MAX_JOBS="$(nproc --all)"
 start=$(date +%s)
 # A library prebuilt on a CPU machine for this torch and sm_90a (benchmarks/prebuilt.py; carry
-# .prebuilt) saves the build's ~2 minutes, if it was built from these very sources; else, build.
+# .prebuilt) saves the build's minutes, if it was built from these very sources; else, build.
 # BUILD=0: use the library already built in place (a rerun on the same machine; the tests' dry runs).
 if [ "${BUILD:-1}" = 0 ]; then
   "$PY" -c "import ops; print('BUILD=0: the library built in place,', ops.library_path())" || { echo "BUILD=0 but ops does not load"; exit 1; }
