@@ -159,6 +159,7 @@ else
   grep -i "warning" "$MORE/build.log" | grep -v "Wno\|deprecated" | sort | uniq -c | sort -rn | head -10 || true
 fi
 echo "build took $(( $(date +%s) - start )) s"
+"$PY" -c "import ops; print('candidate-only kernels built:', ops.build_info.CANDIDATE_KERNELS)" || true
 pack
 
 want() { [[ " ${STAGES} " == *" $1 "* ]]; }

@@ -102,8 +102,13 @@ def make(directory):
     }
     with open(os.path.join(directory, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
+    candidates = bool(info.get("CANDIDATE_KERNELS"))
     print(f"prebuilt make: {directory}: torch {manifest['torch_version']} ({manifest['torch_git_version'][:12]}), "
-          f"arch {manifest['cuda_arch_list']}, sources {manifest['source_sha256'][:16]}")
+          f"arch {manifest['cuda_arch_list']}, sources {manifest['source_sha256'][:16]}, candidate kernels "
+          f"{'built' if candidates else 'not built'}")
+    if not candidates:
+        print("prebuilt make: warning: the GPU check (device_check.sh) asks for the candidate-only kernels and "
+              "will not use this library: build it with OPS_CANDIDATE_KERNELS=1 for that")
 
 
 def arch_covers(arch_list, capability):
@@ -166,7 +171,8 @@ def use(directory):
     wanted = os.environ.get("OPS_CANDIDATE_KERNELS", "0").lower() in ("1", "true", "yes", "on")
     if reason is None and bool(info.get("CANDIDATE_KERNELS")) != wanted:
         reason = (f"it was built with{'' if info.get('CANDIDATE_KERNELS') else 'out'} the candidate-only kernels, "
-                  f"and OPS_CANDIDATE_KERNELS={os.environ.get('OPS_CANDIDATE_KERNELS', '0')} here")
+                  f"and OPS_CANDIDATE_KERNELS={os.environ.get('OPS_CANDIDATE_KERNELS', '0')} here (make it "
+                  f"from a build with OPS_CANDIDATE_KERNELS={int(wanted)})")
     if reason:
         print(f"prebuilt use: not used: {reason}")
         return 1

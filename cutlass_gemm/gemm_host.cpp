@@ -1,5 +1,6 @@
 #include "gemm_host.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <limits>
@@ -52,31 +53,38 @@ JsonObject operand_json(const OperandPlan& p) {
   return o;
 }
 
-// The candidate-only kernels (kernel_list.h) of plan's family that the target's binary lacks.
-std::vector<KernelId> unbuilt_candidates(const GemmPlan& plan, const DeviceTarget& target) {
-  std::vector<KernelId> out;
-  if (target.candidates_built || plan.family.empty()) return out;
+// The tactics the candidate-only kernels (kernel_list.h) would add to plan's candidates in a build with
+// them (OPS_CANDIDATE_KERNELS=1), when the target's binary lacks them.
+std::vector<Tactic> unbuilt_candidate_tactics(const GemmPlan& plan, const DeviceTarget& target) {
+  if (target.candidates_built || plan.family.empty()) return {};
   const KernelInfo& family = kernel_info(plan.family.front());
+  GemmPlan unbuilt = plan;
+  unbuilt.family.clear();
   for (int i = 0; i < kNumKernels; ++i) {
     const KernelInfo& info = kKernels[i];
     if (candidate_only(info.config) && info.sm == family.sm && info.dtype == family.dtype &&
         info.math == family.math && info.epilogue == family.epilogue && info.a == family.a &&
         info.b == family.b) {
-      out.push_back(static_cast<KernelId>(i));
+      unbuilt.family.push_back(static_cast<KernelId>(i));
     }
   }
-  return out;
+  return tactic_candidates(unbuilt, target.sm_count);
 }
 
-// For an error about tactic `name`: why it is missing when it names a candidate-only kernel that the
-// target's binary lacks, else "".
-std::string not_built_note(const std::string& name, const DeviceTarget& target) {
-  if (target.candidates_built) return "";
+// For an error about tactic `name` that is not a candidate of plan: why, when a build with the
+// candidate-only kernels would have it, or when it names a kernel by its kernel_list.h id; else "".
+std::string why_not_a_candidate(const std::string& name, const GemmPlan& plan, const DeviceTarget& target) {
+  for (const Tactic& t : unbuilt_candidate_tactics(plan, target)) {
+    if (tactic_name(t) == name) {
+      return " (" + kernel_name(t.kernel) + " is a candidate-only kernel, which this build leaves out: "
+             "rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
+    }
+  }
   const std::string kernel = name.substr(0, name.find('/'));
   for (int i = 0; i < kNumKernels; ++i) {
-    if (kernel == kernel_name(static_cast<KernelId>(i)) && candidate_only(kKernels[i].config)) {
-      return " (" + kernel + " is a candidate-only kernel, which this build leaves out: rebuild with "
-             "OPS_CANDIDATE_KERNELS=1 to run it)";
+    if (kernel == kKernels[i].id) {
+      return " ('" + kernel + "' is the kernel's id in cutlass_gemm/kernel_list.h; tactic names use its name, " +
+             kernel_name(static_cast<KernelId>(i)) + ")";
     }
   }
   return "";
@@ -91,10 +99,12 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
     JsonObject tactic;
     tactic.add("name", "aten");
     o.add("kernel", "aten")
+        .add("kernel_id", "aten")
         .add("tactic", tactic)
         .add("tactic_source", "fallback")
         .add("fallback", plan.aten_fallback)
         .raw("candidates", "[]")
+        .raw("candidates_not_built", "[]")
         .add("m", plan.m)
         .add("n", plan.n)
         .add("k", plan.k);
@@ -111,8 +121,8 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
   }
   candidates += "]";
   std::string not_built = "[";
-  for (KernelId id : unbuilt_candidates(plan, target)) {
-    not_built += (not_built.size() > 1 ? "," : "") + JsonObject::quote(kernel_name(id));
+  for (const Tactic& t : unbuilt_candidate_tactics(plan, target)) {
+    not_built += (not_built.size() > 1 ? "," : "") + JsonObject::quote(tactic_name(t));
   }
   not_built += "]";
   JsonObject tactic;
@@ -235,7 +245,7 @@ void select_tactic(GemmPlan& plan, const DeviceTarget& target, at::ScalarType dt
     std::string names;
     const bool found = candidate_named(plan, target.sm_count, forced, &plan.tactic, &names);
     TORCH_CHECK(found, "cutlass_gemm: the forced tactic '", forced, "' cannot run this GEMM (M=", plan.m,
-                ", N=", plan.n, ", K=", plan.k, ", ", torch_dtype_name(dtype), ")", not_built_note(forced, target),
+                ", N=", plan.n, ", K=", plan.k, ", ", torch_dtype_name(dtype), ")", why_not_a_candidate(forced, plan, target),
                 "; its candidates are: ", names, ". Clear it with ops.gemm.set_tactic(None).");
     plan.tactic_source = TacticSource::Forced;
     return;
@@ -398,7 +408,11 @@ bool find_tuned(const std::string& key, const GemmPlan& plan, const DeviceTarget
     const auto it = controls().cache.find(key);
     if (it == controls().cache.end()) return false;
     TuningRecord& record = it->second;
-    if (!record.resolved) record.resolved = candidate_named(plan, target.sm_count, record.best, &record.tactic);
+    // Resolved once; again if the family differs (an emulated target with or without the candidates).
+    if (!record.resolved ||
+        std::find(plan.family.begin(), plan.family.end(), record.tactic.kernel) == plan.family.end()) {
+      record.resolved = candidate_named(plan, target.sm_count, record.best, &record.tactic);
+    }
     if (record.resolved) {
       *tactic = record.tactic;
       return true;
@@ -407,7 +421,7 @@ bool find_tuned(const std::string& key, const GemmPlan& plan, const DeviceTarget
     controls().cache.erase(it);
     tuning_cache_used.store(!controls().cache.empty());
   }
-  const std::string note = not_built_note(dropped, target);
+  const std::string note = why_not_a_candidate(dropped, plan, target);
   TORCH_WARN("cutlass_gemm: the tuning cache chose '", dropped, "' for '", key,
              "', which is not a candidate of this GEMM in this build of ops",
              note.empty() ? std::string(" (a cache saved by another version?)") : note,

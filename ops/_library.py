@@ -78,7 +78,7 @@ def compiled_build_info():
 def kernels():
     """The GEMM kernels the planner knows (cutlass_gemm/kernel_list.h: the CUTLASS instantiations and the
     SIMT GEMV kernels), as a list of dicts. ``candidate_only`` ones are compiled only with
-    OPS_CANDIDATE_KERNELS=1 (``build_info()["candidate_kernels"]``)."""
+    OPS_CANDIDATE_KERNELS=1 (``ops.build_info.CANDIDATE_KERNELS``)."""
     return json.loads(torch.ops.ops._cutlass_gemm_kernels())
 
 

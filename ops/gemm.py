@@ -224,7 +224,8 @@ def clear_tuning_cache() -> None:
 
 
 _TUNING_FORMAT = "ops.gemm tuning cache"
-_TUNING_VERSION = 1
+# Version 2: kernel names spelled from their configuration (version 1 named them by kernel_list.h id).
+_TUNING_VERSION = 2
 
 
 def save_tuning_cache(path) -> int:
@@ -280,8 +281,10 @@ def load_tuning_cache(path) -> int:
                          f"ops.gemm.save_tuning_cache (no \"format\": \"{_TUNING_FORMAT}\")")
     version = payload.get("version")
     if type(version) is not int or version != _TUNING_VERSION:
+        old = ("; version 1 files name kernels by their former names: autotune again to write one"
+               if version == 1 else "")
         raise ValueError(f"ops.gemm.load_tuning_cache: {path} has version {version!r}; this library reads "
-                         f"version {_TUNING_VERSION}")
+                         f"version {_TUNING_VERSION}{old}")
     entries = payload.get("entries")
     if not isinstance(entries, list):
         raise bad(f"expected a list of entries, got {type(entries).__name__}")

@@ -298,8 +298,11 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
     assert any(n.startswith(swap + "/") for n in full["candidates"]) and gemv in full["candidates"]
     assert lean["candidates"] == [n for n in full["candidates"] if n.split("/")[0] not in (swap, gemv)]
     assert lean["tactic"] == full["tactic"]
-    assert sorted(lean["candidates_not_built"]) == sorted([swap, gemv])
+    assert sorted(lean["candidates"] + lean["candidates_not_built"]) == sorted(full["candidates"])
+    assert {n.split("/")[0] for n in lean["candidates_not_built"]} == {swap, gemv}
     assert full["candidates_not_built"] == []
+    # Only what a build with them would offer this GEMM: no SIMT GEMV above M = 16, no swap-AB above 64.
+    assert plan_only(*operands(300, 4096, 4096, values=False), candidate_kernels=False)["candidates_not_built"] == []
     # Forcing one names the build switch; with the kernels built it runs.
     A, B = operands(1, 256, 512)
     ops.gemm.set_tactic(tactic("sm90_bf16_rc_swap", "dp"))
@@ -308,6 +311,19 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
     out, plan = emulate(A, B)
     assert plan["tactic"]["name"] == tactic("sm90_bf16_rc_swap", "dp")
     reference_check(out, A, B)
+    # A GEMV at M = 64 is no candidate in any build: no word of the switch.
+    ops.gemm.set_tactic(tactic("sm90_bf16_rc_gemv"))
+    with pytest.raises(RuntimeError, match="cannot run this GEMM") as error:
+        emulate(*operands(64, 256, 512), candidate_kernels=False)
+    assert "OPS_CANDIDATE_KERNELS" not in str(error.value)
+
+
+def test_a_tactic_named_by_kernel_id_says_the_name():
+    A, B = operands(16, 256, 512)
+    ops.gemm.set_tactic("sm90_bf16_rc_streamk/dp")
+    with pytest.raises(RuntimeError, match=f"'sm90_bf16_rc_streamk' is the kernel's id in cutlass_gemm/kernel_list.h; "
+                                           f"tactic names use its name, {KERNEL_NAME['sm90_bf16_rc_streamk']}"):
+        emulate(A, B)
 
 
 def test_candidate_only_means_the_configs_the_heuristic_never_picks():
@@ -441,7 +457,7 @@ def clean_tuning_cache():
 def write_tuning_file(path, entries, **fields):
     import json
 
-    payload = {"format": "ops.gemm tuning cache", "version": 1, "entries": entries, **fields}
+    payload = {"format": "ops.gemm tuning cache", "version": 2, "entries": entries, **fields}
     path.write_text(json.dumps(payload))
     return path
 
@@ -508,16 +524,17 @@ def test_a_cached_candidate_this_build_lacks_is_dropped_saying_why(tmp_path, cle
 @pytest.mark.parametrize("content,match", [
     ("{not json", "is not JSON"),
     ('{"entries": []}', "is not a tuning cache"),
-    ('{"format": "ops.gemm tuning cache", "version": 2, "entries": []}', "has version 2; this library reads version 1"),
-    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": {}}', "expected a list of entries"),
-    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t"}, {"key": "k"}]}',
+    ('{"format": "ops.gemm tuning cache", "version": 3, "entries": []}', "has version 3; this library reads version 2"),
+    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": []}', "has version 1; .*former names: autotune again"),
+    ('{"format": "ops.gemm tuning cache", "version": 2, "entries": {}}', "expected a list of entries"),
+    ('{"format": "ops.gemm tuning cache", "version": 2, "entries": [{"key": "k", "best": "t"}, {"key": "k"}]}',
      "entry 1 is malformed"),
-    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t", "timings_ms": [1]}]}',
+    ('{"format": "ops.gemm tuning cache", "version": 2, "entries": [{"key": "k", "best": "t", "timings_ms": [1]}]}',
      "entry 0 is malformed"),
     ('{"format": "ops.gemm tuning cache", "version": true, "entries": []}', "has version True"),
     ('[' * 100000 + ']' * 100000, "is not JSON"),
 ] + [  # the first entry is valid, the second not: nothing may be loaded
-    ('{"format": "ops.gemm tuning cache", "version": 1, "entries": [{"key": "k", "best": "t"}, '
+    ('{"format": "ops.gemm tuning cache", "version": 2, "entries": [{"key": "k", "best": "t"}, '
      f'{{"key": {key}, "best": "t", "timings_ms": {{"t": {ms}}}}}]}}', "entry 1 is malformed")
     for key, ms in [('"k2"', "1" + "0" * 400), ('"k2"', "NaN"), ('"k2"', "-1"), ('"k2"', "true"), ('"\\ud800"', "1")]
 ])

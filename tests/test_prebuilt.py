@@ -102,7 +102,10 @@ def _tree_with_library(tmp_path):
 
 
 def _prebuilt(tree, *args, **environ):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPS_CANDIDATE_KERNELS")}
+    """benchmarks.prebuilt in `tree`, asking for the candidate kernels as this build has them (unless
+    `environ` says otherwise)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["OPS_CANDIDATE_KERNELS"] = "1" if ops.build_info.CANDIDATE_KERNELS else "0"
     env.update(environ)
     return subprocess.run([sys.executable, "-m", "benchmarks.prebuilt", *args], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=300)

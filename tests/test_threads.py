@@ -118,7 +118,7 @@ def test_a_loaded_tuning_cache_appears_all_at_once(tmp_path):
     # a file.
     entries = [{"key": f"test key {i}", "best": "sm90_bf16_128x128x64_2x1x1_tnt_align8_warpspecialized_cooperative", "timings_ms": {}} for i in range(300)]
     path = tmp_path / "tuning.json"
-    path.write_text(json.dumps({"format": "ops.gemm tuning cache", "version": 1, "entries": entries}))
+    path.write_text(json.dumps({"format": "ops.gemm tuning cache", "version": 2, "entries": entries}))
     seen, stop = set(), threading.Event()
 
     def reader():

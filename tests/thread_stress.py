@@ -223,7 +223,7 @@ def main():
                     ops.gemm.set_autotune(rnd.random() < 0.5)
                 elif r < 0.5:
                     key, cands = rnd.choice(keys)
-                    payload = {"format": "ops.gemm tuning cache", "version": 1,
+                    payload = {"format": "ops.gemm tuning cache", "version": 2,
                                "entries": [{"key": key, "best": rnd.choice(cands), "timings_ms": {}},
                                            {"key": f"bogus {rnd.random()}", "best": "x", "timings_ms": {}}]}
                     with open(path, "w") as f:
