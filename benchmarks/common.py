@@ -17,6 +17,13 @@ import ops
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
+def warn_without_candidate_kernels(kernels):
+    """For a --candidates sweep: say so when this build lacks the candidate-only `kernels`."""
+    if not ops.build_info.CANDIDATE_KERNELS:
+        print(f"--candidates: this build has no candidate-only kernels ({kernels}); their tactics are not "
+              "timed (rebuild with OPS_CANDIDATE_KERNELS=1).", flush=True)
+
+
 def machine_facts(device):
     """GPU / CPU, driver, torch, CUDA: recorded with every result."""
     facts = {

@@ -39,7 +39,7 @@ import torch
 import ops
 from benchmarks.common import (RESULTS, CudaTimer, PartialLog, cpu_time, fastest, machine_facts, mark_stopped,
                                markdown_table, max_rel_error, measure_all, output_check, sweep_tactics, write_json,
-                               wrong_results)
+                               warn_without_candidate_kernels, wrong_results)
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -97,10 +97,8 @@ def run(args, log=None):
               "ops.cutlass_gemm runs ATen's BLAS, so this run compares two CPU BLAS calls "
               f"({'quick' if quick else 'full'} suite).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
-    if args.candidates and device == "cuda" and not ops.build_info.CANDIDATE_KERNELS:
-        print("--candidates: this build has no candidate-only kernels (swap-AB, SIMT GEMV); their "
-              "tactics are not timed (rebuild with OPS_CANDIDATE_KERNELS=1). Each case's not_built "
-              "lists them.", flush=True)
+    if args.candidates and device == "cuda":
+        warn_without_candidate_kernels("swap-AB, SIMT GEMV; each case's not_built lists their tactics")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not dtypes:
         sys.exit(f"--dtypes is empty; choose from {', '.join(DTYPES)}")

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import ops
 from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, fastest, machine_facts,
                                mark_stopped, markdown_table, max_rel_error, measure_all, output_check, sweep_tactics,
-                               write_report, wrong_results)
+                               warn_without_candidate_kernels, write_report, wrong_results)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -144,9 +144,8 @@ def main(argv=None):
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite, "
               f"{torch.get_num_threads()} threads).", flush=True)
     timer = CudaTimer() if device == "cuda" else None
-    if args.candidates and timer and not ops.build_info.CANDIDATE_KERNELS:
-        print("--candidates: this build has no candidate-only kernels (SIMT GEMV); their tactics are not "
-              "timed (rebuild with OPS_CANDIDATE_KERNELS=1).", flush=True)
+    if args.candidates and timer:
+        warn_without_candidate_kernels("SIMT GEMV")
     results, sweeps, rms_sweeps = [], [], []
     only = set(args.ops.split(",")) if args.ops else None
     todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile, hidden=args.hidden,

@@ -91,10 +91,6 @@ std::string kernels_json() {
   for (int i = 0; i < cg::kNumKernels; ++i) {
     const cg::KernelInfo& info = cg::kKernels[i];
     const cg::ConfigShape shape = cg::config_shape(info);
-    const char* schedule = shape.schedule == cg::Schedule::Multistage    ? "multistage"
-                           : shape.schedule == cg::Schedule::Cooperative ? "cooperative"
-                           : shape.schedule == cg::Schedule::Pingpong    ? "pingpong"
-                                                                         : "simt";
     JsonObject tile, cluster;
     tile.add("m", shape.tile_m).add("n", shape.tile_n).add("k", shape.tile_k);
     cluster.add("m", shape.cluster_m).add("n", shape.cluster_n);
@@ -113,7 +109,7 @@ std::string kernels_json() {
         .add("tile", tile)
         .add("cluster", cluster)
         .add("stages", shape.stages)
-        .add("schedule", schedule)
+        .add("schedule", cg::schedule_name(shape.schedule))
         .add("stream_k", shape.stream_k)
         .add("swap_ab", shape.swap_ab)
         .add("candidate_only", cg::candidate_only(info.config));

@@ -99,6 +99,16 @@ const char* math_name(Math math) {
 
 const char* layout_name(Layout layout) { return layout == Layout::Row ? "row" : "col"; }
 
+const char* schedule_name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::Multistage: return "multistage";
+    case Schedule::Cooperative: return "cooperative";
+    case Schedule::Pingpong: return "pingpong";
+    case Schedule::Simt: return "simt";
+  }
+  return "?";
+}
+
 const char* epilogue_name(Epilogue epilogue) {
   switch (epilogue) {
     case Epilogue::Plain: return "plain";

@@ -142,5 +142,6 @@ const char* dtype_name(DType dtype);
 const char* math_name(Math math);
 const char* layout_name(Layout layout);
 const char* epilogue_name(Epilogue epilogue);
+const char* schedule_name(Schedule schedule);
 
 }  // namespace ops::cutlass_gemm

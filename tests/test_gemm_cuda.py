@@ -18,10 +18,8 @@ import pytest
 import torch
 
 import ops
+from test_gemm_plan import KERNEL_NAME
 from test_linear import reference as linear_reference
-
-# kernel_list.h ids to the kernels' public names (tactic names).
-KERNEL_NAME = {k["id"]: k["name"] for k in ops.kernels()}
 
 pytestmark = pytest.mark.cuda
 
