@@ -127,7 +127,7 @@ __device__ __forceinline__ void rms_norm_row(T* xr, T* rr, const T* weight, T* o
 
 // One block per row (rows of more than 32 packs or elements).
 template <typename T, bool kVec, bool kAdd>
-__global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+__global__ void __launch_bounds__(1024) rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                                 T* __restrict__ y, int64_t hidden, double eps) {
   const int64_t row = blockIdx.x;
   rms_norm_row<T, kVec, kAdd, BlockSum>(x + row * hidden, kAdd ? residual + row * hidden : nullptr, weight,
@@ -135,11 +135,17 @@ __global__ void rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, con
                                         blockDim.x, true);
 }
 
+// Threads per block of rms_norm_regs_kernel<kPacks>: with 8 packs a thread holds 64 bytes of row and
+// needs 80-110 registers (ptxas, sm_90a, CUDA 13.0), more than the 64 that 1024 threads leave (65536
+// per SM): 1024 threads would fail to launch ("too many resources requested").
+template <int kPacks>
+constexpr int kRegsMaxThreads = kPacks >= 8 ? 512 : 1024;
+
 // One block per row of 16-byte packs, each thread holding up to kPacks packs (indices tid + j * blockDim)
 // in registers between the two passes: its kPacks loads go out back to back, and the second pass
 // reads only the weight. Requires hidden / Pack::kSize <= kPacks * blockDim.x and 16-byte aligned rows.
 template <typename T, bool kAdd, int kPacks>
-__global__ void rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+__global__ void __launch_bounds__(kRegsMaxThreads<kPacks>) rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                                      T* __restrict__ y, int64_t hidden, double eps) {
   using A = typename Acc<T>::type;
   using P = Pack<T>;
@@ -280,7 +286,8 @@ void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int
   if (work <= 32) return launch_rms_lanes<T, kVec, kAdd, 32>(x, residual, weight, y, rows, hidden, eps, stream);
   if constexpr (kVec) {
     const int packs = rms_packs_per_thread.load(std::memory_order_relaxed);
-    if (packs > 0 && work <= 1024LL * packs) {
+    const int max_threads = packs >= 8 ? kRegsMaxThreads<8> : kRegsMaxThreads<1>;
+    if (packs > 0 && work <= static_cast<int64_t>(max_threads) * packs) {
       const int threads = static_cast<int>(((work + packs - 1) / packs + 31) / 32 * 32);
       const unsigned grid = static_cast<unsigned>(rows);
       switch (packs) {

@@ -21,8 +21,9 @@ cudaError_t silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int6
 // private op ops::_rms_norm_set_packs_per_thread sets it for benchmarks.ops --candidates and the tests):
 // 0 (default) rms_norm_kernel, one pack per thread per pass, the row re-read from L1/L2 for the second
 // pass; 1, 2, 4 or 8: rms_norm_regs_kernel with up to that many packs per thread, held in registers
-// between the passes (rows of more than 1024 * packs packs, or rows not in 16-byte packs, keep the
-// default kernel). Returns the previous setting; other values are refused (returns -1, nothing changes).
+// between the passes (rows of more than 1024 * packs packs, 512 * 8 with 8, or rows not in 16-byte
+// packs, keep the default kernel). Returns the previous setting; other values are refused (returns -1,
+// nothing changes).
 int set_rms_norm_packs_per_thread(int packs);
 
 }  // namespace ops::fused

@@ -128,6 +128,8 @@ struct OnlyOnSm90a : Kernel {
   CUTLASS_DEVICE void operator()(Args&&... args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     Kernel::operator()(std::forward<Args>(args)...);
+#elif defined(__CUDA_ARCH__)
+    __trap();  // dispatched where it has no body: an error, never an unwritten output
 #endif
   }
 };
@@ -144,7 +146,11 @@ struct OnlyOnSm80Family : Kernel {
 #elif __CUDA_ARCH__ == 900
     if constexpr (kAlsoSm90) {
       Kernel::invoke(std::forward<Args>(args)...);
+    } else {
+      __trap();
     }
+#else
+    __trap();
 #endif
 #endif
   }
@@ -217,7 +223,8 @@ LaunchStatus run_adapter(const typename Gemm::Arguments& arguments, void* worksp
     status = Gemm::run(params, stream);
     if (status != cutlass::Status::kSuccess && ensure_max_dynamic_smem<Kernel>(/*force=*/true)) {
       // A launch refused for its shared memory (the cached attribute lost with a context reset) is
-      // not enqueued: clear the error and launch once more with the attribute set again.
+      // not enqueued: clear the error and launch once more with the attribute set again. (run() takes
+      // any pending error for its launch's: run_tactic clears none and refuses to launch over one.)
       (void)cudaGetLastError();
       status = Gemm::run(params, stream);
     }

@@ -99,9 +99,13 @@ def rms_packs_per_thread(request):
 @pytest.mark.cuda
 @pytest.mark.parametrize("rms_packs_per_thread", [0, 1, 2, 4, 8], indirect=True)
 @pytest.mark.parametrize("dtype", DTYPES)
-# Rows of 33..4100 packs: one and several packs per thread, a partial last pack round, and (16384 bf16 =
-# 2048 packs with 1 per thread) a row too long for the register kernel, which keeps the default one.
-@pytest.mark.parametrize("shape", [(33, 4096), (5, 5120), (3, 264), (2, 16384), (4, 8200)], ids=str)
+# Rows of 33..32768 packs: one and several packs per thread, a partial last pack round, the most
+# threads each variant launches (32768 bf16 = 4096 packs: 512 threads with 8 packs, 1024 with 4), and
+# rows too long for the register kernel (16384 bf16 = 2048 packs with 1 per thread; 16384 fp64 with 8),
+# which keep the default one.
+@pytest.mark.parametrize(
+    "shape", [(33, 4096), (5, 5120), (3, 264), (2, 16384), (4, 8200), (2, 32768), (2, 65536)], ids=str
+)
 def test_rms_norm_kernels_for_long_rows(rms_packs_per_thread, dtype, shape):
     x = randn(*shape, dtype=dtype, device="cuda")
     r = randn(*shape, dtype=dtype, device="cuda", seed=2)
