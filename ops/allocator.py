@@ -36,7 +36,7 @@ FREE_FN = "ops_free"
 class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in (
         "bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "allocations", "frees", "failed_allocations",
-        "peak_bytes_reserved")]  # the order and types of OpsAllocatorStats (csrc/allocator/allocator.h)
+        "peak_bytes_reserved", "deferred_frees")]  # the order and types of OpsAllocatorStats (csrc/allocator/allocator.h)
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,7 +116,10 @@ def pool() -> "torch.cuda.MemPool":
 def stats(device=None) -> Dict[str, int]:
     """Per-device statistics: bytes_in_use, peak_bytes_in_use, bytes_reserved (held by the pool),
     peak_bytes_reserved (the pool's high-water mark, what torch.cuda.max_memory_reserved is for the
-    caching allocator), allocations, frees, failed_allocations. Bytes are bytes; counts are calls."""
+    caching allocator), allocations, frees, failed_allocations, deferred_frees (frees asked for during a
+    CUDA graph capture of memory the graph does not own, run once it ends). Bytes are bytes; counts are
+    calls. Graph allocations are the graph's memory (cudaMallocFromPoolAsync during capture): counted in
+    bytes_in_use, not in bytes_reserved."""
     lib = _require_gpu()
     out = _Stats()
     _check(lib.ops_allocator_stats(_device_index(device), ctypes.byref(out)), "stats")

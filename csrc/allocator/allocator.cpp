@@ -244,9 +244,13 @@ void* ops_alloc(size_t size, int device, cudaStream_t stream) {
   cudaError_t error = cudaSuccess;
   void* ptr = allocate(size, device, stream, /*graph_memory=*/true, &error);
   if (ptr == nullptr && size > 0) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "ops allocator: could not allocate ", size,
-                     " bytes on CUDA device ", device, ": ", cudaGetErrorString(error),
+    // Out of memory only for that error: a caller that catches it to retry smaller must not loop on
+    // a failed context (a sticky error) or a bad device.
+    TORCH_CHECK_WITH(OutOfMemoryError, error != cudaErrorMemoryAllocation, "ops allocator: could not allocate ",
+                     size, " bytes on CUDA device ", device, ": ", cudaGetErrorString(error),
                      ". The pool stays usable; free tensors or call ops.allocator.trim().");
+    TORCH_CHECK(false, "ops allocator: allocating ", size, " bytes on CUDA device ", device, " failed: ",
+                cudaGetErrorString(error));
   }
   return ptr;
 }
@@ -301,6 +305,7 @@ int ops_allocator_stats(int device, OpsAllocatorStats* out) {
   out->bytes_reserved = 0;
   out->peak_bytes_reserved = 0;
   std::lock_guard<std::mutex> lock(state.mu);
+  out->deferred_frees = static_cast<int64_t>(state.deferred.size());
   if (state.pool != nullptr) {
     uint64_t reserved = 0, high = 0;
     cudaError_t err = cudaMemPoolGetAttribute(state.pool, cudaMemPoolAttrReservedMemCurrent, &reserved);

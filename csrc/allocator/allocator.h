@@ -14,9 +14,9 @@ extern "C" {
 // alloc(size, device, stream) -> ptr and free(ptr, size, device, stream); `stream` in free is the one
 // that was current at allocation.
 //
-// ops_alloc: for the global install (change_current_allocator). On failure it throws
-//   c10::OutOfMemoryError, which reaches Python as torch.cuda.OutOfMemoryError (PyTorch would otherwise
-//   wrap a null pointer into a tensor).
+// ops_alloc: for the global install (change_current_allocator). When the device is out of memory it
+//   throws c10::OutOfMemoryError, which reaches Python as torch.cuda.OutOfMemoryError (PyTorch would
+//   otherwise wrap a null pointer into a tensor); on any other CUDA error, c10::Error (RuntimeError).
 // ops_pool_alloc: for torch.cuda.MemPool. On failure it returns nullptr, the caching allocator's
 //   protocol: it then frees its cached blocks, retries, and raises torch.cuda.OutOfMemoryError itself.
 void* ops_alloc(size_t size, int device, cudaStream_t stream);
@@ -37,6 +37,7 @@ struct OpsAllocatorStats {
   int64_t failed_allocations;
   int64_t peak_bytes_reserved;  // the pool's high-water mark (cudaMemPoolAttrReservedMemHigh), since
                                 // start or the last reset_peak
+  int64_t deferred_frees;       // frees asked for during a capture, waiting for it to end
 };
 
 // Each returns 0 on success, or a CUDA error code (message: ops_allocator_error_string).
