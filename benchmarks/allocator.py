@@ -7,10 +7,11 @@ allocator is chosen before CUDA starts).
 Per configuration: host time of one allocation + free for a mix of sizes (512 B .. 64 MiB, median and
 p99, microseconds), and the step time (median, ms) and peak memory (MiB) of a small transformer
 training step (4-layer encoder, d_model 512, batch 16 x 256 tokens, AdamW). Peak memory is the peak
-reserved from the driver, from each configuration's own statistics: torch.cuda.max_memory_reserved;
-for ops global the pool's high-water mark (stats()["peak_bytes_reserved"]); for ops MemPool the
-segments the caching allocator took from the pool (stats()["peak_bytes_in_use"]). (Reports older than
-2026-11-30 gave ops global's peak bytes in use, which is not comparable.)
+reserved from the driver: torch.cuda.max_memory_reserved where PyTorch's caching allocator is in charge
+(ops MemPool included: it holds the pool's segments, and the backward pass's, since a MemPool routes
+the allocations of the thread that entered it and autograd's backward thread is another); for ops
+global the pool's high-water mark (stats()["peak_bytes_reserved"]). (Reports older than 2026-11-30
+gave ops global's peak bytes in use; those of 2026-11-30 gave ops MemPool's pool segments only.)
 Needs an NVIDIA GPU; without one it says so and exits.
 """
 
@@ -55,21 +56,19 @@ layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True, device=
 model = torch.nn.TransformerEncoder(layer, 4)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 x = torch.randn(16, 256, 512, device="cuda")
-if "{name}".startswith("torch"):
-    torch.cuda.reset_peak_memory_stats()
-else:
+if "{name}" == "ops global":
     ops.allocator.reset_peak()
+else:
+    torch.cuda.reset_peak_memory_stats()
 steps = []
 for i in range(13):
     torch.cuda.synchronize(); t0 = time.perf_counter()
     loss = model(x).square().mean(); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize(); steps.append((time.perf_counter() - t0) * 1e3)
-if "{name}".startswith("torch"):
-    peak = torch.cuda.max_memory_reserved()
+if "{name}" == "ops global":  # PyTorch keeps no statistics for a globally installed pluggable allocator
+    peak = ops.allocator.stats()["peak_bytes_reserved"]
 else:
-    # Reserved, as torch.cuda.max_memory_reserved: the global install's pool; a MemPool's segments are
-    # what the caching allocator reserved from it (our bytes in use).
-    peak = ops.allocator.stats()["peak_bytes_reserved" if "{name}" == "ops global" else "peak_bytes_in_use"]
+    peak = torch.cuda.max_memory_reserved()
 print("RESULT " + json.dumps({{"alloc_free_us_median": statistics.median(lat), "alloc_free_us_p99": lat[int(0.99 * len(lat))],
        "step_ms_median": statistics.median(steps[3:]), "peak_mib": peak / 2**20}}))
 """

@@ -34,7 +34,8 @@
 # data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
 # BUILD=0 uses the library already built in place. GEMM_ARGS passes options to benchmarks.gemm (e.g.
 # "--quick"); TEST_JOBS the pytest-xdist workers
-# (default 8; 0 runs the tests in one process). CPU tests run in CI, not here.
+# (default 8; 0 runs the tests in one process); TEST_FILES the test files of the tests stage (default:
+# all, the decisive ones first), e.g. those an earlier run's tests.xml does not list. CPU tests run in CI, not here.
 # DEADLINE_S (default 560): seconds from this script's start by which everything has ended, packed
 # included. Every stage's time limit is cut to what is left of it (less 25 s for the kill grace and the
 # packing); a stage with under 10 s left is SKIPPED. Set it a little under the device call's limit: the
@@ -232,7 +233,7 @@ if want tests; then
   first="tests/test_gemm_cuda.py tests/test_linear.py tests/test_gemm.py tests/test_fused.py tests/test_allocator.py tests/test_streams.py"
   rest=$(ls tests/test_*.py | grep -v -x -F -f <(tr ' ' '\n' <<< "$first"))
   # shellcheck disable=SC2086
-  step tests 300 "$PY" -m pytest $first $rest -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
+  step tests 300 "$PY" -m pytest ${TEST_FILES:-$first $rest} -q -rfE --maxfail=30 --durations=15 "${jobs[@]}" -m cuda \
     -k "not test_export or cutlass_gemm" --junitxml="$MORE/tests.xml"
   pack
 fi

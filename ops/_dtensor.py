@@ -62,21 +62,24 @@ def _silu_and_mul(input):
 def _fused_add_rms_norm(op_schema):
     """An op strategy (not register_sharding, which lets DTensor pick any listed placement): input and
     residual are written in place, so the only strategy keeps their placements, and DTensor moves only
-    the weight (read whole)."""
-    from torch.distributed.tensor._op_schema import OpStrategy
-    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+    the weight (read whole). Rows are independent: uneven and empty shards are fine."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._op_schema import OpSpec, OpStrategy
+    from torch.distributed.tensor._ops.utils import generate_redistribute_costs
 
-    input, residual = (op_schema.args_schema[i].strategies[0].output_spec for i in (0, 1))
+    args = op_schema.args_schema[:3]  # input, residual, weight: OpStrategy each (eps is a float)
+    input, residual, weight = (a.strategies[0].output_spec for a in args)
     ok = {R, *_leading_shards(input.ndim)}
     if input.placements != residual.placements or any(p not in ok for p in input.placements):
         raise RuntimeError(
             f"fused_add_rms_norm: input and residual are written in place, so they must have one placement, "
             f"Replicate or Shard of a dimension but the last (hidden) one, on every mesh dimension: got input "
             f"{list(input.placements)}, residual {list(residual.placements)}; redistribute them first")
-    # No outputs: each strategy is the placements of (input, residual, weight).
-    every = expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, [[p, p, R] for p in ok],
-                                            input_index=0, allow_uneven_sharding=True)  # rows are independent
-    return OpStrategy([s for s in every.strategies if s.input_specs[0].placements == input.placements])
+    mesh = op_schema.get_mesh_from_args()
+    specs = [DTensorSpec(mesh, placements, tensor_meta=spec.tensor_meta) for spec, placements in
+             ((input, input.placements), (residual, input.placements), (weight, (R,) * mesh.ndim))]
+    costs = [generate_redistribute_costs(a, spec) for a, spec in zip(args, specs)]
+    return OpStrategy([OpSpec(output_specs=None, input_specs=specs, redistribute_cost=costs)])  # no outputs
 
 
 def _register_op_strategies():

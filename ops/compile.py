@@ -218,7 +218,10 @@ def _register_all():
         return _val(match.kwargs["x"]).dtype != torch.float64
 
     def eps_is_a_number(match):  # not a traced value (dynamic-shape graphs can carry floats as tensors)
-        return isinstance(match.kwargs.get("eps"), (int, float))
+        # Run on the match of the pattern re-traced at the graph's own arguments: there torch 2.11 leaves
+        # out a number eps (a constant of that pattern), 2.14 fills it in from the first match.
+        eps = match.kwargs.get("eps")
+        return eps is None or isinstance(eps, (int, float))
 
     def even(match):
         return _val(match.kwargs["x"]).shape[-1] % 2 == 0

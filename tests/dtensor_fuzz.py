@@ -7,7 +7,7 @@ import time
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import ops
 
@@ -18,10 +18,16 @@ def placements(ndim, mesh_ndim, partial=True):
 
 
 def dt(full, mesh, where):
-    """A DTensor holding `full` with placements `where`. DTensor makes a Partial from a Shard only: each
-    rank's shard in place, zeros elsewhere."""
-    start = [Shard(0) if p.is_partial() else Replicate() for p in where]
-    return distribute_tensor(full, mesh, start).redistribute(mesh, list(where))
+    """A DTensor holding `full` with placements `where`: Shard and Replicate as distribute_tensor lays
+    them out; along a Partial mesh dimension of size n, coordinate c holds the local rows i with
+    i % n == c and zeros elsewhere, so the sum is `full`. (torch 2.11 refuses to redistribute to a
+    Partial.)"""
+    local = distribute_tensor(full, mesh, [Replicate() if p.is_partial() else p for p in where]).to_local()
+    for dim, p in enumerate(where):
+        if p.is_partial():
+            rows = torch.arange(local.shape[0], device=local.device) % mesh.size(dim) == mesh.get_local_rank(dim)
+            local = local * rows.view(-1, *[1] * (local.dim() - 1)).to(local.dtype)
+    return DTensor.from_local(local, mesh, list(where), run_check=False, shape=full.shape, stride=full.stride())
 
 
 def close(got, expected, what):
