@@ -127,8 +127,9 @@ __device__ __forceinline__ void rms_norm_row(T* xr, T* rr, const T* weight, T* o
 
 // One block per row (rows of more than 32 packs or elements).
 template <typename T, bool kVec, bool kAdd>
-__global__ void __launch_bounds__(1024) rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
-                                T* __restrict__ y, int64_t hidden, double eps) {
+__global__ void __launch_bounds__(1024)
+    rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, T* __restrict__ y,
+                    int64_t hidden, double eps) {
   const int64_t row = blockIdx.x;
   rms_norm_row<T, kVec, kAdd, BlockSum>(x + row * hidden, kAdd ? residual + row * hidden : nullptr, weight,
                                         kAdd ? x + row * hidden : y + row * hidden, hidden, eps, threadIdx.x,
@@ -145,8 +146,9 @@ constexpr int kRegsMaxThreads = kPacks >= 8 ? 512 : 1024;
 // in registers between the two passes: its kPacks loads go out back to back, and the second pass
 // reads only the weight. Requires hidden / Pack::kSize <= kPacks * blockDim.x and 16-byte aligned rows.
 template <typename T, bool kAdd, int kPacks>
-__global__ void __launch_bounds__(kRegsMaxThreads<kPacks>) rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
-                                     T* __restrict__ y, int64_t hidden, double eps) {
+__global__ void __launch_bounds__(kRegsMaxThreads<kPacks>)
+    rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+                         T* __restrict__ y, int64_t hidden, double eps) {
   using A = typename Acc<T>::type;
   using P = Pack<T>;
   const int64_t row = blockIdx.x;

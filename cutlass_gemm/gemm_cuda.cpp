@@ -90,8 +90,8 @@ LaunchStatus run_tactic(const Tactic& tactic, GemmLaunchArgs args, const at::Ten
   // The launches check cudaGetLastError, which also returns an error left by earlier work: that would
   // fail (and run_adapter relaunch) an enqueued kernel, so it is reported here, before any launch.
   const cudaError_t pending = cudaGetLastError();
-  TORCH_CHECK(pending == cudaSuccess, "cutlass_gemm: a CUDA error was pending before the GEMM's launch (left by ",
-              "earlier work, not this GEMM): ", cudaGetErrorString(pending));
+  TORCH_CHECK(pending == cudaSuccess, "cutlass_gemm: a CUDA error was pending before the GEMM's launch ",
+              "(left by earlier work, not this GEMM): ", cudaGetErrorString(pending));
   const KernelEntry& entry = kernel_entry(static_cast<int>(tactic.kernel));
   args.decomposition = tactic.decomposition;
   args.splits = tactic.splits;

@@ -36,7 +36,7 @@ FREE_FN = "ops_free"
 class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in (
         "bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "allocations", "frees", "failed_allocations",
-        "peak_bytes_reserved", "deferred_frees")]  # the order and types of OpsAllocatorStats (csrc/allocator/allocator.h)
+        "peak_bytes_reserved", "deferred_frees")]  # OpsAllocatorStats' order and types (csrc/allocator/allocator.h)
 
 
 @functools.lru_cache(maxsize=None)
