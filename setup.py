@@ -18,8 +18,8 @@ Environment knobs: OPS_WITH_CUDA=0|1 (default: auto), OPS_CANDIDATE_KERNELS=0|1 
 TORCH_CUDA_ARCH_LIST, MAX_JOBS (default: cores, capped at one compile job per 7 GB of memory: an SM90
 kernel TU peaks near 6.5 GB), OPS_DEBUG_INFO=1 (full debug info, -g, in the C++ objects; by default
 they carry line tables only, -g1: file:line in native backtraces, which the GPU check's crash
-diagnostics print, for 20-30% less compile time than -g), CUDA_HOME (default: the folder holding the nvcc on PATH, else
-/usr/local/cuda).
+diagnostics print, for 20-30% less compile time than -g), CUDA_HOME (default: the folder holding the
+nvcc on PATH, else /usr/local/cuda).
 
 Build facts (torch, CUDA, arch list, CUTLASS version, the SHA-256 of the sources) are written to
 ops/_build_info.py beside the compiled library, so `import ops` can refuse a torch it was not built

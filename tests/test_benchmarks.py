@@ -211,7 +211,7 @@ def test_device_check_keeps_its_deadline_and_lists_every_stage(tmp_path):
         stages = archive.extractfile("./stages.tsv").read().decode().splitlines()
     assert stages[0].split("\t") == ["stage", "exit status", "seconds"]
     assert [row.split("\t")[:2] for row in stages[1:]] == [[name, "200"] for name in (
-        "throw-cpu", "throw-cuda", "sm80-tests", "ops", "ops-candidates", "model", "overhead", "allocator")]
+        "diag-throw_cpu", "diag-throw_cuda", "sm80-tests", "ops", "ops-candidates", "model", "overhead", "allocator")]
     assert "=== done (status 1)" in log
 
 
