@@ -56,6 +56,7 @@ RULES: Dict[str, Dict[str, int]] = {
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
                 "silu": F.silu}
+_OPS_DEFAULT_EPS = torch.ops.ops.rms_norm.default._schema.arguments[2].default_value
 _EPS = 2.0 ** -20  # the traced eps: a float32 value, so F.rms_norm's float32 rounding keeps it (the
 #                     pattern matcher then treats it as the argument eps, whatever the model's value)
 
@@ -82,6 +83,79 @@ def _consistent(match, names) -> Optional[torch.Tensor]:
     return vals[0]
 
 
+# ---- what every rewrite checks ---------------------------------------------------------------------
+
+def _schema_values(target, args, kwargs) -> Optional[dict]:
+    """Every argument of a call of the OpOverload `target` by name, defaults filled in; None if the call
+    does not bind to the schema."""
+    arguments = target._schema.arguments
+    names = {a.name for a in arguments}
+    positional = [a for a in arguments if not a.kwarg_only]
+    if len(args) > len(positional) or any(name not in names for name in kwargs):
+        return None
+    values = {}
+    for i, argument in enumerate(arguments):
+        if i < len(args) and not argument.kwarg_only:
+            values[argument.name] = args[i]
+        elif argument.name in kwargs:
+            values[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            values[argument.name] = argument.default_value
+        else:
+            return None
+    return values
+
+
+def _same_constant(expected, got) -> bool:
+    """Whether a matched node's argument `got` is the pattern's `expected` (a sub-pattern, matched
+    structurally by the pattern matcher, or a constant)."""
+    from torch._inductor.pattern_matcher import PatternExpr
+
+    if isinstance(expected, PatternExpr):
+        return True
+    if isinstance(expected, (list, tuple)):
+        return (isinstance(got, (list, tuple)) and len(got) == len(expected)
+                and all(_same_constant(e, g) for e, g in zip(expected, got)))
+    if isinstance(got, (torch.fx.Node, list, tuple)):
+        return False
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(expected) is type(got) and expected == got
+    return bool(expected == got)  # 2 == 2.0: the same exponent
+
+
+def _every_argument_matches(match) -> bool:
+    """Whether every argument of every matched node, keyword and default ones included, is the one the
+    pattern (traced again at the graph's shapes and dtypes) has. Inductor's matcher compares only the
+    arguments a pattern's node spells out: ``add(x, r, alpha=-0.5)`` matches a traced ``x + r``."""
+    from torch._inductor.pattern_matcher import _TargetArgsExpr
+
+    for pattern, node in match.ctx.pattern_to_node.items():
+        if node is None or not isinstance(pattern, _TargetArgsExpr):
+            continue
+        if isinstance(node.target, torch._ops.OpOverload):
+            got = _schema_values(node.target, node.args, node.kwargs)
+            expected = _schema_values(node.target, pattern.args, pattern.kwargs)
+            if got is None or expected is None or any(not _same_constant(expected[k], got[k]) for k in got):
+                return False
+        elif (len(node.args) != len(pattern.args) or set(node.kwargs) != set(pattern.kwargs)
+              or not all(_same_constant(e, g) for e, g in zip(pattern.args, node.args))
+              or not all(_same_constant(pattern.kwargs[k], node.kwargs[k]) for k in node.kwargs)):
+            return False
+    return True
+
+
+def _storage(value):
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(value.untyped_storage())
+
+
+def _whole_buffer(value) -> bool:
+    """Whether a (fake) tensor is all of its storage: contiguous from offset 0, no other tensor's view."""
+    return (value.is_contiguous() and _known(value.storage_offset() == 0)
+            and _known(value.untyped_storage().nbytes() == value.numel() * value.element_size()))
+
+
 # ---- the formulas (search functions) and their replacements -----------------------------------------
 
 def _hf_norm(x, w, eps):  # Llama's: the weight multiply after rounding to the input's dtype
@@ -96,6 +170,19 @@ def _hf_norm_cast(x, w, eps):  # Olmo2's: one rounding at the end
 
 def _f_norm(x, w, eps):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _ops_norm(x, w, eps):  # a model converted with ops.nn.convert
+    return torch.ops.ops.rms_norm(x, w, eps)
+
+
+def _ops_norm_default_eps_search(x, residual, w):  # ops.rms_norm called without eps (graphs drop a default)
+    r = x + residual
+    return torch.ops.ops.rms_norm(r, w), r
+
+
+def _ops_norm_default_eps_replacement(x, residual, w):
+    return _add_norm_replacement(x, residual, w, _OPS_DEFAULT_EPS)
 
 
 _NORMS = (_hf_norm, _hf_norm_cast, _f_norm)
@@ -119,8 +206,18 @@ def _add_norm_replacement(x, residual, w, eps):
     return out[1], out[2]
 
 
+def _residual_norm_replacement(x, residual, w, eps):  # training graphs: the sum, then the norm with its autograd
+    r = x + residual
+    return torch.ops.ops.rms_norm(r, w, eps), r
+
+
 def _halves_chunk(x):
     return x.chunk(2, dim=-1)
+
+
+def _halves_split(x):
+    d = x.shape[-1] // 2
+    return x.split([d, d], dim=-1)
 
 
 def _halves_slice(x):
@@ -138,7 +235,7 @@ def _silu_mul_searches():
             a, b = halves(x)
             return b * F.silu(a)
         return gate_first, up_first
-    return searches(_halves_chunk) + searches(_halves_slice)
+    return searches(_halves_chunk) + searches(_halves_split) + searches(_halves_slice)
 
 
 def _silu_and_mul_replacement(x):
@@ -173,9 +270,18 @@ def _fwd_functional(fn, args, **kwargs):
     return gm
 
 
-_REGISTERED: Dict[str, object] = {}  # pattern name -> its PatternMatcherPass (filled once per process)
+_KINDS = ("inference", "training")
+_REGISTERED: Dict[str, Dict[str, object]] = {}  # kind -> {pattern name: its PatternMatcherPass}, once per process
 _REGISTER_LOCK = threading.Lock()
 _ENABLED = threading.local()  # the pass being applied: its enabled-set function, read by the checks
+
+# Training graphs: which inputs of a formula need a gradient, each a traced pattern of its own (the
+# backward differs). All (the middle layers), all but the input (the first layer's, a frozen
+# embedding's), only the input (frozen weights: LoRA-style fine-tuning).
+_GRADS = {2: ((True, True), (False, True), (True, False)),
+          3: ((True, True, True), (False, True, True), (True, False, False))}
+# The residual norm's inputs (x, residual, weight): both summands or one, a trained or a frozen weight.
+_RESIDUAL_GRADS = ((True, True, True), (True, False, True), (True, True, False), (True, False, False))
 
 
 def _allowed(name: str, value: Optional[torch.Tensor]) -> bool:
@@ -183,13 +289,15 @@ def _allowed(name: str, value: Optional[torch.Tensor]) -> bool:
     return value is not None and enabled is not None and enabled(name, value)
 
 
-def _register_all():
+def _register_all(kind: str):
     from torch._inductor import pattern_matcher as pm
 
-    passes = {name: pm.PatternMatcherPass(pass_name=f"ops_{name}") for name in PATTERNS}
+    passes = {name: pm.PatternMatcherPass(pass_name=f"ops_{name}_{kind}") for name in PATTERNS}
+    training = kind == "training"
 
-    def check(name, tensors, extra=lambda match: True):
-        return lambda match: _allowed(name, _consistent(match, tensors)) and extra(match)
+    def check(name, tensors, *extras):
+        return lambda match: (_every_argument_matches(match) and _allowed(name, _consistent(match, tensors))
+                              and all(extra(match) for extra in extras))
 
     def same(a, b):
         return _known(a == b)
@@ -198,10 +306,19 @@ def _register_all():
         x, w = _val(match.kwargs["x"]), _val(match.kwargs["w"])
         return x.dim() >= 1 and w.dim() == 1 and same(w.shape[0], x.shape[-1])
 
-    def add_norm_shapes(match):
+    def add_shapes(match):
         x, residual = _val(match.kwargs["x"]), _val(match.kwargs["residual"])
-        return (norm_shapes(match) and x.dim() == residual.dim()
-                and all(same(a, b) for a, b in zip(x.shape, residual.shape)))
+        return x.dim() == residual.dim() and all(same(a, b) for a, b in zip(x.shape, residual.shape))
+
+    def buffers_of_their_own(match):
+        # The op writes both summands' buffers: each must be all of its storage (not a half, slice or
+        # expansion of a tensor: Inductor's copies of such views for auto_functionalized drop their
+        # storage offset, torch 2.14.1), and neither may be the other's or the weight's.
+        x, residual, w = (_val(match.kwargs[k]) for k in ("x", "residual", "w"))
+        if not (_whole_buffer(x) and _whole_buffer(residual)):
+            return False
+        sx, sr = _storage(x), _storage(residual)
+        return sx != sr and _storage(w) not in (sx, sr)
 
     def input_not_written_back(match):
         # The op writes the norm into its `input`: where that is a graph input the graph writes back to
@@ -226,35 +343,47 @@ def _register_all():
     def even(match):
         return _val(match.kwargs["x"]).shape[-1] % 2 == 0
 
-    def register(name, search, replace, examples, check_fn, training=True, scalars=None):
+    def register(name, search, replace, examples, check_fn, grads=(), scalars=None):
+        """Inference: the formula traced forward. Training: traced forward and backward once per entry of
+        `grads` (which tensor examples need a gradient); none for an op without autograd."""
         kwargs = dict(extra_check=check_fn, scalar_workaround=scalars or {}, skip_duplicates=True)
-        pm.register_replacement(search, replace, examples, _fwd_functional, passes[name], **kwargs)
-        if training:
-            grads = [[e.detach().requires_grad_(True) if isinstance(e, torch.Tensor) else e for e in examples]]
-            if len(examples) > 1:  # an input that needs no gradient (the first layer's, a frozen one's)
-                grads.append([examples[0].detach()] + grads[0][1:])
-            for inputs in grads:
-                pm.register_replacement(search, replace, inputs, pm.joint_fwd_bwd, passes[name], **kwargs)
+        if not training:
+            pm.register_replacement(search, replace, examples, _fwd_functional, passes[name], **kwargs)
+            return
+        for flags in grads:
+            flags = iter(flags)
+            inputs = [e.detach().requires_grad_(next(flags)) if isinstance(e, torch.Tensor) else e for e in examples]
+            pm.register_replacement(search, replace, inputs, pm.joint_fwd_bwd, passes[name], **kwargs)
 
     # A match is re-traced at the graph's own shapes and dtypes, so one example per graph structure is
     # enough: float32 (no casts; float64 alike) and bfloat16 (casts; float16 alike); linear's 3-D input
     # adds views around the GEMM.
     for dtype in (torch.float32, torch.bfloat16):
-        x, w, eps = torch.randn(3, 8, dtype=dtype), torch.randn(8, dtype=dtype), _EPS
-        for norm in _NORMS:
-            def extra(match, cast=norm is not _f_norm):
-                return (not cast or not_float64(match)) and eps_is_a_number(match) and norm_shapes(match)
-
-            def add_extra(match, extra=extra):
-                return extra(match) and add_norm_shapes(match) and input_not_written_back(match)
-            register("rms_norm", norm, _rms_norm_replacement, [x, w, eps], check("rms_norm", ("x", "w"), extra),
-                     scalars={"eps": _EPS})
-            register("fused_add_rms_norm", _add_norm_search(norm), _add_norm_replacement,
-                     [x, torch.randn(3, 8, dtype=dtype), w, eps],
-                     check("fused_add_rms_norm", ("x", "residual", "w"), add_extra), training=False,
-                     scalars={"eps": _EPS})
+        x, r, w, eps = torch.randn(3, 8, dtype=dtype), torch.randn(3, 8, dtype=dtype), torch.randn(8, dtype=dtype), _EPS
+        for norm in _NORMS + (_ops_norm,):
+            cast = norm in (_hf_norm, _hf_norm_cast)
+            norm_checks = ((not_float64,) if cast else ()) + (eps_is_a_number, norm_shapes)
+            if norm is not _ops_norm:
+                register("rms_norm", norm, _rms_norm_replacement, [x, w, eps], check("rms_norm", ("x", "w"), *norm_checks),
+                         grads=_GRADS[2], scalars={"eps": _EPS})
+            if norm is not _ops_norm and training:
+                # A norm of a sum used again (a residual stream): autograd adds the sum's other gradient
+                # into the norm's own, so the plain norm's backward is not in the graph; the sum is.
+                register("rms_norm", _add_norm_search(norm), _residual_norm_replacement, [x, r, w, eps],
+                         check("rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes),
+                         grads=_RESIDUAL_GRADS, scalars={"eps": _EPS})
+            if not training:
+                register("fused_add_rms_norm", _add_norm_search(norm), _add_norm_replacement, [x, r, w, eps],
+                         check("fused_add_rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes,
+                               buffers_of_their_own, input_not_written_back),
+                         scalars={"eps": _EPS})
+        if not training:
+            register("fused_add_rms_norm", _ops_norm_default_eps_search, _ops_norm_default_eps_replacement, [x, r, w],
+                     check("fused_add_rms_norm", ("x", "residual", "w"), norm_shapes, add_shapes, buffers_of_their_own,
+                           input_not_written_back))
         for search in _silu_mul_searches():
-            register("silu_and_mul", search, _silu_and_mul_replacement, [x], check("silu_and_mul", ("x",), even))
+            register("silu_and_mul", search, _silu_and_mul_replacement, [x], check("silu_and_mul", ("x",), even),
+                     grads=((True,),))
         for shape in ((3, 8), (2, 3, 8)):
             for act in _ACTIVATIONS:
                 for bias in (True, False):
@@ -262,19 +391,24 @@ def _register_all():
                     args = [torch.randn(shape, dtype=dtype), torch.randn(4, 8, dtype=dtype)]
                     args += [torch.randn(4, dtype=dtype)] if bias else []
                     register("linear_act", search, replace, args,
-                             check("linear_act", ("x", "w", "b")[:len(args)], linear_shapes))
+                             check("linear_act", ("x", "w", "b")[:len(args)], linear_shapes), grads=_GRADS[len(args)])
     return passes
 
 
-def _patterns():
+def _patterns(kind: str):
     with _REGISTER_LOCK:
-        if not _REGISTERED:
+        if kind not in _REGISTERED:
             from torch._subclasses.fake_tensor import unset_fake_temporarily
             # Traced with real CPU tensors, as Inductor's own patterns are; outside inference mode, in which
             # register_replacement skips the training patterns.
             with unset_fake_temporarily(), torch.device("cpu"), torch.inference_mode(False):
-                _REGISTERED.update(_register_all())
-        return _REGISTERED
+                _REGISTERED[kind] = _register_all(kind)
+        return _REGISTERED[kind]
+
+
+def _is_training_graph(graph: torch.fx.Graph) -> bool:
+    """A joint forward-backward graph: AOT autograd names its gradient inputs tangents_*."""
+    return any(node.op == "placeholder" and str(node.target).startswith("tangents") for node in graph.nodes)
 
 
 try:
@@ -315,15 +449,19 @@ class FusionPass(_CustomGraphPass):
         from torch._inductor.fx_passes.post_grad import remove_noop_ops
         from torch._inductor.pattern_matcher import stable_topological_sort
 
-        passes = _patterns()
+        # Training graphs: the forward-and-backward patterns first, then the forward ones (parts of the
+        # graph no gradient flows through).
+        kinds = ("training", "inference") if _is_training_graph(graph) else ("inference",)
+        passes = [_patterns(kind) for kind in kinds]
         remove_noop_ops(graph)  # the joint graph still has aliases here; the patterns were traced without
         _ENABLED.fn = self.enabled
         try:
             for name in PATTERNS:
-                rewrites = passes[name].apply(graph) or 0
-                if rewrites:  # a training match's replacement is inserted before the gradient it reads
-                    stable_topological_sort(graph)
-                self.counts[name] += rewrites
+                for kind_passes in passes:
+                    rewrites = kind_passes[name].apply(graph) or 0
+                    if rewrites:  # a training match's replacement is inserted before the gradient it reads
+                        stable_topological_sort(graph)
+                    self.counts[name] += rewrites
         finally:
             _ENABLED.fn = None
         graph.eliminate_dead_code()
