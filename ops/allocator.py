@@ -18,10 +18,14 @@ Statistics (``stats()``) are bytes and counts per device; out of memory raises
 
 Errors: every function raises ``RuntimeError`` with a message saying what is missing when this build
 of ops has no CUDA (``OPS_WITH_CUDA=0`` or no nvcc at build time) or no GPU is visible.
+``pluggable()``, ``install()`` and ``pool()`` raise ``ValueError`` when the environment variable
+``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is set to anything but a number of bytes.
 """
 
 import ctypes
 import functools
+import os
+import re
 from typing import Dict, Optional
 
 import torch
@@ -31,6 +35,8 @@ from . import _library
 ALLOC_FN = "ops_alloc"            # global install: raises OutOfMemoryError on failure
 POOL_ALLOC_FN = "ops_pool_alloc"  # MemPool: returns NULL on failure (the caching allocator's protocol)
 FREE_FN = "ops_free"
+RELEASE_THRESHOLD_ENV = "OPS_ALLOCATOR_RELEASE_THRESHOLD"
+_MAX_THRESHOLD = 2**64 - 1
 
 
 class _Stats(ctypes.Structure):
@@ -50,6 +56,8 @@ def _lib():
     lib.ops_allocator_reset_peak.argtypes = [ctypes.c_int]
     lib.ops_allocator_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
     lib.ops_allocator_set_release_threshold.argtypes = [ctypes.c_uint64]
+    lib.ops_allocator_release_threshold.argtypes = []
+    lib.ops_allocator_release_threshold.restype = ctypes.c_uint64
     lib.ops_allocator_error_string.restype = ctypes.c_char_p
     return lib
 
@@ -76,9 +84,30 @@ def _device_index(device) -> int:
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
+def _release_threshold_from_environment() -> Optional[int]:
+    """The bytes ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` sets, or None where it is unset or blank (keep
+    everything until ``trim()``). The rule csrc/allocator/allocator.cpp applies: decimal digits, blanks
+    around them allowed, at most 2**64 - 1. That code can only warn (it runs inside allocations), so a
+    bad value is a ValueError here, before the allocator is handed to PyTorch."""
+    value = os.environ.get(RELEASE_THRESHOLD_ENV)
+    if value is None or not value.strip(" \t\n\r\f\v"):
+        return None
+    match = re.fullmatch(r"[ \t\n\r\f\v]*([0-9]+)[ \t\n\r\f\v]*", value)
+    if match is None or int(match.group(1)) > _MAX_THRESHOLD:
+        raise ValueError(f"ops.allocator: environment variable {RELEASE_THRESHOLD_ENV}={value!r}: expected a "
+                         f"non-negative integer number of bytes (at most 2**64 - 1), or unset to keep pool "
+                         "memory until trim()")
+    return int(match.group(1))
+
+
 def pluggable(alloc_fn: str = ALLOC_FN) -> "torch.cuda.memory.CUDAPluggableAllocator":
-    """The ``CUDAPluggableAllocator`` over this library's functions (no GPU needed to construct)."""
+    """The ``CUDAPluggableAllocator`` over this library's functions (no GPU needed to construct).
+
+    Raises:
+        ValueError: ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is set and is not a number of bytes.
+    """
     _lib()
+    _release_threshold_from_environment()
     return torch.cuda.memory.CUDAPluggableAllocator(_library.library_path(), alloc_fn, FREE_FN)
 
 
@@ -89,6 +118,7 @@ def install() -> None:
         RuntimeError: no CUDA build or no GPU; or CUDA memory was already allocated in this process
             (PyTorch cannot swap an initialised allocator): call install() first thing, or use
             ``pool()`` with ``torch.cuda.use_mem_pool`` instead.
+        ValueError: ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is set and is not a number of bytes.
     """
     _require_gpu()
     try:
@@ -108,7 +138,7 @@ def install() -> None:
 def pool() -> "torch.cuda.MemPool":
     """A ``torch.cuda.MemPool`` whose segments come from ops' allocator; use it with
     ``torch.cuda.use_mem_pool(pool)``. Our free runs on ``torch.cuda.empty_cache()`` or when the pool
-    and its tensors are gone."""
+    and its tensors are gone. ValueError: ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is not a number of bytes."""
     _require_gpu()
     return torch.cuda.MemPool(pluggable(POOL_ALLOC_FN).allocator())
 
@@ -139,6 +169,17 @@ def trim(device=None, keep_bytes: int = 0) -> None:
 
 def set_release_threshold(num_bytes: Optional[int]) -> None:
     """Bytes each pool keeps cached at synchronisation points (``cudaMemPoolAttrReleaseThreshold``);
-    ``None`` keeps everything until ``trim()`` (the default; env ``OPS_ALLOCATOR_RELEASE_THRESHOLD``)."""
-    value = 2**64 - 1 if num_bytes is None else int(num_bytes)
+    ``None`` keeps everything until ``trim()``. The default: ``None``, or the environment variable
+    ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` (a decimal number of bytes, read when the first pool is made).
+
+    Raises:
+        TypeError: ``num_bytes`` is not an int or None.
+        ValueError: ``num_bytes`` is negative or above 2**64 - 1.
+    """
+    op = "ops.allocator.set_release_threshold"
+    if num_bytes is not None and (isinstance(num_bytes, bool) or not isinstance(num_bytes, int)):
+        raise TypeError(f"{op}: expected num_bytes to be an int (bytes) or None, got {type(num_bytes).__name__}")
+    if num_bytes is not None and not 0 <= num_bytes <= _MAX_THRESHOLD:
+        raise ValueError(f"{op}: expected num_bytes in [0, 2**64 - 1], got {num_bytes}")
+    value = _MAX_THRESHOLD if num_bytes is None else num_bytes
     _check(_require_gpu().ops_allocator_set_release_threshold(value), "set_release_threshold")

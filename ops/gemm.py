@@ -228,24 +228,98 @@ _TUNING_FORMAT = "ops.gemm tuning cache"
 _TUNING_VERSION = 2
 
 
+# The most bytes load_tuning_cache reads: a cache has one small entry per tuned GEMM shape, so a larger
+# file is not one (and /proc files, pipes or devices named by mistake are never read without end).
+TUNING_CACHE_MAX_BYTES = 64 * 2**20
+
+
+def _tuning_path(op: str, path) -> str:
+    """`path` as a str, or TypeError: an int would be taken for a file descriptor, a bool for 0 or 1."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{op}: expected path to be a file path (str or os.PathLike), got "
+                        f"{type(path).__name__} {path!r}")
+    return os.fsdecode(os.fspath(path))
+
+
+def _file_kind(mode: int) -> str:
+    import stat
+
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return f"mode {oct(mode)}"
+
+
+def _new_file_mode() -> int:
+    """The mode open(path, "w") gives a new file: 0o666 less the umask (read without changing it, as
+    os.umask would for every thread; 0o644 where /proc/self/status has no Umask line)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o644
+
+
 def save_tuning_cache(path) -> int:
     """Write the tuning cache (``tuning_cache()``) to the JSON file ``path``, for ``load_tuning_cache`` in
     another process: tune once (for example in a warm-up run with ``set_autotune(True)``), then serve
     with the choices loaded, autotuning off, and CUDA graphs captured with the tuned kernels.
 
+    The file is written whole or not at all: into a temporary file in the same folder (which must be
+    writable), flushed to disk (fsync), then renamed onto ``path`` (``os.replace``). Processes saving to
+    one path at once leave the file of one of them, a reader never sees a partial file, and a failed
+    save leaves the previous file as it was (the temporary file is removed). A symbolic link is followed
+    (its target is replaced); an existing file keeps its permission bits, a new one gets those
+    ``open(path, "w")`` would give.
+
     Returns:
         The number of entries written.
+
+    Raises:
+        TypeError: ``path`` is not a str or os.PathLike.
+        ValueError: ``path`` exists and is not a regular file (a directory, FIFO, device).
+        OSError: the file cannot be written.
     """
     import json
+    import stat
+    import tempfile
 
     from . import build_info
 
+    op = "ops.gemm.save_tuning_cache"
+    path = _tuning_path(op, path)
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ValueError(f"{op}: {path} is not a regular file ({_file_kind(mode)}); a tuning cache is "
+                         "written to a file path")
+    file_mode = stat.S_IMODE(mode) if mode is not None else _new_file_mode()
     entries = tuning_cache()
     payload = {"format": _TUNING_FORMAT, "version": _TUNING_VERSION, "torch_version": torch.__version__,
                "cutlass_version": build_info.CUTLASS_VERSION, "cuda_arch_list": build_info.CUDA_ARCH_LIST,
                "entries": entries}
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=1)
+    folder, name = os.path.split(target)
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, file_mode)  # mkstemp makes it 0o600
+        os.replace(temp, target)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
     return len(entries)
 
 
@@ -257,25 +331,32 @@ def load_tuning_cache(path) -> int:
     build (a file from another version of ops) is dropped with a warning when that GEMM first runs, and
     the GEMM runs as if it had no entry.
 
+    Only a regular file is read (a FIFO, device or directory is an error, never a wait), and at most
+    ``TUNING_CACHE_MAX_BYTES`` (64 MiB) of it.
+
     Returns:
         The number of entries loaded.
 
     Raises:
+        TypeError: ``path`` is not a str or os.PathLike (an int is not taken for a file descriptor).
         OSError: the file cannot be read.
-        ValueError: the file is not JSON, or not a tuning cache of a version this library reads, or an
-            entry is malformed (nothing is loaded then).
+        ValueError: ``path`` is not a regular file, or is larger than ``TUNING_CACHE_MAX_BYTES``, or not
+            JSON, or not a tuning cache of a version this library reads, or an entry is malformed
+            (nothing is loaded then).
     """
     import json
     import math
 
-    def bad(what):
-        return ValueError(f"ops.gemm.load_tuning_cache: {path}: {what}")
+    op = "ops.gemm.load_tuning_cache"
+    path = _tuning_path(op, path)
 
-    with open(path, encoding="utf-8") as f:
-        try:
-            payload = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not JSON ({type(e).__name__}: {e})") from None
+    def bad(what):
+        return ValueError(f"{op}: {path}: {what}")
+
+    try:
+        payload = json.loads(_read_tuning_file(op, path).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{op}: {path} is not JSON ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != _TUNING_FORMAT:
         raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not a tuning cache written by "
                          f"ops.gemm.save_tuning_cache (no \"format\": \"{_TUNING_FORMAT}\")")
@@ -326,6 +407,37 @@ def load_tuning_cache(path) -> int:
         times += entry_times
     torch.ops.ops._cutlass_gemm_add_tuning(keys, bests, counts, names, times)  # all entries, or none
     return len(keys)
+
+
+def _read_tuning_file(op: str, path: str) -> bytes:
+    """The bytes of the regular file `path`, at most TUNING_CACHE_MAX_BYTES. O_NONBLOCK: opening a FIFO
+    returns at once instead of waiting for a writer; fstat then rejects it."""
+    import stat
+
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{op}: {path} is not a regular file ({_file_kind(info.st_mode)}); a tuning cache "
+                             "is read from a file written by ops.gemm.save_tuning_cache")
+        too_large = ValueError(f"{op}: {path} is larger than {TUNING_CACHE_MAX_BYTES} bytes "
+                               f"({TUNING_CACHE_MAX_BYTES / 2**20:g} MiB, ops.gemm.TUNING_CACHE_MAX_BYTES), the "
+                               "most a tuning cache is read to")
+        if info.st_size > TUNING_CACHE_MAX_BYTES:
+            raise too_large
+        chunks, size = [], 0
+        while size <= TUNING_CACHE_MAX_BYTES:  # st_size is not trusted: /proc files say 0
+            chunk = os.read(fd, min(1 << 20, TUNING_CACHE_MAX_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > TUNING_CACHE_MAX_BYTES:
+            raise too_large
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _autotune_from_environment() -> None:

@@ -21,6 +21,7 @@
 #include "allocator.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -54,11 +55,36 @@ DeviceState* states() {
   return s;
 }
 
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// OPS_ALLOCATOR_RELEASE_THRESHOLD: decimal digits (bytes, at most UINT64_MAX), blanks around them
+// allowed, as ops/allocator.py accepts. Unset or blank: UINT64_MAX (keep everything until trim). Any
+// other value is reported on stderr, once, and the default kept: it is read inside an allocation or a
+// ctypes call, where an exception cannot be thrown (ops.allocator raises for it before installing).
+uint64_t release_threshold_from_env() {
+  const char* env = std::getenv("OPS_ALLOCATOR_RELEASE_THRESHOLD");
+  if (env == nullptr) return UINT64_MAX;
+  const char* p = env;
+  while (is_space(*p)) ++p;
+  if (*p == '\0') return UINT64_MAX;
+  uint64_t value = 0;
+  bool ok = *p >= '0' && *p <= '9';
+  for (; ok && *p >= '0' && *p <= '9'; ++p) {
+    const uint64_t digit = static_cast<uint64_t>(*p - '0');
+    if (value > (UINT64_MAX - digit) / 10) ok = false;  // beyond UINT64_MAX
+    value = value * 10 + digit;
+  }
+  while (ok && is_space(*p)) ++p;
+  if (ok && *p == '\0') return value;
+  std::fprintf(stderr,
+               "ops.allocator: OPS_ALLOCATOR_RELEASE_THRESHOLD='%s' is not a non-negative integer number of "
+               "bytes (at most %llu); ignored: pools keep their memory until trim()\n",
+               env, static_cast<unsigned long long>(UINT64_MAX));
+  return UINT64_MAX;
+}
+
 std::atomic<uint64_t>& release_threshold() {
-  static std::atomic<uint64_t> value([] {
-    const char* env = std::getenv("OPS_ALLOCATOR_RELEASE_THRESHOLD");
-    return env ? std::strtoull(env, nullptr, 10) : UINT64_MAX;
-  }());
+  static std::atomic<uint64_t> value(release_threshold_from_env());
   return value;
 }
 
@@ -379,6 +405,8 @@ int ops_allocator_set_release_threshold(uint64_t bytes) {
   }
   return cudaSuccess;
 }
+
+uint64_t ops_allocator_release_threshold() { return release_threshold().load(); }
 
 const char* ops_allocator_error_string(int error) {
   return cudaGetErrorString(static_cast<cudaError_t>(error));

@@ -48,8 +48,11 @@ int ops_allocator_reset_peak(int device);
 int ops_allocator_trim(int device, size_t keep_bytes);
 // Bytes a pool keeps cached at synchronisation points before releasing to the driver
 // (cudaMemPoolAttrReleaseThreshold); applies to existing pools and to pools created later.
-// Default: UINT64_MAX (keep everything until trim), or $OPS_ALLOCATOR_RELEASE_THRESHOLD.
+// Default: UINT64_MAX (keep everything until trim), or $OPS_ALLOCATOR_RELEASE_THRESHOLD (decimal
+// bytes; another value is reported on stderr and the default kept).
 int ops_allocator_set_release_threshold(uint64_t bytes);
+// The threshold set_release_threshold last set, else the default above.
+uint64_t ops_allocator_release_threshold(void);
 const char* ops_allocator_error_string(int error);
 
 }  // extern "C"
