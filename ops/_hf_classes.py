@@ -1,32 +1,48 @@
 """transformers classes that ``ops.nn.convert`` knows by name (module path and class name, so
 transformers need not be imported), each with what it computes. Names are ``<model folder>.<class>``:
-the class ``<class>`` of ``transformers.models.<model folder>.modeling_<model folder>``. Listed from
-transformers 5.24; tests/test_models.py checks every listed class that the installed transformers has
+the class ``<class>`` of ``transformers.models.<model folder>.modeling_<model folder>``, or
+``<model folder>.<module>.<class>`` for another modeling module of the folder. Listed from transformers
+5.24: tests/test_hf_class_lists.py checks that each list holds exactly the classes of the installed
+transformers whose own forward is the reference class's, and tests/test_models.py runs every listed class
 against its converted module, so a class whose formula changes in a later release fails a test instead
 of converting silently.
 """
+
+import functools
 
 import torch
 
 
 def _classes(names: str) -> frozenset:
-    """{(module, qualname)} of whitespace-separated ``folder.Class`` names."""
-    return frozenset((f"transformers.models.{folder}.modeling_{folder}", cls)
-                     for folder, cls in (name.split(".") for name in names.split()))
+    """{(module, qualname)} of whitespace-separated names: ``folder.Class`` (in ``modeling_<folder>``) or
+    ``folder.module.Class`` (another modeling module of the folder, as ``data2vec.modeling_data2vec_text``)."""
+    keys = set()
+    for name in names.split():
+        parts = name.split(".")
+        folder, module, cls = (parts[0], f"modeling_{parts[0]}", parts[1]) if len(parts) == 2 else parts
+        keys.add((f"transformers.models.{folder}.{module}", cls))
+    return frozenset(keys)
+
+
+def _bound_to(fn, module, funcs) -> bool:
+    """Whether `fn` calls one of `funcs` on `module`: a method bound to it or ``functools.partial(func,
+    module)`` (how ``ops.recipes.apply`` sets a recipe)."""
+    if isinstance(fn, functools.partial):
+        return len(fn.args) == 1 and fn.args[0] is module and not fn.keywords and fn.func in funcs
+    return getattr(fn, "__self__", None) is module and getattr(fn, "__func__", None) in funcs
 
 
 def class_key(module: torch.nn.Module, accept=()):
     """(module path, qualname) of a module's class, if the module runs the class's own forward (not one
-    patched onto the class; on the instance, only that same forward bound, as unpickling sets it, or
-    one of the functions in `accept`), else None."""
+    patched onto the class; on the instance, only that same forward or one of the functions in `accept`,
+    bound to the module), else None."""
     cls = type(module)
     forward = getattr(cls, "forward", None)
     if (getattr(forward, "__qualname__", None) != f"{cls.__qualname__}.forward"
             or getattr(forward, "__module__", None) != cls.__module__):
         return None
     own = vars(module).get("forward")
-    if own is not None and (getattr(own, "__self__", None) is not module
-                            or getattr(own, "__func__", None) not in (forward, *accept)):
+    if own is not None and not _bound_to(own, module, (forward, *accept)):
         return None
     return cls.__module__, cls.__qualname__
 
@@ -86,4 +102,83 @@ RMS_NORM_CAST = _classes("""
     inkling2_loop.Inkling2LoopRMSNorm lara_mini.LaraMiniRMSNorm nemotron_h.NemotronHRMSNorm
     nemotron_h_omni.NemotronH_Omni_RMSNorm olmo2.Olmo2RMSNorm olmo3.Olmo3RMSNorm
     olmo_hybrid.OlmoHybridRMSNorm openai_privacy_filter.OpenAIPrivacyFilterRMSNorm
+""")
+
+
+# Blocks of the ``ops.recipes`` recipes, by the forward they run (recipes.py says what each fuses).
+# ``dense_act``: ``intermediate_act_fn(dense(x))``, as BertIntermediate.
+DENSE_ACT = _classes("""
+    align.AlignTextIntermediate altclip.AltRobertaIntermediate bert.BertIntermediate
+    bert_generation.BertGenerationIntermediate big_bird.BigBirdIntermediate
+    blip.modeling_blip_text.BlipTextIntermediate blip_2.Blip2QFormerIntermediate
+    bridgetower.BridgeTowerIntermediate bros.BrosIntermediate camembert.CamembertIntermediate
+    canine.CanineIntermediate chinese_clip.ChineseCLIPTextIntermediate clap.ClapAudioIntermediate
+    clap.ClapTextIntermediate convbert.ConvBertIntermediate cpmant.CpmAntIntermediate
+    data2vec.modeling_data2vec_text.Data2VecTextIntermediate
+    data2vec.modeling_data2vec_vision.Data2VecVisionIntermediate deberta.DebertaIntermediate
+    deberta_v2.DebertaV2Intermediate dinat.DinatIntermediate donut.modeling_donut_swin.DonutSwinIntermediate
+    dpt.DPTViTIntermediate electra.ElectraIntermediate ernie.ErnieIntermediate flava.FlavaIntermediate
+    fnet.FNetIntermediate git.GitIntermediate instructblip.InstructBlipQFormerIntermediate
+    instructblipvideo.InstructBlipVideoQFormerIntermediate layoutlm.LayoutLMIntermediate
+    layoutlmv2.LayoutLMv2Intermediate layoutlmv3.LayoutLMv3Intermediate lilt.LiltIntermediate
+    longformer.LongformerIntermediate luke.LukeIntermediate lxmert.LxmertIntermediate
+    markuplm.MarkupLMIntermediate maskformer.modeling_maskformer_swin.MaskFormerSwinIntermediate
+    megatron_bert.MegatronBertIntermediate mobilebert.MobileBertIntermediate mobilevit.MobileViTIntermediate
+    mpnet.MPNetIntermediate mra.MraIntermediate nystromformer.NystromformerIntermediate
+    pp_doclayout_v2.PPDocLayoutV2ReadingOrderIntermediate rembert.RemBertIntermediate
+    roberta.RobertaIntermediate roc_bert.RoCBertIntermediate roformer.RoFormerIntermediate
+    sew_d.SEWDIntermediate splinter.SplinterIntermediate swin2sr.Swin2SRIntermediate
+    swinv2.Swinv2Intermediate tapas.TapasIntermediate tvp.TvpIntermediate videomae.VideoMAEIntermediate
+    vilt.ViltIntermediate visual_bert.VisualBertIntermediate xlm_roberta.XLMRobertaIntermediate
+    xlm_roberta_xl.XLMRobertaXLIntermediate xmod.XmodIntermediate yolos.YolosIntermediate
+    yoso.YosoIntermediate
+""")
+
+# ``gated_mlp``: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, as LlamaMLP.
+GATED_MLP = _classes("""
+    afmoe.AfmoeMLP aimv2.Aimv2MLP aria.AriaSharedExpertsMLP axk1.AXK1MLP axk2.AXK2MLP
+    bailing_hybrid.BailingHybridMLP bamba.BambaMLP blt.BltMLP chameleon.ChameleonMLP cohere.CohereMLP
+    cohere2.Cohere2MLP cohere2_moe.Cohere2MoeMLP cohere_compass.CohereCompassMLP csm.CsmMLP cwm.CwmMLP
+    deepseek_ocr2.DeepseekOcr2TextMLP deepseek_ocr2.DeepseekOcr2VisionMLP deepseek_v2.DeepseekV2MLP
+    deepseek_v3.DeepseekV3MLP deepseek_v32.DeepseekV32MLP deimv2.Deimv2SwiGLUFFN diffllama.DiffLlamaMLP
+    diffusion_gemma.DiffusionGemmaText4MLP dinov2.Dinov2SwiGLUFFN
+    dinov2_with_registers.Dinov2WithRegistersSwiGLUFFN dinov3_vit.DINOv3ViTGatedMLP doge.DogeMLP
+    dots1.Dots1MLP dots3_note.Dots3NoteTextMLP dots3_note.Dots3NoteVisionMLP
+    embedding_gemma2.EmbeddingGemma2MLP emu3.Emu3MLP eomt.EomtSwiGLUFFN eomt_dinov3.EomtDinov3GatedMLP
+    ernie4_5.Ernie4_5MLP ernie4_5_moe.Ernie4_5_MoeMLP ernie4_5_vl_moe.Ernie4_5_VLMoeMLP esmc.EsmcMLP
+    eurobert.EuroBertMLP evolla.EvollaMLP exaone4.Exaone4MLP exaone4_5.Exaone4_5_MLP exaone_moe.ExaoneMoeMLP
+    flex_olmo.FlexOlmoMLP flint.FlintMLP gemma.GemmaMLP gemma2.Gemma2MLP gemma3.Gemma3MLP
+    gemma4.Gemma4TextMLP gemma4_unified.Gemma4UnifiedTextMLP glm4_moe.Glm4MoeMLP
+    glm4_moe_lite.Glm4MoeLiteMLP glm4v.Glm4VisionMlp glm4v_moe.Glm4vMoeisionMlp glm4v_moe.Glm4vMoeTextMLP
+    glm_moe_dsa.GlmMoeDsaMLP glm_ocr.GlmOcrVisionMlp granite.GraniteMLP
+    granite4_vision.Granite4VisionTextMLP granite_docling.GraniteDoclingTextMLP granite_swa.GraniteSWAMLP
+    helium.HeliumMLP higgs_audio_v2.HiggsAudioV2MLP hrm_text.HrmTextMLP hunyuan_v1_dense.HunYuanDenseV1MLP
+    hunyuan_v1_moe.HunYuanMoEV1MLP hunyuan_vl.HunYuanVLMLP hy_v3.HYV3MLP hy_v4.HYV4MLP hy_v4_vl.HYV4VLMLP
+    hyperclovax.HyperCLOVAXMLP idefics.IdeficsMLP idefics2.Idefics2MLP jamba.JambaMLP
+    kimi_linear.KimiLinearMLP kolibri1.Kolibri1MLP laguna.LagunaMLP lara_mini.LaraMiniMLP llama.LlamaMLP
+    longcat_flash.LongcatFlashMLP mellum.MellumMLP mimo_v2_flash.MiMoV2FlashMLP minicpm3.MiniCPM3MLP
+    ministral.MinistralMLP ministral3.Ministral3MLP mistral.MistralMLP mistral4.Mistral4MLP
+    mistral_large4.MistralLarge4TextMLP mllama.MllamaTextMLP molmo2.Molmo2ImageProjectorMLP molmo2.Molmo2MLP
+    moonshine_streaming.MoonshinMoonshineStreamingDecoderMLP muse_glimmer.MuseGlimmerTextMLP
+    muse_glimmer_assistant.MuseGlimmerAssistantMLP muse_spark.MuseSparkTextMLP nomic_bert.NomicBertMLP
+    olmo.OlmoMLP olmo2.Olmo2MLP olmo3.Olmo3MLP olmo_hybrid.OlmoHybridMLP olmoe.OlmoeMLP ovis2.Ovis2MLP
+    ovis2.Ovis2VisionMLP paddleocr_vl.PaddleOCRMLP pe_audio.PeAudioEncoderMLP
+    pe_audio_video.PeAudioVideoEncoderMLP pe_video.PeVideoEncoderMLP pixtral.PixtralMLP qwen2.Qwen2MLP
+    qwen2_5_omni.Qwen2_5OmniMLP qwen2_5_omni.Qwen2MLP qwen2_5_vl.Qwen2_5_VLMLP qwen2_5_vl.Qwen2MLP
+    qwen2_moe.Qwen2MoeMLP qwen2_vl.Qwen2MLP qwen3.Qwen3MLP qwen3_5.Qwen3_5MLP qwen3_5_moe.Qwen3_5MoeMLP
+    qwen3_moe.Qwen3MoeMLP qwen3_next.Qwen3NextMLP qwen3_omni_moe.Qwen3OmniMoeCode2WavMlp
+    qwen3_omni_moe.Qwen3OmniMoeMLP qwen3_omni_moe.Qwen3OmniMoeTalkerTextMLP
+    qwen3_omni_moe.Qwen3OmniMoeThinkerTextMLP qwen3_vl.Qwen3VLTextMLP qwen3_vl_moe.Qwen3VLMoeTextMLP
+    qwen4_exp.Qwen4ExpTextMLP radio.RadioSwiGLUFFN rf_detr.RfDetrDinov2SwiGLUFFN sapiens2.Sapiens2GatedMLP
+    smollm3.SmolLM3MLP solar_open.SolarOpenMLP stablelm.StableLmMLP tipsv2.Tipsv2VisionSwiGLUFFN
+    ultrabert.UltrabertMLP unlimited_ocr.UnlimitedOcrTextMLP vaultgemma.VaultGemmaMLP vibevoice.VibeVoiceMLP
+    videomt.VideomtGatedMLP videomt.VideomtSwiGLUFFN voxtral_realtime.VoxtralRealtimeMLP
+    voxtral_realtime.VoxtralRealtimeTextMLP youtu.YoutuMLP zamba.ZambaMLP
+""")
+
+# ``gate_up_mlp``: ``gate, up = gate_up_proj(x).chunk(2, dim=-1); down_proj(up * activation_fn(gate))``, as Phi3MLP.
+GATE_UP_MLP = _classes("""
+    dia.DiaMLP dots3_note.Dots3NoteAudioMLP esmfold2.EsmFold2SwiGLU glm.GlmMLP glm4.Glm4MLP
+    glm4v.Glm4vTextMLP glm_image.GlmImageTextMLP glm_ocr.GlmOcrTextMLP phi3.Phi3MLP
+    phi4_multimodal.Phi4MultimodalMLP
 """)

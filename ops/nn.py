@@ -77,12 +77,13 @@ def _rms_norm_module_forward(x: torch.Tensor, weight: Optional[torch.Tensor], ep
                            f"got shape {list(x.shape)}")
     if eps is None:
         eps = _default_eps(x.dtype)
-    if weight is None:
-        return fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
-    if weight.dtype == x.dtype:
+    if weight is not None and weight.dtype == x.dtype:
         return fused.rms_norm(x, weight, eps)
-    if promote_weight_dtype:  # Hugging Face Llama: weight * x_hat rounded to x's dtype
-        return weight * fused.rms_norm(x, torch.ones(x.shape[-1:], dtype=x.dtype, device=x.device), eps)
+    if weight is None or promote_weight_dtype:
+        # x_hat with a weight of ones made like x: x's dtype and device, and a replicated DTensor when x is
+        # a DTensor (DTensor ops take no plain tensor beside a DTensor).
+        x_hat = fused.rms_norm(x, x.new_ones(x.shape[-1:]), eps)
+        return x_hat if weight is None else weight * x_hat  # Hugging Face Llama: x_hat in x's dtype, times weight
     # Mixed dtypes otherwise: computed in the wider one (the weight is not rounded), output in x's.
     wide = torch.promote_types(x.dtype, weight.dtype)
     return fused.rms_norm(x.to(wide), weight.to(wide), eps).to(x.dtype)

@@ -5,20 +5,20 @@ nothing else: the block keeps its submodules, parameters and ``state_dict`` keys
 called on its own computes what it did. The fused forward reads the submodules' weights, so it checks
 at every call that they are still what the recipe was written for (exact Linear classes without hooks,
 a known activation, no global module hooks, plain tensors); otherwise it runs the class's own forward.
-The classes are listed by name (``ops._hf_classes``); tests/test_models.py runs each family against
-its stock output and gradients.
+The classes are listed by name (``ops._hf_classes``: every transformers class whose own forward is the
+reference class's); tests/test_models.py runs each against its stock output and gradients.
 
-* ``dense_act`` (BERT's intermediate block): ``intermediate_act_fn(dense(x))`` becomes one
+* ``dense_act`` (BertIntermediate's forward): ``intermediate_act_fn(dense(x))`` becomes one
   ``ops.linear(x, W, b, activation)``: on CUDA a CUTLASS GEMM with the bias and activation in its
   epilogue.
-* ``gated_mlp`` (Llama, Qwen, Mistral, Gemma, ...): ``down(act(gate(x)) * up(x))``. With SiLU, the gate
-  and up GEMMs write the two halves of one (..., 2 * intermediate) tensor (no concatenation copy) that
-  ``ops.silu_and_mul`` reads; with another activation (Gemma's GELU-tanh), the activation runs in the
-  gate GEMM's epilogue (``ops.linear``). Under torch.compile it runs the class's forward, whose
-  activation and product Inductor fuses into one kernel itself (Dynamo does not take the strided out
-  tensors the half-writes use).
-* ``gate_up_mlp`` (Phi-3, GLM): ``gate, up = gate_up_proj(x).chunk(2)``; ``down(up * act(gate))`` with
-  SiLU is ``down(ops.silu_and_mul(gate_up_proj(x)))``.
+* ``gated_mlp`` (LlamaMLP's forward: Llama, Qwen, Mistral, Gemma, ...): ``down(act(gate(x)) * up(x))``.
+  With SiLU, the gate and up GEMMs write the two halves of one (..., 2 * intermediate) tensor (no
+  concatenation copy) that ``ops.silu_and_mul`` reads; with another activation (Gemma's GELU-tanh), the
+  activation runs in the gate GEMM's epilogue (``ops.linear``). Under torch.compile it runs the class's
+  forward, whose activation and product Inductor fuses into one kernel itself (Dynamo does not take the
+  strided out tensors the half-writes use).
+* ``gate_up_mlp`` (Phi3MLP's forward: Phi-3, GLM, ...): ``gate, up = gate_up_proj(x).chunk(2)``;
+  ``down(up * act(gate))`` with SiLU is ``down(ops.silu_and_mul(gate_up_proj(x)))``.
 """
 
 import functools
@@ -151,10 +151,17 @@ def _transformed(*tensors) -> bool:
         t is not None and torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
+def _autocast(x) -> bool:
+    """Whether autocast is on for x's device type (torch.is_autocast_enabled raises for a device type
+    autocast does not know, such as meta)."""
+    device_type = x.device.type
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
 def _gated_mlp_forward(self, x):
     act = activation_of(self.act_fn)
     if (act is None or torch.compiler.is_compiling() or not _linears_ready(self, ("gate_proj", "up_proj", "down_proj"), x)
-            or torch.is_autocast_enabled(x.device.type)  # the half-writes' out tensors have x's dtype
+            or _autocast(x)  # the half-writes' out tensors have x's dtype
             or _transformed(x, self.gate_proj.weight, self.gate_proj.bias, self.up_proj.weight, self.up_proj.bias)):
         return type(self).forward(self, x)
     if act == "silu":
@@ -171,16 +178,11 @@ def _gate_up_mlp_forward(self, hidden_states):
     return self.down_proj(fused.silu_and_mul(self.gate_up_proj(hidden_states)))
 
 
-# Named "forward": pickle stores a bound method as getattr(block, name), which unpickling resolves to the
-# class's own forward (the same values; convert applies the recipe again).
-_dense_act_forward.__name__ = _gated_mlp_forward.__name__ = _gate_up_mlp_forward.__name__ = "forward"
-
-
 class Recipe:
     """A fused forward for the listed block classes, and what a block must hold for it to apply."""
 
-    def __init__(self, name: str, forward: Callable, classes: str, linears, activation: str, acts):
-        self.name, self.forward, self.classes = name, forward, _hf_classes._classes(classes)
+    def __init__(self, name: str, forward: Callable, classes: frozenset, linears, activation: str, acts):
+        self.name, self.forward, self.classes = name, forward, classes
         self.linears, self.activation, self.acts = linears, activation, acts
 
     def why_not(self, block) -> Optional[str]:
@@ -195,27 +197,25 @@ class Recipe:
 
 
 RECIPES: Dict[str, Recipe] = {r.name: r for r in (
-    Recipe("dense_act", _dense_act_forward, """
-        bert.BertIntermediate roberta.RobertaIntermediate xlm_roberta.XLMRobertaIntermediate
-        electra.ElectraIntermediate camembert.CamembertIntermediate mpnet.MPNetIntermediate
-        ernie.ErnieIntermediate""", ("dense",), "intermediate_act_fn", ("relu", "gelu", "gelu_tanh", "silu")),
-    Recipe("gated_mlp", _gated_mlp_forward, """
-        llama.LlamaMLP mistral.MistralMLP qwen2.Qwen2MLP qwen3.Qwen3MLP gemma.GemmaMLP gemma2.Gemma2MLP
-        gemma3.Gemma3MLP olmo2.Olmo2MLP granite.GraniteMLP smollm3.SmolLM3MLP""",
-           ("gate_proj", "up_proj", "down_proj"), "act_fn", ("relu", "gelu", "gelu_tanh", "silu")),
-    Recipe("gate_up_mlp", _gate_up_mlp_forward, "phi3.Phi3MLP glm.GlmMLP glm4.Glm4MLP",
-           ("gate_up_proj", "down_proj"), "activation_fn", ("silu",)),
+    Recipe("dense_act", _dense_act_forward, _hf_classes.DENSE_ACT, ("dense",), "intermediate_act_fn",
+           ("relu", "gelu", "gelu_tanh", "silu")),
+    Recipe("gated_mlp", _gated_mlp_forward, _hf_classes.GATED_MLP, ("gate_proj", "up_proj", "down_proj"), "act_fn",
+           ("relu", "gelu", "gelu_tanh", "silu")),
+    Recipe("gate_up_mlp", _gate_up_mlp_forward, _hf_classes.GATE_UP_MLP, ("gate_up_proj", "down_proj"),
+           "activation_fn", ("silu",)),
 )}
 
 
 def recipe_for(block) -> Optional[Recipe]:
-    """The recipe listing the block's class, if the block runs its class's forward (also when set on the
-    instance, as unpickling does) or a recipe's (convert ran before)."""
+    """The recipe listing the block's class, if the block runs its class's forward (also when bound on the
+    instance) or a recipe's (convert ran before)."""
     key = _hf_classes.class_key(block, accept=tuple(r.forward for r in RECIPES.values()))
     return next((r for r in RECIPES.values() if key in r.classes), None)
 
 
 def apply(block, recipe: Recipe) -> None:
-    """Replace ``block.forward`` with the recipe's (a bound method: copy.deepcopy keeps it; pickling
-    restores the class's forward, which computes the same, until convert runs again)."""
-    block.forward = recipe.forward.__get__(block, type(block))
+    """Set ``block.forward`` to ``functools.partial(recipe.forward, block)``: a partial of a module-level
+    function pickles by the function's name and the block, so ``torch.save`` / ``pickle`` and
+    ``copy.deepcopy`` bring the block back with its recipe (a bound method of a function the class does
+    not have would not unpickle)."""
+    block.forward = functools.partial(recipe.forward, block)

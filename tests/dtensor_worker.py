@@ -139,6 +139,56 @@ def case_fsdp(rank, world_size, out_dir):
         torch.save({"params": params}, os.path.join(out_dir, "fsdp.pt"))
 
 
+def norm_kinds():
+    """{kind: (stock norm, its input)}: one norm for each path of ops.nn.RMSNorm's forward (no weight, the
+    input's dtype, a float32 weight with bfloat16 input promoted as Hugging Face Llama does, and cast as
+    torch.nn.RMSNorm and Olmo2 do)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
+
+    torch.manual_seed(0)
+    kinds = {"no_weight": (torch.nn.RMSNorm(16, eps=1e-5, elementwise_affine=False), torch.float32),
+             "same_dtype": (torch.nn.RMSNorm(16, eps=1e-5), torch.float32),
+             "llama_promoted": (LlamaRMSNorm(16, eps=1e-5), torch.bfloat16),
+             "olmo2_cast": (Olmo2RMSNorm(16, eps=1e-5), torch.bfloat16),
+             "torch_cast": (torch.nn.RMSNorm(16, eps=1e-5), torch.bfloat16)}
+    out = {}
+    for kind, (norm, dtype) in kinds.items():
+        if norm.weight is not None:
+            with torch.no_grad():
+                norm.weight.uniform_(0.5, 1.5)
+        out[kind] = (norm, torch.randn(2, 8, 16).to(dtype))
+    return out
+
+
+def converted(norm):
+    import copy
+
+    model = torch.nn.Sequential(copy.deepcopy(norm))
+    assert ops.nn.convert(model).rms_norm == ["0"]
+    return model[0]
+
+
+def case_sequence_parallel_norms(rank, world_size, out_dir):
+    """Each norm kind, stock and converted, under SequenceParallel (the input sharded on dimension 1)."""
+    import warnings
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    got = {}
+    for kind, (stock, x) in norm_kinds().items():
+        local = x.chunk(world_size, dim=1)[rank]
+        for name, norm in (("stock", stock), ("ops", converted(stock))):
+            parallelize_module(norm, mesh, SequenceParallel())
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Mismatch dtype between input and weight")  # torch.nn.RMSNorm's
+                got[kind, name] = full(norm(local))
+    if rank == 0:
+        torch.save(got, os.path.join(out_dir, "sequence_parallel_norms.pt"))
+
+
 def case_fuzz(rank, world_size, out_dir, seconds):
     import dtensor_fuzz
 
@@ -147,7 +197,7 @@ def case_fuzz(rank, world_size, out_dir, seconds):
         torch.save({"failures": failures}, os.path.join(out_dir, "fuzz.pt"))
 
 
-CASES = {"tp": case_tp, "fsdp": case_fsdp, "fuzz": case_fuzz}
+CASES = {"tp": case_tp, "fsdp": case_fsdp, "fuzz": case_fuzz, "sequence_parallel_norms": case_sequence_parallel_norms}
 
 
 def run(rank, world_size, init_file, case, out_dir, *extra):

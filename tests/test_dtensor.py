@@ -44,6 +44,22 @@ def test_fsdp2_training_steps_equal_one_process(tmp_path):
         torch.testing.assert_close(got["params"][name], p.detach(), atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")  # torch.nn.RMSNorm's
+def test_sequence_parallel_norms_of_every_kind_equal_the_stock_modules(tmp_path):
+    # No weight, and a weight of another dtype than the input (promoted as Hugging Face Llama does, or cast):
+    # the converted norm's ones are a DTensor like its input, as the op needs.
+    pytest.importorskip("transformers")
+    dtensor_worker.spawn("sequence_parallel_norms", 2, tmp_path)
+    got = torch.load(tmp_path / "sequence_parallel_norms.pt")
+    for kind, (stock, x) in dtensor_worker.norm_kinds().items():
+        expected, mine = stock(x), dtensor_worker.converted(stock)(x)
+        assert got[kind, "stock"].dtype == got[kind, "ops"].dtype == expected.dtype, kind
+        torch.testing.assert_close(got[kind, "stock"], expected, msg=kind)
+        assert torch.equal(got[kind, "ops"], mine), kind  # rows are independent: the same values as one process
+        tol = 1e-6 if x.dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(got[kind, "ops"], expected, atol=tol, rtol=tol, msg=kind)
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_every_op_under_fuzzed_placements_equals_the_full_op(world_size, tmp_path):
     dtensor_worker.spawn("fuzz", world_size, tmp_path, 60.0)

@@ -6,7 +6,9 @@ class gives its stock output and gradients."""
 
 import copy
 import importlib
+import inspect
 import pickle
+import textwrap
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ import torch.nn.utils.prune
 
 import ops
 from benchmarks import models
-from conftest import TINY_VOCAB, tiny_hf_decoder
+from conftest import REPO, TINY_VOCAB, run_python, tiny_hf_decoder
 from ops import _hf_classes
 
 pytestmark = pytest.mark.slow
@@ -369,17 +371,28 @@ def _recipe_blocks():
             yield pytest.param(recipe.name, module, qualname, id=f"{recipe.name}-{qualname}")
 
 
+# Arguments some block classes take besides (or instead of) a config, at the tiny size.
+_BLOCK_ARGS = dict(dim=32, hidden_size=32, intermediate_size=48, output_size=32, hidden_act="silu", layer_idx=0)
+
+
 def _tiny_block(module_path, qualname):
-    """An instance of a listed block class, from its family's config at a tiny size (hidden 32)."""
+    """An instance of a listed block class at a tiny size (hidden 32): from its family's config, with the
+    other arguments its __init__ requires."""
     cls = _listed_class(module_path, qualname)
+    required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    args = {name: _BLOCK_ARGS[name] for name in required if name in _BLOCK_ARGS}
+    if len(args) == len(required):
+        return cls(**args)
     family = importlib.import_module(module_path.rsplit(".", 1)[0])
     sizes = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
-    for name in sorted(dir(family)):
-        if name.endswith("Config"):
-            try:
-                return cls(getattr(family, name)(**sizes))
-            except Exception:  # noqa: BLE001 - another config class of the family (vision, composite)
-                continue
+    for size in (sizes, dict(hidden_size=32, intermediate_size=48, num_attention_heads=4)):  # some refuse GQA
+        for name in sorted(dir(family)):
+            if name.endswith("Config"):
+                try:
+                    return cls(getattr(family, name)(**size), **args)
+                except Exception:  # noqa: BLE001 - another config class of the family (vision, composite)
+                    continue
     pytest.skip(f"no config of {family.__name__} builds {qualname}")
 
 
@@ -388,10 +401,13 @@ def _tiny_block(module_path, qualname):
 def test_every_listed_recipe_block_gives_its_stock_output_and_gradients(recipe, module_path, qualname):
     torch.manual_seed(0)
     stock = _tiny_block(module_path, qualname)
+    spec = ops.recipes.RECIPES[recipe]
+    if ops.recipes.activation_of(getattr(stock, spec.activation)) not in spec.acts:
+        setattr(stock, spec.activation, torch.nn.SiLU())  # the config's default (gelu_new, ...) is not fused
     block = torch.nn.Sequential(copy.deepcopy(stock))
     report = ops.nn.convert(block)
     assert report.recipes == [("0", recipe)], report
-    x = torch.randn(2, 5, 32, requires_grad=True)
+    x = torch.randn(2, 5, getattr(stock, spec.linears[0]).in_features, requires_grad=True)
     expected, got = stock(x), block(x)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     g = torch.randn_like(expected)
@@ -402,6 +418,76 @@ def test_every_listed_recipe_block_gives_its_stock_output_and_gradients(recipe, 
     torch.testing.assert_close(x.grad, grad_x, atol=1e-5, rtol=1e-5)
     for (name, p_stock), p_ops in zip(stock.named_parameters(), block[0].parameters()):
         torch.testing.assert_close(p_ops.grad, p_stock.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _recipe_of(block):
+    """The name of the recipe the block's forward runs, or None."""
+    forward = vars(block).get("forward")
+    return next((r.name for r in ops.recipes.RECIPES.values()
+                 if getattr(forward, "func", None) is r.forward and forward.args == (block,)), None)
+
+
+def _recipes_of(model):
+    return [(name, _recipe_of(m)) for name, m in model.named_modules() if _recipe_of(m)]
+
+
+def test_a_saved_converted_model_loads_with_its_recipes(tmp_path):
+    # torch.save pickles the whole model: the loaded one runs the recipes, to the last bit as saved, in this
+    # process and in a fresh one (where unpickling imports ops).
+    model = tiny_hf_decoder("Llama")
+    ops.nn.convert(model)
+    ids = torch.randint(0, TINY_VOCAB, (2, 9))
+    with torch.no_grad():
+        expected = model(ids).logits
+    recipes = [(f"model.layers.{i}.mlp", "gated_mlp") for i in range(2)]
+    assert _recipes_of(model) == recipes
+    torch.save(model, tmp_path / "model.pt")
+    torch.save(ids, tmp_path / "ids.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert _recipes_of(loaded) == recipes
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, expected)
+        assert torch.equal(copy.deepcopy(loaded)(ids).logits, expected)
+    code = textwrap.dedent(f"""
+        import ops, torch
+        model = torch.load({str(tmp_path / "model.pt")!r}, weights_only=False)
+        with torch.no_grad():
+            logits = model(torch.load({str(tmp_path / "ids.pt")!r}))
+        torch.save(logits.logits, {str(tmp_path / "logits.pt")!r})
+        print([name for name, m in model.named_modules()
+               if getattr(vars(m).get("forward"), "func", None) is ops.recipes.RECIPES["gated_mlp"].forward])
+    """)
+    result = run_python(code, cwd=REPO, env={"PYTHONPATH": REPO}, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[-2] == str([name for name, _ in recipes]), result.stdout
+    assert torch.equal(torch.load(tmp_path / "logits.pt"), expected)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+def test_converted_models_run_on_the_meta_device():
+    # Shapes without memory (meta-device init, as accelerate's init_empty_weights): autocast knows no meta
+    # device type, and the converted model gives the stock model's shapes and dtypes.
+    stock = tiny_hf_decoder("Llama").to("meta")
+    converted = copy.deepcopy(stock)
+    assert len(ops.nn.convert(converted).recipes) == 2
+    ids = torch.randint(0, TINY_VOCAB, (2, 9), device="meta")
+    expected, got = stock(ids).logits, converted(ids).logits
+    assert (got.device.type, got.shape, got.dtype) == ("meta", expected.shape, expected.dtype)
+    # Every recipe (gated_mlp with SiLU and with GELU-tanh), forward and backward, in bfloat16.
+    blocks = [("gated_mlp", "llama.modeling_llama", "LlamaMLP"), ("gated_mlp", "gemma.modeling_gemma", "GemmaMLP"),
+              ("gate_up_mlp", "phi3.modeling_phi3", "Phi3MLP"),
+              ("dense_act", "bert.modeling_bert", "BertIntermediate")]
+    for recipe, module, qualname in blocks:
+        stock = _tiny_block(f"transformers.models.{module}", qualname).to("meta", torch.bfloat16)
+        block = torch.nn.Sequential(copy.deepcopy(stock))
+        assert ops.nn.convert(block).recipes == [("0", recipe)], qualname
+        outs = []
+        for m in (stock, block):
+            x = torch.randn(2, 5, 32, device="meta", dtype=torch.bfloat16, requires_grad=True)
+            out = m(x)
+            out.sum().backward()
+            outs.append((out.device.type, out.shape, out.dtype, x.grad.shape, x.grad.dtype))
+        assert outs[1] == outs[0] and outs[0][0] == "meta", qualname
 
 
 def test_recipes_touch_listed_blocks_only_and_step_aside_when_their_parts_change(monkeypatch):
@@ -444,15 +530,17 @@ def test_recipes_touch_listed_blocks_only_and_step_aside_when_their_parts_change
     torch.testing.assert_close(mlp(x), ref(x))
     assert ops.nn.convert(copy.deepcopy(stock)).recipes == []
     monkeypatch.undo()
-    # A deep copy keeps the recipe; pickling restores the class's forward (same values), and convert
-    # applies the recipe again; so does a second convert.
-    assert "forward" in vars(copy.deepcopy(mlp))
-    restored = torch.nn.Sequential(pickle.loads(pickle.dumps(mlp)))
-    torch.testing.assert_close(restored(x), ref(x))
-    assert ops.nn.convert(restored).recipes == [("0", "gated_mlp")]
-    assert vars(restored[0])["forward"].__func__ is ops.recipes.RECIPES["gated_mlp"].forward
-    assert ops.nn.convert(restored).recipes == [("0", "gated_mlp")]
-    torch.testing.assert_close(restored(x), ref(x))
+    # A deep copy and a pickled copy keep the recipe; a second convert applies it again, as it does to a
+    # block whose class forward is bound on the instance.
+    for restored in (copy.deepcopy(mlp), pickle.loads(pickle.dumps(mlp))):
+        assert _recipe_of(restored) == "gated_mlp"
+        restored = torch.nn.Sequential(restored)
+        assert ops.nn.convert(restored).recipes == [("0", "gated_mlp")] and _recipe_of(restored[0]) == "gated_mlp"
+        torch.testing.assert_close(restored(x), ref(x))
+    bound = copy.deepcopy(ref)
+    bound.forward = bound.forward
+    assert ops.nn.convert(torch.nn.Sequential(bound)).recipes == [("0", "gated_mlp")]
+    assert _recipe_of(bound) == "gated_mlp"
     # A forward of another instance set on this one is not this block's: left alone.
     other = copy.deepcopy(ref)
     other.forward = ref.forward
