@@ -331,6 +331,8 @@ at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
 //   reverse: dx = r (g w - x_hat mean(g w x_hat, -1)), dw = sum over rows of g x_hat, x_hat = x r;
 //   forward: dy = r w (dx - x_hat mean(x_hat dx, -1)) + x_hat dw.
 // Computed in float32 for half types (float64 for float64), from ATen ops (differentiable again).
+// _rms_norm_tensor_eps is the same op with eps a 0-d CPU tensor (graphs of torch.compile(dynamic=True)
+// carry a float argument as one); its formulas add that tensor where rms_norm adds the number.
 
 using RmsNormOp = at::Tensor(const at::Tensor&, const at::Tensor&, double);
 
@@ -340,16 +342,17 @@ const c10::TypedOperatorHandle<RmsNormOp>& rms_norm_op() {
   return op;
 }
 
-// x_hat = x r, and r, in the compute type.
-std::pair<at::Tensor, at::Tensor> rms_normalize(const at::Tensor& x, double eps) {
+// x_hat = x r, and r, in the compute type; eps a double or a 0-d tensor.
+template <typename Eps>
+std::pair<at::Tensor, at::Tensor> rms_normalize(const at::Tensor& x, const Eps& eps) {
   const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps);
   return {x * r, r};
 }
 
 struct RmsNormBackward : BackwardNode<RmsNormBackward> {
   static constexpr const char* kName = "RmsNormBackward";
-  static constexpr size_t kNumSaved = 2;        // input, weight
-  static constexpr size_t kNumAttributes = 1;   // eps (float)
+  static constexpr size_t kNumSaved = 3;        // input, weight, eps (a 0-d tensor, or undefined)
+  static constexpr size_t kNumAttributes = 1;   // eps (float), where no eps tensor is saved
 
   static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
                             const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs) {
@@ -358,7 +361,7 @@ struct RmsNormBackward : BackwardNode<RmsNormBackward> {
     const at::Tensor &input = saved[0], &weight = saved[1];
     const auto compute = compute_type(input);
     const at::Tensor x = input.to(compute), w = weight.to(compute), g = grads[0].to(compute);
-    const auto [x_hat, r] = rms_normalize(x, attributes[0].toDouble());
+    const auto [x_hat, r] = saved[2].defined() ? rms_normalize(x, saved[2]) : rms_normalize(x, attributes[0].toDouble());
     if (needs[0]) {
       const at::Tensor gw = g * w;
       result[0] = (r * (gw - x_hat * (gw * x_hat).mean(-1, true))).to(input.scalar_type());
@@ -375,16 +378,23 @@ struct RmsNormBackward : BackwardNode<RmsNormBackward> {
   }
 };
 
-at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  TORCH_CHECK(input.defined(), "rms_norm: input must be a defined tensor (..., hidden), got None");
-  TORCH_CHECK(weight.defined(), "rms_norm: weight must be a defined tensor (hidden,), got None");
+template <typename Eps, typename Call>
+at::Tensor rms_norm_autograd_impl(const char* op, const at::Tensor& input, const at::Tensor& weight, const Eps& eps,
+                                  Call&& call) {
+  TORCH_CHECK(input.defined(), op, ": input must be a defined tensor (..., hidden), got None");
+  TORCH_CHECK(weight.defined(), op, ": weight must be a defined tensor (hidden,), got None");
   const auto grad_fn = make_backward<RmsNormBackward>(input, weight);
   if (grad_fn) {
     save(grad_fn, 0, input);
     save(grad_fn, 1, weight);
-    grad_fn->attributes_ = {c10::IValue(eps)};
+    if constexpr (std::is_same_v<Eps, at::Tensor>) {
+      save(grad_fn, 2, eps);
+      grad_fn->attributes_ = {c10::IValue(0.0)};
+    } else {
+      grad_fn->attributes_ = {c10::IValue(eps)};
+    }
   }
-  at::Tensor y = call_and_record(grad_fn, [&] { return rms_norm_op().call(input, weight, eps); });
+  at::Tensor y = call_and_record(grad_fn, call);
   const at::Tensor dx = input._fw_grad(0), dw = weight._fw_grad(0);
   if (dx.defined() || dw.defined()) {
     const auto compute = compute_type(input);
@@ -402,6 +412,32 @@ at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, 
     y._set_fw_grad(dy.to(input.scalar_type()), 0, false);
   }
   return y;
+}
+
+at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return rms_norm_autograd_impl("rms_norm", input, weight, eps, [&] { return rms_norm_op().call(input, weight, eps); });
+}
+
+void check_eps_tensor(const at::Tensor& eps) {
+  TORCH_CHECK(eps.defined() && eps.dim() == 0 && eps.device().is_cpu() && at::isFloatingType(eps.scalar_type()),
+              "_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got ",
+              eps.defined() ? eps.toString() + " of shape " + c10::str(eps.sizes()) + " on " + eps.device().str()
+                            : std::string("None"));
+}
+
+// Below autograd, on every backend: rms_norm with eps read on the host (a CPU tensor: no device sync).
+at::Tensor rms_norm_tensor_eps(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps) {
+  check_eps_tensor(eps);
+  return rms_norm_op().call(input, weight, eps.item<double>());
+}
+
+at::Tensor rms_norm_tensor_eps_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps) {
+  check_eps_tensor(eps);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::_rms_norm_tensor_eps", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  return rms_norm_autograd_impl("_rms_norm_tensor_eps", input, weight, eps.detach(),
+                                [&] { return op.call(input, weight, eps); });
 }
 
 // ---- silu_and_mul: y = silu(a) * b with (a, b) the two halves of x's last dimension -------------
@@ -512,4 +548,9 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("silu_and_mul", &ops::silu_and_mul_autograd);
   m.impl("cutlass_gemm.out", &ops::cutlass_gemm_out_autograd);
   m.impl("fused_add_rms_norm", &ops::fused_add_rms_norm_autograd);
+  m.impl("_rms_norm_tensor_eps", &ops::rms_norm_tensor_eps_autograd);
+}
+
+TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {
+  m.impl("_rms_norm_tensor_eps", &ops::rms_norm_tensor_eps);
 }

@@ -3,7 +3,8 @@
 // Python package `ops`; set_python_module before each group names the module holding that group's
 // fake kernels, so a missing fake kernel says what to import. ops::define is m.def plus clear errors
 // for sparse, nested and quantized inputs (layout_errors.h). The private ops (a leading underscore)
-// have a CompositeImplicitAutograd kernel each, registered beside their code.
+// have a CompositeImplicitAutograd kernel each, registered beside their code (_rms_norm_tensor_eps: a
+// CompositeExplicitAutograd and an Autograd kernel).
 #include <torch/library.h>
 
 #include "layout_errors.h"
@@ -28,6 +29,9 @@ TORCH_LIBRARY(ops, m) {
   ops::define(m, "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-6) -> ()");
   // x (..., 2d) -> silu(x[..., :d]) * x[..., d:].
   ops::define(m, "silu_and_mul(Tensor input) -> Tensor");
+  // rms_norm with eps a 0-d CPU tensor: what ops.compile rewrites a norm into where the graph carries eps
+  // as a tensor (torch.compile(dynamic=True) passes float arguments so). autograd.cpp
+  ops::define(m, "_rms_norm_tensor_eps(Tensor input, Tensor weight, Tensor eps) -> Tensor");
 
   // ---- Tactic and introspection controls (ops.gemm, ops.build_info, ops.kernels) ----------------
   m.set_python_module("ops.gemm");

@@ -29,8 +29,10 @@ the code Inductor generates for the same formula: ``RULES`` (docs/fusion.md give
 rewrites each pattern made (a graph served from Inductor's cache is not rewritten again).
 """
 
+import dataclasses
 import functools
 import threading
+import warnings
 from typing import Dict, Iterable, Optional
 
 import torch
@@ -39,18 +41,33 @@ import torch.nn.functional as F
 from . import _library  # noqa: F401  (loads the op library: the replacements call its ops)
 from .gemm import _GEMM_DTYPES
 
-__all__ = ["PATTERNS", "RULES", "FusionPass", "backend"]
+__all__ = ["PATTERNS", "RULES", "Rule", "FusionPass", "backend"]
 
 PATTERNS = ("fused_add_rms_norm", "rms_norm", "silu_and_mul", "linear_act")  # in the order they are applied
 
-# The patterns the default pass applies per device type, each from the smallest last dimension (the
-# norms' hidden size, silu_and_mul's 2 * d) at which it was measured faster than the code Inductor
-# generates for the same formula (python -m benchmarks.ops, "torch.compile" rows; docs/fusion.md). CPU,
-# benchmarks/results/2026-12-01-cpu: rms_norm and fused_add_rms_norm 1.2-14x at hidden 512, 1024 and 4096
-# (0.96-1.32x at 128: not applied); silu_and_mul 1.3-3.3x at 2 * d = 3584, 7168 and 28672; ops.linear,
-# ATen's linear plus the activation on CPU, 0.95-1.31x: not applied. CUDA: not measured against Inductor, none.
-RULES: Dict[str, Dict[str, int]] = {
-    "cpu": {"rms_norm": 512, "fused_add_rms_norm": 512, "silu_and_mul": 3584},
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Rewrite an input whose last dimension is at least ``min_last`` and which has at most ``max_numel``
+    elements (None: no bound). A symbolic size is covered only where it is known to be in range."""
+
+    min_last: int
+    max_numel: Optional[int] = None
+
+    def covers(self, value: torch.Tensor) -> bool:
+        last = value.shape[-1] if value.dim() else 0
+        return _known(last >= self.min_last) and (self.max_numel is None or _known(value.numel() <= self.max_numel))
+
+
+# The patterns the default pass applies per device type, over the shapes at which each op was measured
+# faster than the code Inductor generates for the formula it replaces (python -m benchmarks.compile_rules;
+# docs/fusion.md). CPU, benchmarks/results/2026-12-02-cpu: rms_norm and fused_add_rms_norm 1.03-12x at
+# every measured shape (rows 1-4096 x hidden 128-4096: memory-bound at the largest, no bound set);
+# silu_and_mul 1.05-7.5x at 2 * d = 1024-28672 up to 29.4M elements, 0.88-0.99x at 4096 x 8192 and
+# 4096 x 28672. ops.linear, ATen's linear plus the activation on CPU, 0.95-1.31x
+# (benchmarks/results/2026-12-01-cpu): not applied. CUDA: not measured against Inductor, none.
+RULES: Dict[str, Dict[str, Rule]] = {
+    "cpu": {"rms_norm": Rule(128), "fused_add_rms_norm": Rule(128), "silu_and_mul": Rule(1024, max_numel=29360128)},
     "cuda": {},
 }
 
@@ -211,6 +228,15 @@ def _residual_norm_replacement(x, residual, w, eps):  # training graphs: the sum
     return torch.ops.ops.rms_norm(r, w, eps), r
 
 
+def _rms_norm_tensor_eps_replacement(x, w, eps):  # eps a 0-d CPU tensor (a float under dynamic=True)
+    return torch.ops.ops._rms_norm_tensor_eps(x, w, eps)
+
+
+def _residual_norm_tensor_eps_replacement(x, residual, w, eps):
+    r = x + residual
+    return torch.ops.ops._rms_norm_tensor_eps(r, w, eps), r
+
+
 def _halves_chunk(x):
     return x.chunk(2, dim=-1)
 
@@ -340,6 +366,11 @@ def _register_all(kind: str):
         eps = match.kwargs.get("eps")
         return eps is None or isinstance(eps, (int, float))
 
+    def eps_is_a_cpu_scalar(match):  # what _rms_norm_tensor_eps reads on the host
+        eps = _val(match.kwargs.get("eps"))
+        return (isinstance(eps, torch.Tensor) and eps.dim() == 0 and eps.device.type == "cpu"
+                and eps.dtype.is_floating_point)
+
     def even(match):
         return _val(match.kwargs["x"]).shape[-1] % 2 == 0
 
@@ -377,6 +408,17 @@ def _register_all(kind: str):
                          check("fused_add_rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes,
                                buffers_of_their_own, input_not_written_back),
                          scalars={"eps": _EPS})
+        # torch.compile(dynamic=True) passes a float argument (a module's eps attribute too) as a 0-d CPU
+        # tensor, which the hand-written norms add: those norms become _rms_norm_tensor_eps.
+        eps_t = torch.tensor(_EPS, dtype=torch.float32)
+        for norm in (_hf_norm, _hf_norm_cast):
+            tensor_checks = (not_float64, eps_is_a_cpu_scalar, norm_shapes)
+            register("rms_norm", norm, _rms_norm_tensor_eps_replacement, [x, w, eps_t],
+                     check("rms_norm", ("x", "w"), *tensor_checks), grads=[g + (False,) for g in _GRADS[2]])
+            if training:
+                register("rms_norm", _add_norm_search(norm), _residual_norm_tensor_eps_replacement, [x, r, w, eps_t],
+                         check("rms_norm", ("x", "residual", "w"), *tensor_checks, add_shapes),
+                         grads=[g + (False,) for g in _RESIDUAL_GRADS])
         if not training:
             register("fused_add_rms_norm", _ops_norm_default_eps_search, _ops_norm_default_eps_replacement, [x, r, w],
                      check("fused_add_rms_norm", ("x", "residual", "w"), norm_shapes, add_shapes, buffers_of_their_own,
@@ -421,18 +463,25 @@ class FusionPass(_CustomGraphPass):
     """The ops' rewrite pass, for ``torch._inductor.config.joint_custom_pre_pass``.
 
     Args:
-        patterns: None (the measured ``RULES`` per device type) or an iterable of names from ``PATTERNS``,
-            applied on every device.
+        patterns: None (the measured ``RULES`` per device type), one name from ``PATTERNS`` or an iterable
+            of them, applied on every device.
 
     ``counts``: {pattern name: rewrites made by this pass object so far}.
     """
 
     def __init__(self, patterns: Optional[Iterable[str]] = None):
         if patterns is not None:
-            patterns = frozenset(patterns)
-            unknown = sorted(patterns - set(PATTERNS))
+            if isinstance(patterns, str):
+                patterns = (patterns,)
+            try:
+                patterns = frozenset(patterns)
+            except TypeError:
+                raise TypeError(f"ops.compile.FusionPass: patterns must be None, a pattern name or an iterable of "
+                                f"them, got {type(patterns).__name__}") from None
+            unknown = sorted(map(repr, patterns - set(PATTERNS)))
             if unknown:
-                raise ValueError(f"ops.compile.FusionPass: unknown patterns {unknown}; choose from {list(PATTERNS)}")
+                raise ValueError(f"ops.compile.FusionPass: unknown patterns [{', '.join(unknown)}]; choose from "
+                                 f"{list(PATTERNS)}")
         self.patterns = patterns
         self.counts = {name: 0 for name in PATTERNS}
 
@@ -440,10 +489,8 @@ class FusionPass(_CustomGraphPass):
         """Whether to rewrite pattern `name` whose first input is `value` (a fake tensor)."""
         if self.patterns is not None:
             return name in self.patterns
-        smallest = RULES.get(value.device.type, {}).get(name)
-        last = value.shape[-1] if value.dim() else 0
-        # A symbolic size is rewritten only if it is known to be large enough.
-        return smallest is not None and _known(last >= smallest)
+        rule = RULES.get(value.device.type, {}).get(name)
+        return rule is not None and rule.covers(value)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         from torch._inductor.fx_passes.post_grad import remove_noop_ops
@@ -458,7 +505,11 @@ class FusionPass(_CustomGraphPass):
         try:
             for name in PATTERNS:
                 for kind_passes in passes:
-                    rewrites = kind_passes[name].apply(graph) or 0
+                    with warnings.catch_warnings():
+                        # A training match whose gradient output appears twice (both summands of a residual
+                        # need it) has its node erased once per appearance.
+                        warnings.filterwarnings("ignore", message=r"erase_node\(.*\) on an already erased node")
+                        rewrites = kind_passes[name].apply(graph) or 0
                     if rewrites:  # a training match's replacement is inserted before the gradient it reads
                         stable_topological_sort(graph)
                     self.counts[name] += rewrites
@@ -473,23 +524,69 @@ class FusionPass(_CustomGraphPass):
         return get_hash_for_files((__file__,), repr((sorted(self.patterns or ()), self.patterns is None, rules)))
 
 
+class _Chained(_CustomGraphPass):
+    """Two joint-graph passes, one after the other: the user's own, then the ops' rewrites."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.first(graph)
+        self.second(graph)
+
+    def uuid(self):
+        # A plain function has no uuid: Inductor then does not cache the graph, as without the chain.
+        first = self.first.uuid() if hasattr(self.first, "uuid") else None
+        return None if first is None else (first, self.second.uuid())
+
+
 class backend:
     """A torch.compile backend: Inductor with ``FusionPass(patterns)`` as its joint-graph pre-pass.
 
         compiled = torch.compile(model, backend=ops.compile.backend())
+        compiled = torch.compile(model, backend=ops.compile.backend(), mode="max-autotune")
 
-    ``counts`` reads the pass's rewrite counts; other keyword arguments are Inductor config options.
+    ``counts`` reads the pass's rewrite counts. Other keyword arguments, and torch.compile's ``mode`` and
+    ``options``, are Inductor's, with Inductor's meanings (an unknown one is an error). A
+    ``joint_custom_pre_pass`` already set (in ``torch._inductor.config`` or in the options) runs first,
+    then the ops' pass.
     """
 
     def __init__(self, patterns: Optional[Iterable[str]] = None, **inductor_options):
         self.fusion_pass = FusionPass(patterns)
-        self.options = inductor_options
+        self.options = _inductor_options(inductor_options, "keyword arguments")
 
     @property
     def counts(self) -> Dict[str, int]:
         return self.fusion_pass.counts
 
-    def __call__(self, gm, example_inputs):
+    def __call__(self, gm, example_inputs, *, mode: Optional[str] = None, options: Optional[dict] = None):
         from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(gm, example_inputs, config_patches={**self.options, "joint_custom_pre_pass": self.fusion_pass})
+        patches = {}
+        if mode not in (None, "default"):
+            from torch._inductor import list_mode_options
+
+            modes = list_mode_options()
+            if mode not in modes:
+                raise ValueError(f"ops.compile.backend: unknown torch.compile mode {mode!r}; Inductor's modes are "
+                                 f"{sorted(modes)}")
+            patches.update(list_mode_options(mode))
+        patches.update(self.options)
+        if options is not None:
+            if not isinstance(options, dict):
+                raise TypeError(f"ops.compile.backend: torch.compile options must be a dict, got "
+                                f"{type(options).__name__}")
+            patches.update(_inductor_options(options, "torch.compile options"))
+        own = patches.pop("joint_custom_pre_pass", None) or torch._inductor.config.joint_custom_pre_pass
+        fusion = self.fusion_pass if own is None or own is self.fusion_pass else _Chained(own, self.fusion_pass)
+        return compile_fx(gm, example_inputs, config_patches={**patches, "joint_custom_pre_pass": fusion})
+
+
+def _inductor_options(options: dict, where: str) -> dict:
+    known = torch._inductor.config.get_config_copy()
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise ValueError(f"ops.compile.backend: {where} {unknown} are not Inductor config options "
+                         "(torch._inductor.config)")
+    return dict(options)

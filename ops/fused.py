@@ -34,6 +34,15 @@ def _rms_norm_fake(input, weight, eps=1e-6):
     return torch.empty(input.shape, dtype=input.dtype, device=input.device)
 
 
+@torch.library.register_fake("ops::_rms_norm_tensor_eps")
+def _rms_norm_tensor_eps_fake(input, weight, eps):
+    _check_norm("_rms_norm_tensor_eps", input, weight)
+    torch._check(eps.dim() == 0 and eps.device.type == "cpu" and eps.dtype.is_floating_point,
+                 lambda: f"_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got "
+                         f"{eps.dtype} of shape {list(eps.shape)} on {eps.device}")
+    return torch.empty(input.shape, dtype=input.dtype, device=input.device)
+
+
 # Autograd of rms_norm and silu_and_mul: registered in C++ (csrc/autograd.cpp), reverse and forward
 # mode, no Python on the call path.
 

@@ -24,7 +24,7 @@ def fresh_compiles():
 
 def compiled(fn, patterns=ops.compile.PATTERNS, **kwargs):
     backend = ops.compile.backend(patterns)
-    return torch.compile(fn, backend=backend, fullgraph=True, **kwargs), backend
+    return torch.compile(fn, backend=backend, **{"fullgraph": True, **kwargs}), backend
 
 
 def only(counts, **expected):
@@ -169,13 +169,13 @@ def test_training_graphs_use_the_ops_autograd():
 
 
 def test_default_rules_per_device_and_the_users_own_inductor_config():
-    x, w, small = torch.randn(4, 4096), torch.randn(48, 4096), torch.randn(4, 128)
+    x, w, small = torch.randn(4, 4096), torch.randn(48, 4096), torch.randn(4, 64)
 
     def f(x, w, small):
         return (F.gelu(F.linear(x, w)), hf_norm(x, w[0]), F.silu(x[:, :2048]) * x[:, 2048:],
-                hf_norm(small, small[0]))  # a row of 128: not measured faster on CPU
+                hf_norm(small, small[0]))  # a row of 64: not measured on CPU
 
-    fusion = ops.compile.FusionPass()  # the measured rules: on CPU no linear_act, norms from hidden 512
+    fusion = ops.compile.FusionPass()  # the measured rules: on CPU no linear_act, norms from hidden 128
     with torch._inductor.config.patch(joint_custom_pre_pass=fusion):
         fn = torch.compile(f, fullgraph=True)
         for got, expected in zip(fn(x, w, small), f(x, w, small)):
@@ -241,3 +241,179 @@ def test_broadcasting_weights_and_biases_are_left_alone():
     fn, backend = compiled(lambda x: hf_norm(x + r, torch.ones(16)))
     torch.testing.assert_close(fn(x), hf_norm(x + r, torch.ones(16)))
     assert only(backend.counts, rms_norm=1), backend.counts
+
+
+# ---- a rewrite is made only where the replacement computes what the graph computes -------------------
+
+def _same_as_eager(f, *args, patterns=ops.compile.PATTERNS, **kwargs):
+    torch._dynamo.reset()
+    fn, backend = compiled(f, patterns, **kwargs)
+    torch.testing.assert_close(fn(*args), f(*args), atol=1e-5, rtol=1e-5)
+    return backend.counts
+
+
+def test_summands_that_are_views_of_one_tensor_are_not_written_in_place():
+    # Halves of one tensor (chunk, unbind) and an expanded residual: fused_add_rms_norm would write both in
+    # place. The norm of the sum is still rewritten.
+    torch.manual_seed(0)
+    x, p, w = torch.randn(16, 512), torch.randn(512, 1024) / 32, torch.rand(512) + 0.5
+
+    def halves(x, p, w):
+        a, b = (x @ p).chunk(2, -1)
+        return hf_norm(a + b, w)
+
+    def unbound(x, p, w):
+        a, b = (x @ p).view(16, 2, 512).unbind(1)
+        return hf_norm(a + b, w)
+
+    def expanded(x, p, w):
+        return hf_norm(x + x[:1].expand_as(x), w)
+
+    for f in (halves, unbound, expanded):
+        assert only(_same_as_eager(f, x, p, w), rms_norm=1), f.__name__
+
+
+def test_arguments_the_replacement_does_not_compute_are_left_alone():
+    # Inductor's matcher compares only the arguments a pattern spells out: alpha and beta are checked here.
+    torch.manual_seed(0)
+    x, r, w, W, b = torch.randn(8, 512), torch.randn(8, 512), torch.rand(512) + 0.5, torch.randn(64, 512) / 23, torch.randn(64)
+    assert only(_same_as_eager(lambda x, r, w: hf_norm(torch.add(x, r, alpha=-0.5), w), x, r, w), rms_norm=1)
+    assert only(_same_as_eager(lambda x, r, w: hf_norm(torch.add(x, r, alpha=1), w), x, r, w), fused_add_rms_norm=1)
+    assert only(_same_as_eager(lambda x, W, b: F.gelu(torch.addmm(b, x, W.t(), beta=0.5)), x, W, b))
+    assert only(_same_as_eager(lambda x, W, b: F.relu(torch.addmm(b, x, W.t(), alpha=3)), x, W, b))
+    assert only(_same_as_eager(lambda x, W, b: F.relu(torch.addmm(b, x, W.t())), x, W, b), linear_act=1)
+    # A mean in another dtype, an exponent of another kind of number: the same check.
+    assert only(_same_as_eager(lambda x, w: w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True, dtype=torch.float64)
+                                                                  + 1e-6)).float(), x, w))
+
+
+def test_split_halves_become_silu_and_mul():
+    x = torch.randn(3, 64)
+    for halves in (lambda x: x.split([32, 32], dim=-1), lambda x: x.split(32, dim=-1)):
+        counts = _same_as_eager(lambda x: (lambda a, b: F.silu(a) * b)(*halves(x)), x)
+        assert only(counts, silu_and_mul=1)
+
+
+def _tiny_llama(hidden=64, layers=2):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=hidden, intermediate_size=160, num_hidden_layers=layers,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    return transformers.LlamaForCausalLM(config)
+
+
+def test_a_converted_model_compiled_with_the_pass_fuses_its_residual_norms():
+    # ops.nn.convert gives ops.rms_norm modules: the residual add before each is fused with it (2 layers:
+    # 2 per layer, the first layer's input norm has no residual).
+    model = _tiny_llama().eval()
+    ops.nn.convert(model)
+    ids = torch.randint(0, 128, (2, 9))
+    fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+    assert backend.counts["fused_add_rms_norm"] == 4, backend.counts
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["trained", "frozen weights"])
+def test_training_graphs_rewrite_the_norms_of_residual_sums(frozen):
+    # Autograd adds a residual sum's other gradient into its norm's own: the norm of a sum used again is a
+    # pattern of its own. Frozen weights (LoRA-style) trace other backward graphs. Of the 5 norms, the first
+    # layer's (of the embedding, used again by the residual) is left alone.
+    model = _tiny_llama()
+    if frozen:
+        for name, p in model.named_parameters():
+            p.requires_grad_(name == "model.embed_tokens.weight")
+    ids = torch.randint(0, 128, (2, 9))
+    fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False)
+    got = fn(input_ids=ids).logits
+    got.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    expected = model(input_ids=ids).logits
+    expected.sum().backward()
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, dict(model.named_parameters())[name].grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert backend.counts["rms_norm"] == 4 and backend.counts["linear_act"] == 2, backend.counts
+
+
+def test_dynamic_sequence_lengths_keep_the_rewrites():
+    model = _tiny_llama().eval()
+    fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False)
+    with torch.no_grad():
+        for length in (9, 17):
+            x = torch.randint(0, 128, (1, length))
+            torch._dynamo.mark_dynamic(x, 1)
+            torch.testing.assert_close(fn(input_ids=x).logits, model(input_ids=x).logits, atol=1e-5, rtol=1e-5)
+    assert backend.counts == {"fused_add_rms_norm": 4, "rms_norm": 1, "silu_and_mul": 0, "linear_act": 2}, backend.counts
+
+
+def test_rules_decide_from_the_whole_shape():
+    rule = ops.compile.Rule(min_last=512, max_numel=1 << 20)
+    assert rule.covers(torch.empty(16, 512, device="meta")) and not rule.covers(torch.empty(16, 256, device="meta"))
+    assert not rule.covers(torch.empty(4096, 512, device="meta"))  # 2M elements: past the measured bound
+    for device, rules in ops.compile.RULES.items():
+        assert set(rules) <= set(ops.compile.PATTERNS) and all(isinstance(r, ops.compile.Rule) for r in rules.values())
+
+
+def test_backend_options_and_the_users_own_joint_pass():
+    calls = []
+
+    def own_pass(graph):  # a plain function: Inductor does not cache such graphs, and runs it each compile
+        calls.append(len(graph.nodes))
+
+    x, w = torch.randn(4, 64), torch.rand(64) + 0.5
+    backend = ops.compile.backend("rms_norm")  # one name, as a string
+    assert backend.fusion_pass.patterns == {"rms_norm"}
+    with torch._inductor.config.patch(joint_custom_pre_pass=own_pass):
+        fn = torch.compile(lambda x, w: hf_norm(x, w), backend=backend, options={"max_autotune": False})
+        torch.testing.assert_close(fn(x, w), hf_norm(x, w))
+    assert calls and backend.counts["rms_norm"] == 1  # both passes ran
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w: hf_norm(x, w), backend=ops.compile.backend(["rms_norm"]), mode="max-autotune-no-cudagraphs")
+    torch.testing.assert_close(fn(x, w), hf_norm(x, w))
+    with pytest.raises(ValueError, match=r"ops.compile.FusionPass: unknown patterns \['rms'\]"):
+        ops.compile.backend("rms")
+    with pytest.raises(ValueError, match=r"ops.compile.backend: keyword arguments \['no_such_option'\] are not Inductor"):
+        ops.compile.backend(no_such_option=1)
+    for kwargs, message in (({"mode": "fastest"}, "unknown torch.compile mode 'fastest'"),
+                            ({"options": {"no_such_option": 1}}, r"torch.compile options \['no_such_option'\]")):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=message):
+            torch.compile(lambda x: x + 1, backend=ops.compile.backend(), **kwargs)(x)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_dynamic_true_rewrites_norms_whose_eps_is_a_graph_input(training):
+    # torch.compile(dynamic=True) passes the norms' eps attribute as a 0-d CPU tensor: the norms become
+    # _rms_norm_tensor_eps (no fused add: fused_add_rms_norm takes a number). One sequence: with a batch
+    # too, the GEMM's input view has a product of two symbols, and Inductor's re-trace of the linear
+    # pattern does not match it (torch 2.14.1): linear_act is then left alone.
+    model = _tiny_llama().train(training)
+    ids = torch.randint(0, 128, (1, 9))
+    fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False, dynamic=True)
+    with torch.set_grad_enabled(training):
+        got, expected = fn(input_ids=ids).logits, model(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    if training:
+        got.sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad()
+        expected.sum().backward()
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(grads[name], p.grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert backend.counts["rms_norm"] == (4 if training else 5) and backend.counts["linear_act"] == 2, backend.counts
+
+
+def test_rms_norm_with_a_tensor_eps():
+    x = torch.randn(3, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(16, dtype=torch.float64, requires_grad=True)
+    eps = torch.tensor(1e-5, dtype=torch.float64)
+    op = torch.ops.ops._rms_norm_tensor_eps
+    assert torch.equal(op(x, w, eps), ops.rms_norm(x, w, 1e-5))
+    assert torch.autograd.gradcheck(lambda x, w: op(x, w, eps), (x, w))
+    torch.library.opcheck(op.default, (x, w, eps))
+    torch.library.opcheck(op.default, (x.detach().float(), w.detach().float(), eps.float()))
+    for bad in (torch.ones(2), torch.tensor(1, dtype=torch.int64), torch.ones((), device="meta")):
+        with pytest.raises(RuntimeError, match="_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU"):
+            op(x, w, bad)
