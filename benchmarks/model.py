@@ -2,9 +2,11 @@
 
     python -m benchmarks.model [--batch 8] [--tokens 16] [--no-compile] [--out DIR]
 
-Each model is timed four ways, side by side: stock eager against the copy ``ops.nn.convert`` made
-(module swaps and block recipes), and stock ``torch.compile`` against ``torch.compile`` with the ops'
-graph pass (``backend=ops.compile.backend()``), with the agreement of the outputs. The two sides
+Each model is timed three ways, side by side: stock eager against the copy ``ops.nn.convert`` made
+(module swaps and block recipes); stock ``torch.compile`` against ``torch.compile`` with the ops' graph
+pass (``backend=ops.compile.backend()``); and stock ``torch.compile`` against the converted copy compiled
+with the pass (whose residual adds before ``ops.rms_norm`` become ``fused_add_rms_norm``), with the
+agreement of the outputs and the pass's rewrites. The two sides
 alternate (GPU: rounds of CUDA-event timings; CPU: single calls in pairs), so drifts of the machine hit
 both; each side's median is reported.
 
@@ -111,7 +113,7 @@ def main(argv=None):
             return paired_calls(fn_a, fn_b, seconds=args.seconds)
     tokens = [args.tokens] if args.tokens else ([16, 1024] if device == "cuda" else [16])
     rows, results = [], {}
-    variants = ["eager"] + ([] if args.no_compile else ["compiled"])
+    variants = ["eager"] + ([] if args.no_compile else ["compiled", "converted+compiled"])
     planned = len(variants) * (1 + len(tokens)) + len(tokens)
 
     def compare(key, label, stock, converted, inputs, agreement):
@@ -122,14 +124,16 @@ def main(argv=None):
             else:
                 torch._dynamo.reset()
                 fusion = ops.compile.backend()
-                m_stock, m_ops, counts = torch.compile(stock), torch.compile(stock, backend=fusion), fusion.counts
+                source = stock if variant == "compiled" else converted
+                m_stock, m_ops, counts = torch.compile(stock), torch.compile(source, backend=fusion), fusion.counts
             with torch.inference_mode():
                 note, values = agreement(m_stock(**inputs), m_ops(**inputs))
                 t_stock, t_ops = compare_times(lambda: m_stock(**inputs), lambda: m_ops(**inputs))
             rewrites = {k: v for k, v in (counts or {}).items() if v}
             results[f"{key}_{variant}"] = {"stock_ms": t_stock * 1e3, "ops_ms": t_ops * 1e3, "ratio": t_stock / t_ops,
                                            **values, **({"rewrites": rewrites} if counts is not None else {})}
-            what = "converted" if variant == "eager" else f"pass: {rewrites or 'no rewrites'}"
+            what = ("converted" if variant == "eager" else
+                    f"{'converted, ' if variant != 'compiled' else ''}pass: {rewrites or 'no rewrites'}")
             rows.append([f"{label} {variant}", what, f"{t_stock * 1e3:.3f}", f"{t_ops * 1e3:.3f}",
                          f"{t_stock / t_ops:.2f}", note])
             print(rows[-1], flush=True)

@@ -90,9 +90,10 @@ def _known(condition) -> bool:
 
 
 def _consistent(match, names) -> Optional[torch.Tensor]:
-    """The (fake) value of the match's first tensor if its tensors share a floating dtype the ops take
-    and a device."""
-    vals = [_val(match.kwargs[n]) for n in names if match.kwargs.get(n) is not None]
+    """The (fake) value of the match's first tensor if all its tensors are there and share a floating
+    dtype the ops take and a device. A pattern input matched by a number (``x + 0.25`` for ``x + residual``)
+    is missing from the re-traced match, whose pattern holds the number as a constant."""
+    vals = [_val(match.kwargs.get(n)) for n in names]
     if not vals or any(not isinstance(v, torch.Tensor) for v in vals):
         return None
     if vals[0].dtype not in _GEMM_DTYPES or any(v.dtype != vals[0].dtype or v.device != vals[0].device for v in vals):

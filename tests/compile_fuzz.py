@@ -3,7 +3,7 @@ the pass's formulas and their near-misses, and each runs eager, compiled by Indu
 and compiled with every pattern forced on; outputs, gradients and the inputs a program writes must
 agree. Rewrite counts per pattern show that the pass rewrote graphs, not only left them alone.
 
-    python tests/compile_fuzz.py --graphs 10000          # the documented long run (hours on 2 cores)
+    python tests/compile_fuzz.py --graphs 10000 --jobs 2  # the documented long run (hours on 2 cores)
     python tests/compile_fuzz.py --graphs 50 --show       # print each program
 
 A program is Python source (printed when a graph disagrees): one to three stages, each a formula
@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import math
 import os
+import signal
 import sys
 import time
 from typing import Dict, List, Optional, Tuple
@@ -464,12 +465,63 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
     return dict(backend.counts)
 
 
+def _jobs(args):
+    """Runs args.jobs processes of args.graphs / jobs graphs each, with seeds seed, seed + 1, ...;
+    writes their summed tally to args.out. Returns the exit status (1 if any process disagreed)."""
+    import json
+    import subprocess
+    import tempfile
+
+    seed = args.seed or 0
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [os.path.join(tmp, f"job{i}.json") for i in range(args.jobs)]
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--seed", str(seed + i), "--out", out,
+                                   "--graphs", str(args.graphs // args.jobs + (i < args.graphs % args.jobs))])
+                 for i, out in enumerate(outs)]
+        try:
+            codes = [p.wait() for p in procs]
+        except KeyboardInterrupt:  # each job reports the graphs it ran
+            for p in procs:
+                p.send_signal(signal.SIGINT)
+            codes = [p.wait() for p in procs]
+        parts = []
+        for out in outs:
+            try:
+                with open(out) as f:
+                    parts.append(json.load(f))
+            except (OSError, ValueError):
+                parts.append({"result": "no report"})
+    results = [p.get("result") for p in parts]
+    result = ("disagreement" if "disagreement" in results or "no report" in results else
+              "interrupted" if "interrupted" in results else "agreed")
+    total = {"result": result, "seconds": round(time.time() - t0), "torch": torch.__version__,
+             "seeds": [seed + i for i in range(args.jobs)], "jobs": parts}
+    for key in ("graphs", "skipped (eager raised)", "skipped (Inductor without the pass raised)"):
+        total[key] = sum(p.get(key, 0) for p in parts)
+    for key in ("graphs rewritten per pattern", "rewrites per pattern"):
+        total[key] = {name: sum(p.get(key, {}).get(name, 0) for p in parts) for name in ops.compile.PATTERNS}
+    print(f"{total['result']} in {total['seconds']} s: {total['graphs']} graphs, rewritten per pattern "
+          f"{total['graphs rewritten per pattern']}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(total, f, indent=1)
+    return 0 if result == "agreed" else 1
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: derandomized)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes, each of graphs / jobs graphs with seeds seed, seed + 1, ... (default 1)")
     parser.add_argument("--show", action="store_true", help="print every program")
+    parser.add_argument("--out", help="write the tally (JSON) here, also after a disagreement")
     args = parser.parse_args(argv)
+    if args.graphs < 1 or args.jobs < 1:
+        parser.error("--graphs and --jobs must be at least 1")
+    if args.jobs > 1:
+        sys.exit(_jobs(args))
     tally = Tally()
     t0 = time.time()
 
@@ -486,8 +538,22 @@ def main(argv=None):
     if args.seed is not None:
         run = __import__("hypothesis").seed(args.seed)(run)
     torch._inductor.config.compile_threads = 1
-    run()
-    print(f"done in {time.time() - t0:.0f} s: {tally.summary()}")
+    result = "disagreement"
+    try:
+        run()
+        result = "agreed"
+    except KeyboardInterrupt:  # SIGINT: the graphs run so far, all agreeing
+        result = "interrupted"
+    finally:
+        summary = {"result": result, "seconds": round(time.time() - t0), "torch": torch.__version__,
+                   "seed": args.seed, **tally.summary()}
+        print(f"{result} in {summary['seconds']} s: {tally.summary()}")
+        if args.out:
+            import json
+            with open(args.out, "w") as f:
+                json.dump(summary, f, indent=1)
+    if result == "interrupted":
+        sys.exit(130)
 
 
 if __name__ == "__main__":
