@@ -96,6 +96,7 @@ LaunchStatus run_tactic(const Tactic& tactic, GemmLaunchArgs args, const at::Ten
   args.decomposition = tactic.decomposition;
   args.splits = tactic.splits;
   args.swizzle = tactic.swizzle;
+  args.raster = tactic.raster;
   const size_t workspace_bytes = entry.workspace_size(args);
   at::Tensor workspace;
   if (workspace_bytes > 0) {

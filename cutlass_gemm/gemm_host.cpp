@@ -74,13 +74,13 @@ std::vector<Tactic> unbuilt_candidate_tactics(const GemmPlan& plan, const Device
 // For an error about tactic `name` that is not a candidate of plan: why, when a build with the
 // candidate-only kernels would have it, or when it names a kernel by its kernel_list.h id; else "".
 std::string why_not_a_candidate(const std::string& name, const GemmPlan& plan, const DeviceTarget& target) {
+  const std::string kernel = name.substr(0, name.find('/'));
   for (const Tactic& t : unbuilt_candidate_tactics(plan, target)) {
-    if (tactic_name(t) == name) {
+    if (kernel_name(t.kernel) == kernel) {
       return " (" + kernel_name(t.kernel) + " is a candidate-only kernel, which this build leaves out: "
              "rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
     }
   }
-  const std::string kernel = name.substr(0, name.find('/'));
   for (int i = 0; i < kNumKernels; ++i) {
     if (kernel == kKernels[i].id) {
       return " ('" + kernel + "' is the kernel's id in cutlass_gemm/kernel_list.h; tactic names use its name, " +
@@ -130,7 +130,8 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
       .add("config", config_name(info.config))
       .add("decomposition", decomposition_name(plan.tactic.decomposition))
       .add("splits", plan.tactic.splits)
-      .add("swizzle", plan.tactic.swizzle);
+      .add("swizzle", plan.tactic.swizzle)
+      .add("raster", raster_name(plan.tactic.raster));
   const char* source = plan.tactic_source == TacticSource::Forced  ? "forced"
                        : plan.tactic_source == TacticSource::Tuned ? "tuned"
                                                                    : "heuristic";
@@ -223,17 +224,21 @@ std::atomic<bool> tuning_cache_used{false};  // the tuning cache is not empty: w
 
 // Sets *tactic to the candidate of `plan` named `name` (tactic_name) and returns true, or returns false.
 // `names`, if given, receives every candidate's name, comma-separated (for error messages).
+// A candidate's launch_variants() (another swizzle or raster order) are accepted too.
 bool candidate_named(const GemmPlan& plan, int sm_count, const std::string& name, Tactic* tactic,
                      std::string* names = nullptr) {
   bool found = false;
   for (const Tactic& candidate : tactic_candidates(plan, sm_count)) {
     const std::string candidate_name = tactic_name(candidate);
-    if (!found && candidate_name == name) {
-      *tactic = candidate;
-      found = true;
+    for (const Tactic& variant : launch_variants(candidate)) {
+      if (!found && tactic_name(variant) == name) {
+        *tactic = variant;
+        found = true;
+      }
     }
     if (names != nullptr) *names += (names->empty() ? "" : ", ") + candidate_name;
   }
+  if (names != nullptr) *names += " (an SM90 one also with /swz2, /swz4 or /swz8 and /raster_m or /raster_n)";
   return found;
 }
 

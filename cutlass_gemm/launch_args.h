@@ -15,6 +15,11 @@ enum class Decomposition : int8_t {
   StreamK,       // the K iterations of all tiles divided evenly among the CTAs (Osama et al. 2023)
 };
 
+// The order in which the SM90 tile schedulers walk output tiles (CUTLASS's RasterOrderOptions): along
+// the kernel's M (tiles of one column of tiles in turn) or N, or CUTLASS's heuristic (along the longer
+// side). With a swizzle > 1, `swizzle` tiles of the other side are interleaved, for L2 reuse.
+enum class Raster : int8_t { Heuristic, AlongM, AlongN };
+
 // One launch: D (M x N, row-major, leading dimension ldd) = A (M x K) @ B (K x N).
 // A and B layouts are fixed by the instantiation; lda / ldb are their leading dimensions in
 // elements. Pointers are device pointers satisfying the instantiation's alignment.
@@ -32,6 +37,7 @@ struct GemmLaunchArgs {
   Decomposition decomposition = Decomposition::DataParallel;
   int splits = 1;
   int swizzle = 1;
+  Raster raster = Raster::Heuristic;
 };
 
 // The problem a kernel's parameters hold for one GemmLaunchArgs, computed on the host the way the

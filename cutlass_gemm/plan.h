@@ -50,10 +50,11 @@ struct Tactic {
   Decomposition decomposition = Decomposition::DataParallel;
   int splits = 1;   // SplitK: number of K slices (>= 2); 1 otherwise
   int swizzle = 1;  // SM90 schedulers' max swizzle size (1, 2, 4 or 8): tile order for L2 reuse
+  Raster raster = Raster::Heuristic;  // SM90 schedulers' raster order (launch_args.h)
 
   bool operator==(const Tactic& o) const {
     return kernel == o.kernel && decomposition == o.decomposition && splits == o.splits &&
-           swizzle == o.swizzle;
+           swizzle == o.swizzle && raster == o.raster;
   }
 };
 

@@ -120,9 +120,15 @@ struct Sm90GemmConfig {
     if constexpr (kBias) {
       arguments.epilogue.thread.bias_ptr = static_cast<const Element*>(args.bias);  // null: no bias
     }
-    // The tactic's scheduler settings (tactic.h). Raster order: CUTLASS's heuristic (along the
-    // longer of M and N).
+    // The tactic's scheduler settings (tactic.h): swizzle and raster order (of the kernel's problem,
+    // the transposed one for swap-AB), the decomposition for the stream-K scheduler.
     arguments.scheduler.max_swizzle_size = args.swizzle;
+    using RasterOrder = decltype(arguments.scheduler.raster_order);
+    switch (args.raster) {
+      case Raster::Heuristic: arguments.scheduler.raster_order = RasterOrder::Heuristic; break;
+      case Raster::AlongM: arguments.scheduler.raster_order = RasterOrder::AlongM; break;
+      case Raster::AlongN: arguments.scheduler.raster_order = RasterOrder::AlongN; break;
+    }
     if constexpr (kStreamK) {
       using Mode = decltype(arguments.scheduler.decomposition_mode);
       switch (args.decomposition) {

@@ -27,6 +27,23 @@ constexpr int64_t kMinStreamKIterations = 8;
 // tile columns.
 constexpr int64_t kSwapAbMaxM = 64;
 
+// The swizzle sizes of the SM90 tile schedulers (max_swizzle_size: 1, 2, 4 or 8).
+constexpr int kSwizzles[] = {1, 2, 4, 8};
+
+// Persistent kernels get every swizzle and raster order as candidates from this many waves of tiles.
+constexpr int64_t kLaunchVariantWaves = 4;
+
+// The heuristic's stream-K bounds, priors from CUTLASS's stream-K mechanics (a memset of the workspace
+// per call, deterministic peer-after-peer reduction of 64 KiB fp32 partial tiles) for the GPU sweep to
+// refit: no K split for a weight (N x K) under kSplitMinBytes, at most kMaxPeers CTAs per output tile.
+constexpr int64_t kSplitMinBytes = 4 << 20;
+constexpr int64_t kMaxPeers = 4;
+
+// Fraction of the SMs a problem of `tiles` keeps busy over its waves.
+double wave_efficiency(int64_t tiles, int64_t sms) {
+  return tiles <= 0 ? 0.0 : static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, sms) * sms);
+}
+
 // Split-K slice counts worth trying: each slice keeps at least 4 mainloop iterations.
 std::vector<int> split_counts(int64_t k_iterations) {
   std::vector<int> splits;
@@ -49,8 +66,23 @@ const char* config_name(TileConfig config) {
     case TileConfig::Coop128x256: return "coop_128x256_c2x1";
     case TileConfig::Ping64x128: return "pingpong_64x128_c1x1";
     case TileConfig::StreamK128x128: return "streamk_128x128_c1x1";
+    case TileConfig::Ping128x128: return "pingpong_128x128_c2x1";
+    case TileConfig::Coop128x256C1x2: return "coop_128x256_c1x2";
+    case TileConfig::Coop256x128: return "coop_256x128_c2x1";
+    case TileConfig::Ping64x128C2x1: return "pingpong_64x128_c2x1";
+    case TileConfig::SwapPing64x16: return "swap_ab_pingpong_64x16_c1x1";
+    case TileConfig::SwapPing64x32: return "swap_ab_pingpong_64x32_c1x1";
     case TileConfig::SwapStreamK128x32: return "swap_ab_streamk_128x32_c1x1";
     case TileConfig::SimtGemv: return "simt_gemv_m16";
+  }
+  return "?";
+}
+
+const char* raster_name(Raster raster) {
+  switch (raster) {
+    case Raster::Heuristic: return "heuristic";
+    case Raster::AlongM: return "along_m";
+    case Raster::AlongN: return "along_n";
   }
   return "?";
 }
@@ -86,7 +118,28 @@ std::string tactic_name(const Tactic& tactic) {
     }
   }
   if (tactic.swizzle != 1) name += "/swz" + std::to_string(tactic.swizzle);
+  if (tactic.raster == Raster::AlongM) name += "/raster_m";
+  if (tactic.raster == Raster::AlongN) name += "/raster_n";
   return name;
+}
+
+bool takes_launch_variants(KernelId kernel) {
+  const KernelInfo& info = kernel_info(kernel);
+  return info.sm == 90 && info.config != TileConfig::SimtGemv;
+}
+
+std::vector<Tactic> launch_variants(const Tactic& tactic) {
+  std::vector<Tactic> out;
+  if (tactic.kernel == KernelId::kCount || !takes_launch_variants(tactic.kernel)) return {tactic};
+  for (int swizzle : kSwizzles) {
+    for (Raster raster : {Raster::Heuristic, Raster::AlongM, Raster::AlongN}) {
+      Tactic t = tactic;
+      t.swizzle = swizzle;
+      t.raster = raster;
+      out.push_back(t);
+    }
+  }
+  return out;
 }
 
 std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
@@ -95,9 +148,10 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
   const int64_t k_iterations = ceil_div(plan.k, tile_k(kernel_info(plan.family.front()).dtype));
   for (KernelId id : plan.family) {
     const KernelInfo& info = kernel_info(id);
-    // Swap-AB serves small M only (M is its 32-wide tile side): elsewhere it cannot win and would only
+    const ConfigShape shape = config_shape(info);
+    // Swap-AB serves small M only (M is its narrow tile side): elsewhere it cannot win and would only
     // lengthen autotuning.
-    if (info.config == TileConfig::SwapStreamK128x32 && plan.m > kSwapAbMaxM) continue;
+    if (shape.swap_ab && plan.m > kSwapAbMaxM) continue;
     // The SIMT GEMV kernel takes M <= 16 only (simt_gemv.cuh), and has no scheduler settings.
     if (info.config == TileConfig::SimtGemv) {
       if (plan.m <= kSimtGemvMaxRows) out.push_back(Tactic{id});
@@ -107,9 +161,9 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
       out.push_back(Tactic{id});
       continue;
     }
-    if (has_stream_k_scheduler(info.config)) {
+    const int64_t tiles = tile_count(plan.m, plan.n, tile_of(info.config));
+    if (shape.stream_k) {
       out.push_back(Tactic{id, Decomposition::DataParallel});
-      const int64_t tiles = tile_count(plan.m, plan.n, tile_of(info.config));
       // Stream-K differs from data-parallel only with a partial last wave and a long enough K loop.
       if (k_iterations > kMinStreamKIterations && tiles % std::max(sm_count, 1) != 0) {
         out.push_back(Tactic{id, Decomposition::StreamK});
@@ -121,9 +175,12 @@ std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count) {
       }
       continue;
     }
-    out.push_back(Tactic{id});
-    if (tile_count(plan.m, plan.n, tile_of(info.config)) >= 4 * static_cast<int64_t>(sm_count)) {
-      out.push_back(Tactic{id, Decomposition::DataParallel, 1, 8});
+    // Persistent data-parallel kernels: the tile order matters (L2 reuse) once there are several waves
+    // of tiles; then every swizzle and raster order is a candidate.
+    if (tiles >= kLaunchVariantWaves * static_cast<int64_t>(sm_count)) {
+      for (const Tactic& t : launch_variants(Tactic{id})) out.push_back(t);
+    } else {
+      out.push_back(Tactic{id});
     }
   }
   return out;
@@ -136,17 +193,22 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count) {
   if (plan.family.size() == 1 || general == KernelId::kCount) return Tactic{plan.family.front()};
 
   const int64_t sms = std::max(sm_count, 1);
-  const int64_t k_iterations = ceil_div(plan.k, tile_k(kernel_info(general).dtype));
+  const DType dtype = kernel_info(general).dtype;
+  const int64_t k_iterations = ceil_div(plan.k, tile_k(dtype));
   const int64_t tiles_128 = tile_count(plan.m, plan.n, {128, 128});
 
-  // Large problems: 128x256 tiles halve the loads per FLOP; take them while they still make at least
-  // one full wave (M, N >= 2048, e.g. the 4096 and 8192 squares, 4096-token projections).
+  // Large problems: 128x256 tiles halve the loads per FLOP. Take them when they fill nearly a wave and
+  // their last wave is as full as 128x128's (q_proj at T = 1024: 128 tiles in 0.97 wave against 256 in
+  // 1.94, both 97 % efficient; gate_up at T = 1024: 85 % against 97 %, so 128x128).
   const KernelId wide = find_config(plan, TileConfig::Coop128x256);
-  if (wide != KernelId::kCount && plan.m >= 2048 && plan.n >= 2048 &&
-      tile_count(plan.m, plan.n, tile_of(TileConfig::Coop128x256)) >= sms) {
-    return Tactic{wide};
+  if (wide != KernelId::kCount && plan.m >= 256 && plan.n >= 256) {
+    const int64_t tiles_256 = tile_count(plan.m, plan.n, tile_of(TileConfig::Coop128x256));
+    if (tiles_256 * 10 >= sms * 9 && wave_efficiency(tiles_256, sms) + 0.02 >= wave_efficiency(tiles_128, sms)) {
+      return Tactic{wide};
+    }
   }
   const KernelId streamk = find_config(plan, TileConfig::StreamK128x128);
+  const KernelId ping = find_config(plan, TileConfig::Ping64x128);
   // M within one tile row: the general kernel's 2x1 cluster pairs each tile with an empty one (CUTLASS
   // rounds the M tile count up to the cluster), idling half its CTAs; the stream-K kernel has a 1x1
   // cluster.
@@ -156,14 +218,26 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count) {
     return one_tile_row ? Tactic{streamk, Decomposition::DataParallel} : Tactic{general};
   }
 
-  // Under one wave: SMs would idle. With a long K, split the K loop across CTAs (stream-K: every CTA
-  // gets the same number of K iterations, partial tiles reduced in the workspace) - decode-sized M
-  // against a large weight is this case.
-  if (streamk != KernelId::kCount && k_iterations > kMinStreamKIterations) {
+  // Under one wave: SMs would idle. A small problem runs as one plain kernel: a K split's fixed costs
+  // (the stream-K workspace is cleared with a memset every call; partial tiles are reduced peer after
+  // peer) are the size of its whole memory traffic (MiniLM's 384 x 1536 weight: 1.2 MB).
+  const int64_t weight_bytes = plan.n * plan.k * element_size(dtype);
+  if (streamk != KernelId::kCount && k_iterations > kMinStreamKIterations && weight_bytes >= kSplitMinBytes) {
+    // A long K: split it across CTAs so that every SM streams. Stream-K gives each of its units (at most
+    // one per SM, at least 8 K iterations each: CUTLASS's get_num_sk_units) a share of every tile's K;
+    // a tile split over more peers than kMaxPeers waits on a longer reduction chain than split-K into
+    // kMaxPeers (kv_proj at T <= 128: 8 tiles, 64 units, 8 peers per tile).
+    const int64_t units = std::min(sms, tiles_128 * k_iterations / kMinStreamKIterations);
+    if (ceil_div(units, tiles_128) <= kMaxPeers) return Tactic{streamk, Decomposition::StreamK};
+    int splits = 1;
+    for (int s : split_counts(k_iterations)) {
+      if (s <= kMaxPeers) splits = s;
+    }
+    if (splits > 1) return Tactic{streamk, Decomposition::SplitK, splits};
     return Tactic{streamk, Decomposition::StreamK};
   }
-  // A short K: smaller tiles instead (twice the CTAs), ping-pong overlapping each tile's epilogue.
-  const KernelId ping = find_config(plan, TileConfig::Ping64x128);
+  // A short K or a small problem: smaller tiles instead (twice the CTAs), ping-pong overlapping each
+  // tile's epilogue.
   if (ping != KernelId::kCount) return Tactic{ping};
   // No ping-pong kernel (ops.linear).
   if (one_tile_row) return Tactic{streamk, Decomposition::DataParallel};

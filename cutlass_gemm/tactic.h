@@ -47,14 +47,27 @@ Tactic choose_tactic(const GemmPlan& plan, int sm_count);
 // Every tactic worth timing for this plan: each kernel of plan.family with the scheduler settings its
 // config supports (stream-K kernels: data-parallel; stream-K where the last wave is partial and the K
 // loop has more than 8 iterations; split-K into 2, 4, 8 slices of at least 4 iterations, for problems
-// under two waves; persistent kernels: swizzle 1, and 8 for problems of four waves or more; the
-// swap-AB kernels only for M <= 64; the SIMT GEMV kernels only for M <= 16). The heuristic's choice
+// under two waves; persistent kernels: every launch_variants() entry for problems of four waves or
+// more, else the default swizzle and raster; the swap-AB kernels only for M <= 64; the SIMT GEMV kernels
+// only for M <= 16). The heuristic's choice
 // is always among them.
 std::vector<Tactic> tactic_candidates(const GemmPlan& plan, int sm_count);
 
 // A stable, readable name: the kernel's name, then "/dp", "/streamk" or "/splitk<n>" for stream-K
-// kernels and "/swz<n>" for a swizzle other than 1, e.g. "sm90_bf16_rc_streamk/splitk4".
+// kernels, "/swz<n>" for a swizzle other than 1 and "/raster_m" or "/raster_n" for a raster order other
+// than CUTLASS's heuristic, e.g. "sm90_bf16_..._stream_k_warpspecialized_cooperative/splitk4" or
+// "sm90_bf16_128x256x64_2x1x1_tnt_align8_warpspecialized_cooperative/swz8/raster_m".
 std::string tactic_name(const Tactic& tactic);
+
+// Whether a kernel takes a swizzle and a raster order (every CUTLASS SM90 kernel).
+bool takes_launch_variants(KernelId kernel);
+
+// The tactic with every swizzle (1, 2, 4, 8) and raster order (heuristic, along M, along N) where its
+// kernel takes them (12 tactics, the tactic's own among them), else the tactic alone. A forced or cached
+// tactic may name any of them (gemm_host.cpp).
+std::vector<Tactic> launch_variants(const Tactic& tactic);
+
+const char* raster_name(Raster raster);
 
 const char* config_name(TileConfig config);
 

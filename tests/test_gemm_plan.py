@@ -58,7 +58,7 @@ def emulate(A, B, out=None, allow_tf32=False, target=HOPPER):
 def family(kernel_id):
     """A kernel's family: its kernel_list.h id without the tile-config suffix (the configs of one family
     differ only in tile, cluster and schedule: tests/test_gemm_tactics.py covers that choice)."""
-    return re.sub(r"_(coop256|ping|streamk)$", "", kernel_id)
+    return re.sub(r"_(coop256|coop256c12|coop256x128|ping|ping128|pingc2|streamk|swap|swap64x16|swap64x32|gemv)$", "", kernel_id)
 
 
 # Kernel ids (kernel_list.h's identifiers, short) to the public names tactics and plans use.

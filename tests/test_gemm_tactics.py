@@ -127,13 +127,14 @@ def test_every_kernel_name_spells_its_fields():
         assert (f["epilogue"] or "plain") == k["epilogue"]
     # The configs' short labels name the same fields.
     for k in kernels:
-        label = re.fullmatch(r"(coop|pingpong|streamk|swap_ab_streamk)_(\d+)x(\d+)_c(\d)x(\d)", k["config"])
+        label = re.fullmatch(r"(coop|pingpong|streamk|swap_ab_streamk|swap_ab_pingpong)_(\d+)x(\d+)_c(\d)x(\d)",
+                             k["config"])
         if label:
             schedule, m, n, cm, cn = label.groups()
             assert (int(m), int(n), int(cm), int(cn)) == (k["tile"]["m"], k["tile"]["n"], k["cluster"]["m"],
                                                           k["cluster"]["n"]), k
             assert k["stream_k"] == ("streamk" in schedule) and k["swap_ab"] == schedule.startswith("swap")
-            assert k["schedule"] == ("pingpong" if schedule == "pingpong" else "cooperative")
+            assert k["schedule"] == ("pingpong" if schedule.endswith("pingpong") else "cooperative")
         else:
             assert k["config"] in ("sm80", "simt_gemv_m16"), k
 
@@ -141,23 +142,31 @@ def test_every_kernel_name_spells_its_fields():
 # ---- the heuristic -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("M,N,K,b_layout,config,decomposition", [
-    # Large squares and 4096-token projections: 128x256 tiles (M, N >= 2048, at least one wave of them).
+    # Large squares and 4096-token projections: 128x256 tiles (as full a last wave as 128x128's).
     (4096, 4096, 4096, "row", "coop_128x256_c2x1", "data_parallel"),
     (8192, 8192, 8192, "row", "coop_128x256_c2x1", "data_parallel"),
     (4096, 14336, 4096, "col", "coop_128x256_c2x1", "data_parallel"),
-    # Under one wave of 128x256 tiles (16 x 8 = 128 < 132) but a full wave of 128x128 ones: general.
-    (2048, 2048, 512, "row", "coop_128x128_c2x1", "data_parallel"),
+    # 128 tiles of 128x256 in 0.97 wave against 256 of 128x128 in 1.94, both 97 % efficient: 128x256.
+    (2048, 2048, 512, "row", "coop_128x256_c2x1", "data_parallel"),
+    (1024, 4096, 4096, "col", "coop_128x256_c2x1", "data_parallel"),  # q_proj at T = 1024
+    (4096, 1024, 4096, "col", "coop_128x256_c2x1", "data_parallel"),  # kv_proj at T = 4096
+    # gate_up at T = 1024: 128x256's last wave 85 % full, 128x128's 97 %: general.
     (1024, 14336, 4096, "col", "coop_128x128_c2x1", "data_parallel"),
     # One row of tiles but a full wave of them: data-parallel, without the general kernel's 2x1 cluster.
     (64, 32768, 1024, "col", "streamk_128x128_c1x1", "data_parallel"),
-    # Decode: one row of tiles against a large weight, long K: stream-K.
-    (1, 4096, 4096, "col", "streamk_128x128_c1x1", "stream_k"),
+    # Decode: one row of tiles against a large weight, long K: stream-K while it puts at most 4 CTAs on
+    # a tile (gate_up: 112 tiles, 132 units), else split-K into 4 (q_proj, down: 32 tiles, 132 units;
+    # kv_proj: 8 tiles, 64 units).
     (16, 14336, 4096, "col", "streamk_128x128_c1x1", "stream_k"),
-    (128, 4096, 14336, "col", "streamk_128x128_c1x1", "stream_k"),
-    (1024, 1024, 4096, "col", "streamk_128x128_c1x1", "stream_k"),  # 64 tiles
-    # Under one wave with a short K (MiniLM): smaller ping-pong tiles.
+    (1024, 1024, 4096, "col", "streamk_128x128_c1x1", "stream_k"),  # 64 tiles, 132 units
+    (1, 4096, 4096, "col", "streamk_128x128_c1x1", "split_k"),
+    (128, 4096, 14336, "col", "streamk_128x128_c1x1", "split_k"),
+    (1, 1024, 4096, "col", "streamk_128x128_c1x1", "split_k"),
+    # Under one wave with a short K, or a small weight (MiniLM's ffn_down: 1.2 MB, no K split worth
+    # its memset and reduction): smaller ping-pong tiles.
     (128, 1536, 384, "col", "pingpong_64x128_c1x1", "data_parallel"),
     (1, 384, 384, "col", "pingpong_64x128_c1x1", "data_parallel"),
+    (16, 384, 1536, "col", "pingpong_64x128_c1x1", "data_parallel"),
 ])
 def test_heuristic_choice(M, N, K, b_layout, config, decomposition):
     plan = plan_only(*operands(M, N, K, b_layout=b_layout, values=False))
@@ -169,7 +178,8 @@ def test_heuristic_choice(M, N, K, b_layout, config, decomposition):
 @pytest.mark.parametrize("M,N,K,config", [
     (4096, 4096, 4096, "coop_128x256_c2x1"),    # prefill / training: 128x256 tiles, as plain GEMMs
     (4096, 14336, 4096, "coop_128x256_c2x1"),
-    (1024, 4096, 4096, "coop_128x128_c2x1"),    # a full wave of 128x128 tiles, not of 128x256
+    (1024, 14336, 4096, "coop_128x128_c2x1"),   # 128x256's last wave 85 % full, 128x128's 97 %
+    (1024, 4096, 4096, "coop_128x256_c2x1"),    # both 97 %: the larger tile
     (16, 4096, 4096, "streamk_128x128_c1x1"),   # decode
 ])
 def test_linear_heuristic_choice(M, N, K, config):
@@ -212,7 +222,7 @@ def test_single_config_families(dtype, allow_tf32, target, config):
     assert plan["tactic"]["decomposition"] == "data_parallel"
 
 
-@pytest.mark.parametrize("M,K,decomposition", [(1, 4096, "stream_k"), (16, 256, "data_parallel")])
+@pytest.mark.parametrize("M,K,decomposition", [(1, 4096, "split_k"), (1, 1024, "stream_k"), (16, 256, "data_parallel")])
 def test_linear_uses_stream_k_kernels_at_small_m(M, K, decomposition):
     x = strided(M, K, torch.bfloat16, "row")
     weight = strided(4096, K, torch.bfloat16, "row")
@@ -244,8 +254,21 @@ def test_candidates(M, N, K):
                 assert 4 * int(s[len("splitk"):]) <= k_iterations  # every slice >= 4 K iterations
     # Every config of the family is a candidate (swap-AB for small M only).
     configs = {kernels[n.split("/")[0]]["config"] for n in names}
-    assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1"} \
-        | ({"swap_ab_streamk_128x32_c1x1"} if M <= 64 else set()) | ({"simt_gemv_m16"} if M <= 16 else set())
+    swap = {"swap_ab_streamk_128x32_c1x1", "swap_ab_pingpong_64x16_c1x1", "swap_ab_pingpong_64x32_c1x1"}
+    assert configs == {"coop_128x128_c2x1", "coop_128x256_c2x1", "pingpong_64x128_c1x1", "streamk_128x128_c1x1",
+                       "pingpong_128x128_c2x1", "coop_128x256_c1x2", "coop_256x128_c2x1", "pingpong_64x128_c2x1"} \
+        | (swap if M <= 64 else set()) | ({"simt_gemv_m16"} if M <= 16 else set())
+    # Several waves of tiles: a persistent kernel with every swizzle and raster order.
+    for kernel in {n.split("/")[0] for n in names}:
+        variants = {n for n in names if n.split("/")[0] == kernel}
+        info = kernels[kernel]
+        tile_m, tile_n = (info["tile"]["n"], info["tile"]["m"]) if info["swap_ab"] else (info["tile"]["m"], info["tile"]["n"])
+        tiles = -(-M // tile_m) * -(-N // tile_n)
+        if not info["stream_k"] and info["config"] != "simt_gemv_m16" and tiles >= 4 * H200_SMS:
+            assert variants == {"/".join(p for p in (kernel, z, r) if p)
+                                for z in ("", "swz2", "swz4", "swz8") for r in ("", "raster_m", "raster_n")}
+        else:
+            assert not [n for n in variants if "/swz" in n or "/raster" in n]
 
 
 @pytest.mark.parametrize("b_layout", ["col", "row"])
@@ -290,19 +313,21 @@ def test_linear_epilogues_have_no_swap_ab_candidates():
 
 
 def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
-    # The default build (OPS_CANDIDATE_KERNELS=0) compiles no swap-AB or SIMT GEMV kernel: the planner
-    # offers only what the binary has and lists the rest; the heuristic's choice is the same.
+    # The default build (OPS_CANDIDATE_KERNELS=0) compiles no candidate-only kernel: the planner offers
+    # only what the binary has and lists the rest; the heuristic's choice is the same.
     A, B = operands(1, 4096, 4096, values=False)
     full, lean = plan_only(A, B), plan_only(A, B, candidate_kernels=False)
     swap, gemv = KERNEL_NAME["sm90_bf16_rc_swap"], KERNEL_NAME["sm90_bf16_rc_gemv"]
+    candidate_only = {k["name"] for k in ops.kernels() if k["candidate_only"]}
     assert any(n.startswith(swap + "/") for n in full["candidates"]) and gemv in full["candidates"]
-    assert lean["candidates"] == [n for n in full["candidates"] if n.split("/")[0] not in (swap, gemv)]
+    assert lean["candidates"] == [n for n in full["candidates"] if n.split("/")[0] not in candidate_only]
     assert lean["tactic"] == full["tactic"]
     assert sorted(lean["candidates"] + lean["candidates_not_built"]) == sorted(full["candidates"])
-    assert {n.split("/")[0] for n in lean["candidates_not_built"]} == {swap, gemv}
+    assert {n.split("/")[0] for n in lean["candidates_not_built"]} == {n.split("/")[0] for n in full["candidates"]} & candidate_only
     assert full["candidates_not_built"] == []
     # Only what a build with them would offer this GEMM: no SIMT GEMV above M = 16, no swap-AB above 64.
-    assert plan_only(*operands(300, 4096, 4096, values=False), candidate_kernels=False)["candidates_not_built"] == []
+    not_built = plan_only(*operands(300, 4096, 4096, values=False), candidate_kernels=False)["candidates_not_built"]
+    assert not_built and not [n for n in not_built if "_simt_gemv" in n or re.search(r"_[tn]{2}n_align", n)]
     # Forcing one names the build switch; with the kernels built it runs.
     A, B = operands(1, 256, 512)
     ops.gemm.set_tactic(tactic("sm90_bf16_rc_swap", "dp"))
@@ -328,7 +353,9 @@ def test_a_tactic_named_by_kernel_id_says_the_name():
 
 def test_candidate_only_means_the_configs_the_heuristic_never_picks():
     kernels = ops.kernels()
-    assert {k["config"] for k in kernels if k["candidate_only"]} == {"swap_ab_streamk_128x32_c1x1", "simt_gemv_m16"}
+    assert {k["config"] for k in kernels if k["candidate_only"]} == {
+        "swap_ab_streamk_128x32_c1x1", "simt_gemv_m16", "pingpong_128x128_c2x1", "coop_128x256_c1x2", "coop_256x128_c2x1",
+        "pingpong_64x128_c2x1", "swap_ab_pingpong_64x16_c1x1", "swap_ab_pingpong_64x32_c1x1"}
     assert ops._library.compiled_build_info()["candidate_kernels"] == ops.build_info.CANDIDATE_KERNELS
 
 
@@ -566,3 +593,63 @@ def test_tuning_cache_environment_variable(tmp_path):
                          env=dict(os.environ, OPS_GEMM_TUNING_CACHE=str(tmp_path / "deep.json")),
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]" and "not loaded" in out.stderr
+
+
+# ---- launch parameters: swizzle and raster order -------------------------------------------------
+
+@pytest.mark.parametrize("settings,swizzle,raster", [("swz4/raster_m", 4, "along_m"), ("raster_n", 1, "along_n"),
+                                                    ("swz2", 2, "heuristic")])
+def test_swizzle_and_raster_round_trip_through_forced_tactics_plans_and_the_tuning_cache(
+        settings, swizzle, raster, tmp_path, clean_tuning_cache):
+    # Launch parameters of every SM90 kernel: a forced or cached tactic may name any of them, also for a
+    # problem too small to list them among its autotuning candidates.
+    A, B = operands(16, 256, 512)
+    name = tactic("sm90_bf16_rc_ping", settings)
+    assert name not in plan_only(A, B)["candidates"]
+    ops.gemm.set_tactic(name)
+    out, plan = emulate(A, B)
+    assert (plan["tactic"]["name"], plan["tactic"]["swizzle"], plan["tactic"]["raster"]) == (name, swizzle, raster)
+    reference_check(out, A, B)
+    ops.gemm.set_tactic(None)
+    key = plan_only(A, B)["tuning_key"]
+    entry = {"key": key, "best": name, "timings_ms": {name: 0.01}}
+    assert ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [entry])) == 1
+    out, plan = emulate(A, B)
+    assert (plan["tactic"]["name"], plan["tactic_source"], plan["tactic"]["raster"]) == (name, "tuned", raster)
+    assert ops.gemm.save_tuning_cache(tmp_path / "saved.json") == 1
+    ops.gemm.clear_tuning_cache()
+    assert ops.gemm.load_tuning_cache(tmp_path / "saved.json") == 1
+    assert emulate(A, B)[1]["tactic"]["name"] == name
+    # Not a launch parameter of the SIMT GEMV, nor a swizzle the schedulers take.
+    for bad in (tactic("sm90_bf16_rc_gemv", "swz2"), tactic("sm90_bf16_rc_ping", "swz3")):
+        ops.gemm.set_tactic(bad)
+        with pytest.raises(RuntimeError, match="cannot run this GEMM"):
+            emulate(A, B)
+    ops.gemm.set_tactic(None)
+
+
+def test_the_default_tactic_keeps_cutlass_defaults():
+    plan = plan_only(*operands(8192, 8192, 8192, b_layout="row", values=False))
+    assert (plan["tactic"]["swizzle"], plan["tactic"]["raster"]) == (1, "heuristic")
+    assert "/" not in plan["tactic"]["name"]
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+def test_every_fused_linear_candidate_computes_its_epilogue(act):
+    # ops.linear's candidates (the ping-pong fused kernels among them) replayed on CPU, bias and activation
+    # in the epilogue, against the float64 formula.
+    x = strided(77, 512, torch.bfloat16, "row", seed=1)
+    weight = strided(200, 512, torch.bfloat16, "row", seed=2)
+    bias = torch.randn(200, dtype=torch.bfloat16)
+    names = ops._library.gemm_plan_for_target(x, weight.t(), 9, 0, "8.0;9.0a", epilogue=act,
+                                                    candidate_kernels=True)["candidates"]
+    assert any("_warpspecialized_pingpong" in n and n.startswith("sm90_bf16_128x128x64_2x1x1") for n in names)
+    fn = {"none": lambda v: v, "relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+          "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[act]
+    expected = fn(x.double() @ weight.double().t() + bias.double())
+    for name in names:
+        ops.gemm.set_tactic(name)
+        out, plan = emulate(x, weight.t(), epilogue=act, bias=bias)
+        assert plan["tactic"]["name"] == name
+        torch.testing.assert_close(out.double(), expected, atol=0.15, rtol=2e-2, msg=name)
+    ops.gemm.set_tactic(None)
