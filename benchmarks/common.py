@@ -1,8 +1,11 @@
 """Timing and reporting helpers shared by the benchmarks (README.md, "Benchmarks")."""
 
+import argparse
 import json
+import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -93,6 +96,51 @@ class CudaTimer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts[:reps], ends[:reps])) / 1e3
 
 
+def graph_time(calls, replays=20):
+    """Seconds per call of `calls` (functions, each on buffers of its own) captured in order into one
+    CUDA graph, over `replays` replays (median, CUDA events): the launch cost a model captured in a graph
+    pays, with each call reading its operands cold when their total exceeds L2, as the layers of a
+    decode step do."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (library handles, workspaces)
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    del graph
+    return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3 / len(calls)
+
+
+def copies_beyond_l2(nbytes, most=32):
+    """How many buffers of `nbytes` to cycle through so that together they are at least twice the GPU's
+    L2 (each then comes from HBM when its turn comes): 2 to `most`."""
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 64 << 20)
+    return max(2, min(most, math.ceil(2 * l2 / max(nbytes, 1))))
+
+
+def int_list(text):
+    """argparse type: comma-separated positive integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
 def cpu_time(fn, min_run_time=0.2):
     """Median seconds per call on CPU, by torch.utils.benchmark (warm-up and block sizing included), with
     the process's intra-op threads (torch.get_num_threads(); the Timer's default of one thread would
@@ -167,10 +215,10 @@ class PartialLog:
     and flushed as it is measured. A process that dies without reporting (a segfault in a kernel under
     test) leaves what it measured there; once the full report is written, finish() deletes the file."""
 
-    def __init__(self, out_dir, stem):
+    def __init__(self, out_dir, stem, append=False):
         os.makedirs(out_dir, exist_ok=True)
         self.path = os.path.join(out_dir, f"{stem}.partial.jsonl")
-        self._file = open(self.path, "w")
+        self._file = open(self.path, "a" if append else "w")  # append: a worker resuming (benchmarks.watchdog)
 
     def write(self, kind, record):
         self._file.write(json.dumps({"kind": kind, **record}) + "\n")
@@ -219,19 +267,40 @@ def output_check(reference, dtype, trusted_errors=()):
     return check
 
 
-def sweep_tactics(fn, names, timer, check=None):
+def sweep_order(names):
+    """`names` with the tactics of CUTLASS's stream-K hang reports (stream-K scheduler, swap-AB: small M;
+    NVIDIA/cutlass#1801, #1917, #2238) last, so that a hang comes after every other measurement."""
+    def risky(name):  # a stream-K scheduler, or a column-major D (the third layout letter): swap-AB
+        kernel = name.split("/")[0]
+        return "_stream_k" in kernel or re.search(r"_[tn]{2}n_align", kernel) is not None
+
+    return sorted(names, key=risky)
+
+
+def sweep_tactics(fn, names, timer, check=None, progress=None, case="", skip=None, rounds=1):
     """Forces each tactic of `names` in turn (ops.gemm.set_tactic; the heuristic is restored afterwards),
     checks its output with `check` (fn's return value -> None, or what is wrong: see output_check) and
-    times `fn` (cutlass_gemm, or a linear on top of one) with `timer`.
+    times `fn` (cutlass_gemm, or a linear on top of one) with `timer`. progress (benchmarks.watchdog):
+    each tactic's start and end are recorded for the watchdog; skip: {tactic: why}, tactics an earlier
+    worker hung or crashed in, not run again. rounds > 1: the tactics that ran are timed again in that
+    many interleaved rounds (each round times every tactic once) and keep their fastest round, so a drift
+    of the GPU's clocks over the sweep is shared by all of them rather than landing on a few.
 
     Returns (times, problems): times {name: seconds per call, or None where there is no time}, problems
     {name: why not: "refused: ..." where CUTLASS refuses the tactic for the shape (not fatal), "WRONG
     RESULT: ..." where its output failed the check (then it is not timed: a fast wrong kernel must not
-    come out "best")}. Raises DeviceUnusable when a tactic leaves the CUDA context unusable."""
+    come out "best"), "HANG: ..." or "CRASH: ..." from skip}. Raises DeviceUnusable when a tactic leaves
+    the CUDA context unusable."""
     times, problems = {}, {}
+    skip = skip or {}
     try:
         for name in names:
+            if name in skip:
+                times[name], problems[name] = None, skip[name]
+                continue
             ops.gemm.set_tactic(name)
+            if progress is not None:
+                progress.start(case, name)
             try:
                 problem = check(fn()) if check else None
                 times[name] = timer(fn) if problem is None else None
@@ -241,12 +310,36 @@ def sweep_tactics(fn, names, timer, check=None):
                 times[name], problem = None, None
                 problems[name] = f"refused: {first_line(e)}"
                 print(f"  {name}: {problems[name]}", file=sys.stderr)
+            if progress is not None:
+                progress.end(case, name)
             if problem is not None:
                 problems[name] = f"WRONG RESULT: {problem}"
                 print(f"  {name}: {problems[name]}", file=sys.stderr)
+        for _ in range(rounds - 1):
+            for name in [n for n in names if times.get(n)]:
+                ops.gemm.set_tactic(name)
+                if progress is not None:
+                    progress.start(case, name)
+                times[name] = min(times[name], timer(fn))
+                if progress is not None:
+                    progress.end(case, name)
     finally:
         ops.gemm.set_tactic(None)
     return times, problems
+
+
+def cuda_kernels(fn):
+    """The names of the CUDA kernels `fn` launches (torch.profiler): which cuBLAS kernel torch.mm or
+    F.linear ran for a shape, so that a loss names what it lost to."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    return sorted(n for n in names if not n.lower().startswith(("memset", "memcpy")))
 
 
 def fastest(times):

@@ -16,22 +16,22 @@
 # Files written to OUTDIR: device_check.log (everything, as it runs) and results.tgz, which holds the rest:
 # build.log, diag_throw_cpu.log and diag_throw_cuda.log (a C++ error out of the library, checked after
 # every build), tests.xml and tests_sm80.xml (JUnit); stage gemm: gemm_half/ and gemm_fp32/
-# (gemm.{json,md,png}) and gemm_candidates/ (gemm_candidates.{json,md}); sanitizer_*.log;
-# gemm_overhead.{json,md} (overhead); ops.{json,md} and ops_candidates/ (ops_linear_candidates.*,
+# (gemm.{json,md,png}); sanitizer_*.log;
+# sweep/<group>/ (gemm_candidates.*, gemm_decode.* or ops_linear_candidates.*: the tactic sweep's groups,
+# benchmarks/sweep_plan.py); gemm_overhead.{json,md} (overhead); ops.{json,md} and ops_candidates/ (ops_linear_candidates.*,
 # ops_rms_kernels.*); model.*, allocator.* (their stages). results.tgz is rewritten after every stage, so a
 # call cut off at its time limit still returns the stages that ended (the device tool returns at most
 # 8 files per call: one archive fits any number of reports).
 #
-# STAGES picks what runs (default: all): build sm80 gemm tests sanitizer diag ops model overhead allocator
+# STAGES picks what runs (default: all): build sm80 gemm sweep tests sanitizer diag ops model overhead allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
 # 9-minute device call, and a 15-minute device lease includes the machine's start: run two
-# calls on one warm machine (benchmarks/README.md gives the commands), the second at once (a machine
-# goes back 30 s after a call): STAGES="build sm80 gemm tests" (the test stage, last, gets what is left
-# before DEADLINE_S), then STAGES="sanitizer diag ops model overhead allocator" (its build is a ninja
-# no-op; its limits add up to ~10 minutes, so the later stages may be cut or skipped: they come last).
+# calls on one warm machine (benchmarks/README.md gives the commands and which stages each lease runs),
+# the second at once (a machine goes back 30 s after a call); a later call's build is a ninja no-op.
 # Each stage has its own time limit; a failing stage does not stop the others.
-# The gemm stage also times every candidate tactic of the half-precision shapes (--candidates): the
-# data the tactic heuristic (cutlass_gemm/tactic.cpp) is to be fitted to.
+# The sweep stage times every candidate tactic of the shapes that decide each regime of the tactic
+# heuristic (cutlass_gemm/tactic.cpp), one process per group under its own limit.
+# SWEEP=short runs the sweep's subset that decides each regime (benchmarks/sweep_plan.py --short).
 # BUILD=0 uses the library already built in place. GEMM_ARGS passes options to benchmarks.gemm (e.g.
 # "--quick"); TEST_JOBS the pytest-xdist workers
 # (default 8; 0 runs the tests in one process); TEST_FILES the test files of the tests stage (default:
@@ -120,7 +120,7 @@ if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cu
   fi
 fi
 
-STAGES="${STAGES:-build sm80 gemm tests sanitizer diag ops model overhead allocator}"
+STAGES="${STAGES:-build sm80 gemm sweep tests sanitizer diag ops model overhead allocator}"
 MORE="$(mktemp -d)"  # every report; packed into $OUT/results.tgz after each stage
 pack() {
   printf '%s\n' "stage	exit status	seconds" "${stage_rows[@]}" > "$MORE/stages.tsv"
@@ -236,12 +236,23 @@ if want gemm; then
   stage "benchmark: ops.cutlass_gemm vs torch.mm, bf16/fp16"
   step gemm-half 60 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --out "$MORE/gemm_half" ${GEMM_ARGS:-}
   pack
-  stage "benchmark: every candidate tactic of the bf16/fp16 shapes"
-  step gemm-candidates 120 "$PY" -m benchmarks.gemm --dtypes bf16,fp16 --candidates --out "$MORE/gemm_candidates" ${GEMM_ARGS:-}
-  pack
   stage "benchmark: ops.cutlass_gemm vs torch.mm, tf32/fp32/fp64 (the SM80 3xTF32 and fp64 kernels on)"
   OPS_CUTLASS_SM80_ON_SM90=1 step gemm-fp32 60 "$PY" -m benchmarks.gemm --dtypes tf32,fp32,fp64 --suite square --out "$MORE/gemm_fp32" ${GEMM_ARGS:-}
   pack
+fi
+
+if want sweep; then
+  # The tactic sweep, one process per regime (benchmarks/sweep_plan.py: the groups, their tactic counts,
+  # estimates and limits), most decisive first; every tactic under the watchdog (a hang is a row).
+  mapfile -t sweep_groups < <("$PY" -m benchmarks.sweep_plan --commands ${SWEEP:+--$SWEEP})
+  (( ${#sweep_groups[@]} )) || { echo "benchmarks.sweep_plan listed no groups"; status=1; }
+  for group in "${sweep_groups[@]}"; do
+    IFS=$'\t' read -r name limit_s module args <<< "$group"
+    stage "sweep: $name (limit ${limit_s} s)"
+    # shellcheck disable=SC2086
+    step "sweep-$name" "$limit_s" "$PY" -m "$module" $args --out "$MORE/sweep/$name"
+    pack
+  done
 fi
 
 if want tests; then

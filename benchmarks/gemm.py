@@ -1,6 +1,6 @@
 """The main job: ops.cutlass_gemm against torch.mm, measured in the same run.
 
-    python -m benchmarks.gemm [--dtypes bf16,fp16,fp32,tf32,fp64] [--suite all|models|square|overhead]
+    python -m benchmarks.gemm [--dtypes bf16,fp16,fp32,tf32,fp64] [--suite all|models|square|overhead|decode]
                               [--quick | --full] [--candidates] [--autotune] [--out DIR]
 
 For each dtype and shape: median time of warmed-up runs (CUDA events, L2 flushed; on CPU
@@ -19,9 +19,19 @@ It also times ``torch.ops.aten.mm.default``: torch.mm's own kernel called the wa
 is called from Python (through the OpOverload binding, not torch.mm's generated one), which tells the
 binding's share of the overhead from this library's.
 
+--suite decode: the Llama-3-8B projections at M = 1, 2, 4, 8, 16 tokens (gemm_decode.{json,md}): GB/s of
+both sides beside a copy of the weight's bytes, the calls replayed from a CUDA graph over weight copies
+that together exceed L2 (a decode step's launch cost and cold reads), and ops.linear with silu and
+gelu_tanh against F.linear + the activation, eager and replayed.
+
 --candidates (GPU) also times every candidate tactic of each shape (ops.gemm.plan(A, B)["candidates"],
 forced with ops.gemm.set_tactic) and writes gemm_candidates.{json,md}: which tactic is fastest for which
 shape, against the heuristic's choice: the data to fit the heuristic (cutlass_gemm/tactic.cpp) to.
+Each tactic is named on stderr before it launches and runs under a watchdog (benchmarks/watchdog.py):
+one that does not return within --tactic-limit seconds (default 60) or crashes the process is recorded
+as a "HANG" or "CRASH" problem of its shape, and the sweep goes on in a new process. The risky cells
+(stream-K scheduler and swap-AB tactics, shapes of M <= 64) run last. Each shape also records the CUDA
+kernels torch.mm ran (torch.profiler: cuBLAS's kernel names carry tile, cluster and split-K).
 --autotune runs with ops.gemm.set_autotune(True) (each shape tuned on its first, warm-up, call).
 
 Without a GPU it runs the same suite (quick by default) on the CPU kernels, which use ATen's BLAS: the
@@ -37,8 +47,10 @@ import time
 import torch
 
 import ops
-from benchmarks.common import (RESULTS, CudaTimer, PartialLog, cpu_time, fastest, machine_facts, mark_stopped,
-                               markdown_table, max_rel_error, measure_all, output_check, sweep_tactics, write_json,
+from benchmarks import watchdog
+from benchmarks.common import (RESULTS, CudaTimer, PartialLog, copies_beyond_l2, cpu_time, cuda_kernels, fastest,
+                               graph_time, int_list, machine_facts, mark_stopped, markdown_table, max_rel_error,
+                               measure_all, output_check, sweep_order, sweep_tactics, write_json,
                                warn_without_candidate_kernels, wrong_results)
 
 TOKENS = [1, 16, 128, 1024, 4096]
@@ -48,25 +60,38 @@ MINILM = {"minilm.qkv": (384, 3 * 384), "minilm.attn_out": (384, 384), "minilm.f
 LLAMA = {"llama3_8b.q_proj": (4096, 4096), "llama3_8b.kv_proj": (4096, 1024),
          "llama3_8b.gate_up": (4096, 14336), "llama3_8b.down": (14336, 4096)}
 SQUARE = [256, 512, 1024, 2048, 4096, 8192]
+DECODE_TOKENS = [1, 2, 4, 8, 16]
+DECODE_ACTS = ("silu", "gelu_tanh")  # the fused linears of decode: gated MLPs' silu, GPT-style gelu_tanh
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32,
           "fp64": torch.float64}
 
 
-def shapes(suite, quick, device):
+MODELS = {"minilm": MINILM, "llama3_8b": LLAMA}
+
+
+def shapes(suite, quick, device, tokens=None, squares=None, models=None):
     """(name, M, N, K, B_layout) rows. Quick mode: fewer token counts and sizes (and, on CPU, the
-    small end only, since a CPU BLAS needs seconds per large GEMM)."""
-    tokens = [1, 128, 1024] if quick else TOKENS
+    small end only, since a CPU BLAS needs seconds per large GEMM). tokens, squares (lists of ints) and
+    models (names of MODELS) replace the suite's own."""
+    default_tokens = [1, 128, 1024] if quick else TOKENS
     square = [256, 1024, 4096] if quick else SQUARE
     if device == "cpu" and quick:
-        tokens, square = [1, 16, 128], [256, 512, 1024]
+        default_tokens, square = [1, 16, 128], [256, 512, 1024]
+    explicit = tokens is not None
+    tokens = tokens or default_tokens
+    square = squares or square
     rows = []
     if suite == "overhead":
         return [(f"overhead {s}", s, s, s, "row") for s in OVERHEAD_SIZES]
+    if suite == "decode":
+        decode = tokens if explicit else [1, 16] if quick else DECODE_TOKENS
+        names = ["llama3_8b.q_proj", "llama3_8b.kv_proj"] if device == "cpu" and quick else list(LLAMA)
+        return [(f"{name} T={t}", t, LLAMA[name][1], LLAMA[name][0], "weight") for name in names for t in decode]
     if suite in ("all", "models"):
-        for table in (MINILM, LLAMA):
-            for name, (k, n) in table.items():
+        for model in models or MODELS:
+            for name, (k, n) in MODELS[model].items():
                 for t in tokens:
-                    if device == "cpu" and quick and name.startswith("llama") and t > 16:
+                    if device == "cpu" and quick and not explicit and name.startswith("llama") and t > 16:
                         continue
                     rows.append((f"{name} T={t}", t, n, k, "weight"))
     if suite in ("all", "square"):
@@ -86,10 +111,19 @@ def call_times(fns, rounds=5):
     return best
 
 
-def run(args, log=None):
+STEMS = {"overhead": "gemm_overhead", "decode": "gemm_decode"}
+
+
+def case_label(case):
+    return f"{case[0]} {case[1]}"
+
+
+def run(args, log=None, resume=None):
     """Measures every case of the chosen suite. Returns (device, quick, results, candidates, tuning cache
     or None, number of cases planned, aborted: None, or the error that stopped the run). Each result (and
-    candidate sweep) also goes to `log` (a PartialLog) as it is measured."""
+    candidate sweep) also goes to `log` (a PartialLog) as it is measured. resume (a
+    watchdog.ResumeState): the records of an earlier worker of this run, whose cases are not measured
+    again, and the tactics it hung or crashed in."""
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
     if device == "cpu":
@@ -105,8 +139,15 @@ def run(args, log=None):
     for d in dtypes:
         if d not in DTYPES:
             sys.exit(f"unknown dtype {d!r}; choose from {', '.join(DTYPES)}")
-    cases = [(d, *s) for d in dtypes for s in shapes(args.suite, quick, device)]
-    results, candidates, tuning = [], [], None
+    cases = planned_cases(args, device)
+    results = resume.of("result") if resume else []
+    candidates = resume.of("candidates") if resume else []
+    done = {(r["dtype"], r["shape"]) for r in results}
+    planned = len(cases)
+    cases = [c for c in cases if (c[0], c[1]) not in done]
+    tuning = None
+    progress = watchdog.Progress(log) if log is not None and args.candidates else None
+    skips = resume.skips if resume else {}
     overhead = args.suite == "overhead"
     if args.autotune:
         ops.gemm.set_autotune(True)
@@ -115,7 +156,8 @@ def run(args, log=None):
 
     def measure(case):
         n_results, n_candidates = len(results), len(candidates)
-        measure_case(args, device, timer, gen, overhead, case, results, candidates)
+        measure_case(args, device, timer, gen, overhead, case, results, candidates, progress,
+                     skips.get(case_label(case), {}))
         if log is not None:
             for r in results[n_results:]:
                 log.write("result", r)
@@ -123,16 +165,16 @@ def run(args, log=None):
                 log.write("candidates", c)
 
     try:
-        _, aborted = measure_all(cases, measure, "gemm", label=lambda case: f"{case[0]} {case[1]}")
+        _, aborted = measure_all(cases, measure, "gemm", label=case_label)
     finally:
         torch.set_float32_matmul_precision(saved_precision)
         if args.autotune:
             tuning = ops.gemm.tuning_cache()
             ops.gemm.set_autotune(False)
-    return device, quick, results, candidates, tuning, len(cases), aborted
+    return device, quick, results, candidates, tuning, planned, aborted
 
 
-def measure_case(args, device, timer, gen, overhead, case, results, candidates):
+def measure_case(args, device, timer, gen, overhead, case, results, candidates, progress=None, skip=None):
     """Measures one (dtype, shape) case: appends its row to results (and, with --candidates, every
     tactic's time to candidates, each tactic's output first checked against the float64 reference)."""
     dname, name, M, N, K, b_layout = case
@@ -144,33 +186,45 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
     else:
         B = torch.randn(K, N, device=device, dtype=dtype, generator=gen)
     ref = torch.mm(A.double(), B.double())
-    ours = ops.cutlass_gemm(A, B)
+    # The heuristic's own tactic is watched like the candidates; one an earlier worker hung in is not run.
+    hung = (skip or {}).get("heuristic")
+    watch = progress is not None and device == "cuda" and not overhead and not hung
+    if watch:
+        progress.start(case_label(case), "heuristic")
+    ours = None if hung else ops.cutlass_gemm(A, B)
     theirs = torch.mm(A, B)
-    err_ours, err_torch = max_rel_error(ours, ref), max_rel_error(theirs, ref)
+    err_ours = max_rel_error(ours, ref) if ours is not None else float("nan")
+    err_torch = max_rel_error(theirs, ref)
     del ours, theirs
-    extra = {}
+    extra = {"problem": hung} if hung else {}
     if overhead:
         t_ours, t_torch, t_aten = call_times([lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B),
                                               lambda: torch.ops.aten.mm.default(A, B)])
         extra["aten_op_ms"] = t_aten * 1e3
     elif device == "cuda":
-        t_ours = timer(lambda: ops.cutlass_gemm(A, B))
+        t_ours = float("nan") if hung else timer(lambda: ops.cutlass_gemm(A, B))
+        if watch:
+            progress.end(case_label(case), "heuristic")
         t_torch = timer(lambda: torch.mm(A, B))
+        extra["torch_kernels"] = cuda_kernels(lambda: torch.mm(A, B))
     else:
         t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
         t_torch = cpu_time(lambda: torch.mm(A, B))
+    if args.suite == "decode":
+        extra.update(measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=not hung))
     # The heuristic's tactic (with --autotune the JSON also holds the tuning cache: what ran instead).
     plan = ops.gemm.plan(A, B) if device == "cuda" else None
     tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
     if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
         # torch's error is the scale of the check: the heuristic's own output is one of the candidates.
-        times, problems = sweep_tactics(lambda: ops.cutlass_gemm(A, B), plan["candidates"], timer,
-                                        check=output_check(ref, dtype, [err_torch]))
+        times, problems = sweep_tactics(lambda: ops.cutlass_gemm(A, B), sweep_order(plan["candidates"]), timer,
+                                        check=output_check(ref, dtype, [err_torch]), progress=progress,
+                                        case=case_label(case), skip=skip, rounds=args.rounds)
         candidates.append({
             "dtype": dname, "shape": name, "M": M, "N": N, "K": K, "torch_ms": t_torch * 1e3,
             "heuristic": tactic, "best": fastest(times),
             "times_ms": {k: (v * 1e3 if v else None) for k, v in times.items()}, "problems": problems,
-            "not_built": plan.get("candidates_not_built", []),
+            "not_built": plan.get("candidates_not_built", []), "torch_kernels": extra.get("torch_kernels", []),
         })
     del ref
     flops = 2.0 * M * N * K
@@ -181,6 +235,81 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates):
         "ratio": t_torch / t_ours,
         "ops_max_rel_err": err_ours, "torch_max_rel_err": err_torch, **extra,
     })
+
+
+def _act(name):
+    return {"silu": torch.nn.functional.silu,
+            "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh")}[name]
+
+
+def measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=True):
+    """Decode's view of x @ W^T (B = W^T): GB/s of both sides beside a copy of the weight's bytes (the
+    ceiling), the same calls replayed from a CUDA graph over weights that together exceed L2 (a decode
+    step's launch cost and cold reads), and ops.linear with each of DECODE_ACTS against F.linear + the
+    activation, eager and replayed. Times in ms; None where not measured (no CUDA graphs on CPU)."""
+    W = B.t()
+    nbytes = (A.numel() + W.numel() + A.shape[0] * W.shape[0]) * A.element_size()
+    timed = timer if device == "cuda" else cpu_time
+    src = torch.empty(W.numel() * W.element_size(), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    t_copy = timed(lambda: dst.copy_(src))
+    del src, dst
+    out = {"bytes": nbytes, "copy_GBps": 2 * W.numel() * W.element_size() / t_copy / 1e9,
+           "ops_GBps": nbytes / t_ours / 1e9 if ops_runs else None, "torch_GBps": nbytes / t_torch / 1e9,
+           "ops_graph_ms": None, "torch_graph_ms": None, "fused": {}}
+    weights = [W]
+    if device == "cuda":
+        weights += [torch.randn(W.shape, device=device, dtype=W.dtype, generator=gen)
+                    for _ in range(copies_beyond_l2(W.numel() * W.element_size()) - 1)]
+        if ops_runs:
+            out["ops_graph_ms"] = graph_time([lambda w=w: ops.cutlass_gemm(A, w.t()) for w in weights]) * 1e3
+        out["torch_graph_ms"] = graph_time([lambda w=w: torch.mm(A, w.t()) for w in weights]) * 1e3
+    for name in DECODE_ACTS:
+        act = _act(name)
+        fused = {"ops_ms": timed(lambda: ops.linear(A, W, activation=name)) * 1e3 if ops_runs else None,
+                 "ref_ms": timed(lambda: act(torch.nn.functional.linear(A, W))) * 1e3,
+                 "ops_graph_ms": None, "ref_graph_ms": None}
+        if device == "cuda":
+            if ops_runs:
+                fused["ops_graph_ms"] = graph_time([lambda w=w: ops.linear(A, w, activation=name)
+                                                    for w in weights]) * 1e3
+            fused["ref_graph_ms"] = graph_time([lambda w=w: act(torch.nn.functional.linear(A, w))
+                                                for w in weights]) * 1e3
+        out["fused"][name] = fused
+    return out
+
+
+def _ratio(reference, ours):
+    return f"{reference / ours:.3f}" if reference and ours else "-"
+
+
+def report_decode(results, facts, quick, note, out_dir):
+    """gemm_decode.md: the decode suite's bandwidth, CUDA-graph and fused-linear columns."""
+    headers = ["dtype", "shape", "ops GB/s", "torch.mm GB/s", "copy GB/s", "ops / copy", "ratio",
+               "graph: ops us", "graph: torch.mm us", "graph ratio"]
+    for name in DECODE_ACTS:
+        headers += [f"{name}: ops.linear / F.linear+act", f"{name} graph ratio"]
+    rows = []
+    for r in results:
+        def us(ms):
+            return f"{ms * 1e3:.2f}" if ms else "-"
+        row = [r["dtype"], r["shape"], f"{r['ops_GBps']:.0f}" if r["ops_GBps"] else "-", f"{r['torch_GBps']:.0f}",
+               f"{r['copy_GBps']:.0f}", f"{r['ops_GBps'] / r['copy_GBps']:.0%}" if r["ops_GBps"] else "-",
+               f"{r['ratio']:.3f}", us(r["ops_graph_ms"]), us(r["torch_graph_ms"]),
+               _ratio(r["torch_graph_ms"], r["ops_graph_ms"])]
+        for name in DECODE_ACTS:
+            f = r["fused"][name]
+            row += [_ratio(f["ref_ms"], f["ops_ms"]), _ratio(f["ref_graph_ms"], f["ops_graph_ms"])]
+        rows.append(row)
+    where = facts.get("gpu", f"CPU ({facts['cpu']}, {facts['cpu_threads']} threads)")
+    with open(os.path.join(out_dir, "gemm_decode.md"), "w") as f:
+        f.write(f"# Decode GEMMs (x @ W^T, M = tokens) on {where}\n\n")
+        f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}; {'quick' if quick else 'full'} suite{note}. "
+                "GB/s = (x + W + out bytes) / time; copy = a device copy of W's bytes (read and written); "
+                "ratio = reference time / ops time (>1: ops faster). graph: the calls replayed from one CUDA "
+                "graph over weight copies that together exceed L2, time per call. Fused: ops.linear(x, W, "
+                "activation=...) against F.linear followed by the activation, eager and replayed.\n\n")
+        f.write(markdown_table(headers, rows) + "\n")
 
 
 def geomean(values):
@@ -216,7 +345,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         print(f"{d}: geometric-mean ratio (ops / torch.mm speed) {s['geomean_ratio']:.3f}, "
               f"lowest {s['min_ratio']:.3f}")
     os.makedirs(out_dir, exist_ok=True)
-    stem = "gemm_overhead" if suite == "overhead" else "gemm"
+    stem = STEMS.get(suite, "gemm")
     payload = {"benchmark": stem, "device": device, "quick": quick, "machine": facts,
                "build": {k: v for k, v in vars(ops.build_info).items() if k.isupper()},
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "results": results}
@@ -241,7 +370,9 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         f.write(table + "\n\n")
         for d, s in summary.items():
             f.write(f"- {d}: geometric-mean ratio {s['geomean_ratio']:.3f}, lowest {s['min_ratio']:.3f}\n")
-    if suite == "overhead":
+    if suite == "decode":
+        report_decode(results, facts, quick, interrupted, out_dir)  # replaces the plain table's gemm_decode.md
+    if suite in ("overhead", "decode"):
         print(f"\nwrote {out_dir}/{stem}.json, {stem}.md")
         return
     plot(results, where, os.path.join(out_dir, "gemm.png"))
@@ -295,28 +426,69 @@ def plot(results, where, path):
     plt.close(fig)
 
 
-def main(argv=None):
+def _model_list(text):
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names of {', '.join(MODELS)}, got {text!r}")
+    return names
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default=None,
                         help="comma-separated: bf16,fp16,fp32 (TF32 off),tf32 (fp32 with TF32 on),fp64 "
                              "(default: bf16,fp16,fp32,tf32 on GPU; fp32,bf16 on CPU)")
-    parser.add_argument("--suite", choices=["all", "models", "square", "overhead"], default="all")
+    parser.add_argument("--suite", choices=["all", "models", "square", "overhead", "decode"], default="all")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="fewer token counts and sizes")
     mode.add_argument("--full", action="store_true", help="the full suite even on CPU (slow)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even if a GPU is present")
     parser.add_argument("--candidates", action="store_true",
                         help="(GPU) also time every candidate tactic per shape: gemm_candidates.{json,md}")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="--candidates: interleaved timing rounds over the tactics of a shape (the fastest counts)")
+    parser.add_argument("--tokens", type=int_list, default=None,
+                        help="comma-separated token counts (M) of the model and decode suites, e.g. 32,64,128,256")
+    parser.add_argument("--squares", type=int_list, default=None, help="comma-separated sizes of the square suite")
+    parser.add_argument("--models", type=_model_list, default=None,
+                        help=f"comma-separated models of the model suite: {', '.join(MODELS)} (default: both)")
+    parser.add_argument("--tactic-limit", type=float, default=60.0,
+                        help="--candidates: seconds a tactic may take before it is recorded as a hang (0: no watchdog)")
+    parser.add_argument(watchdog.WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--autotune", action="store_true", help="run with ops.gemm.set_autotune(True)")
     parser.add_argument("--out", default=None, help=f"results folder (default {RESULTS}/local)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    return args
+
+
+def planned_cases(args, device):
+    """The (dtype, name, M, N, K, B layout) cases a run with `args` measures on `device`, in order."""
+    quick = args.quick or (device == "cpu" and not args.full)
+    dtypes = args.dtypes or ("bf16,fp16,fp32,tf32" if device == "cuda" else "fp32,bf16")
+    cases = [(d.strip(), *s) for d in dtypes.split(",") if d.strip()
+             for s in shapes(args.suite, quick, device, args.tokens, args.squares, args.models)]
+    if args.candidates:  # small M (stream-K and swap-AB sweeps: the hang reports' shapes) last
+        cases.sort(key=lambda case: case[2] <= 64)
+    return cases
+
+
+def main(argv=None):
+    args = parse_args(argv)
     gpu = torch.cuda.is_available() and not args.cpu
     if args.dtypes is None:
         args.dtypes = "bf16,fp16,fp32,tf32" if gpu else "fp32,bf16"
     out_dir = args.out or os.path.join(RESULTS, "local")
-    log = PartialLog(out_dir, "gemm_overhead" if args.suite == "overhead" else "gemm")
-    device, quick, results, candidates, tuning, planned, aborted = run(args, log)
+    stem = STEMS.get(args.suite, "gemm")
+    if args.candidates and gpu and args.tactic_limit > 0 and not args.worker:
+        sys.exit(watchdog.supervise("benchmarks.gemm", list(sys.argv[1:] if argv is None else argv),
+                                    os.path.join(out_dir, f"{stem}.partial.jsonl"), args.tactic_limit))
+    resume = watchdog.ResumeState(os.path.join(out_dir, f"{stem}.partial.jsonl")) if args.worker else None
+    log = PartialLog(out_dir, stem, append=args.worker)
+    device, quick, results, candidates, tuning, planned, aborted = run(args, log, resume)
     if not results:
         log.finish()
         sys.exit(f"aborted before any case was measured: {aborted}" if aborted else

@@ -19,9 +19,11 @@ import torch
 import torch.nn.functional as F
 
 import ops
-from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, fastest, machine_facts,
-                               mark_stopped, markdown_table, max_rel_error, measure_all, output_check, sweep_tactics,
-                               warn_without_candidate_kernels, write_report, wrong_results)
+from benchmarks import watchdog
+from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, cuda_kernels, fastest,
+                               int_list, machine_facts, mark_stopped, markdown_table, max_rel_error, measure_all,
+                               output_check, sweep_order, sweep_tactics, warn_without_candidate_kernels, write_report,
+                               wrong_results)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
@@ -40,17 +42,20 @@ def _add_norm(x, r, w, eps):
     return F.rms_norm(s, (x.shape[-1],), w, eps), s
 
 
-def cases(device, quick, compile_refs=True, hidden=4096, only=None):
+def cases(device, quick, compile_refs=True, hidden=4096, only=None, tokens=None, acts=None):
     """(op, shape description, build(dtype) -> (ops_fn, [(reference name, fn)], bytes moved or None)).
     compile_refs: each formula under torch.compile as a second reference. hidden: the norms' row length
-    (silu_and_mul's d is 3.5x it, as Llama's intermediate size). only: op names to keep."""
+    (silu_and_mul's d is 3.5x it, as Llama's intermediate size). only: op names to keep. tokens: the
+    token counts of every op (default: the suite's); acts: the fused linear's activations."""
     def references(name, formula, *args):
         """[(name, formula on args)], then the same formula under torch.compile where asked."""
         return [(name, lambda: formula(*args))] + ([("torch.compile", compiled(formula, *args))] if compile_refs else [])
 
+    explicit_tokens = tokens
     tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
         tokens = [16, 256] if quick else [1, 16, 128, 1024]
+    tokens = explicit_tokens or tokens
     inter = hidden * 7 // 2
     out = []
     for t in tokens:
@@ -101,8 +106,8 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
     lin_tokens = [16, 1024] if quick else [1, 16, 128, 1024, 4096]
     if device == "cpu":
         lin_tokens = [16, 128] if quick else [1, 16, 128]
-    for t in lin_tokens:
-        for act in (("gelu", "relu") if quick else ("relu", "gelu", "gelu_tanh", "silu")):
+    for t in explicit_tokens or lin_tokens:
+        for act in acts or (("gelu", "relu") if quick else ("relu", "gelu", "gelu_tanh", "silu")):
             def lin(dtype, t=t, act=act, k=1024 if device == "cpu" else 4096, n=4096):
                 # Weights scaled as a trained layer's are (nn.Linear's init: std ~ 1/sqrt(K)), so the
                 # pre-activations are O(1) as in a model, not std ~64: the tails of silu and gelu_tanh
@@ -118,6 +123,13 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None):
     return [case for case in out if only is None or case[0].split("[")[0] in only]
 
 
+def _act_list(text):
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names or any(n not in ACT for n in names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names of {', '.join(ACT)}, got {text!r}")
+    return names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtypes", default=None, help="comma-separated of bf16, fp16, fp32")
@@ -128,10 +140,17 @@ def main(argv=None):
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile references")
     parser.add_argument("--hidden", type=int, default=4096, help="the norms' hidden size (default 4096)")
     parser.add_argument("--ops", default=None, help="comma-separated op names to run (default: all)")
+    parser.add_argument("--tokens", type=int_list, default=None,
+                        help="comma-separated token counts of every op (default: the suite's)")
+    parser.add_argument("--acts", type=_act_list, default=None,
+                        help=f"comma-separated activations of the fused linear: {', '.join(ACT)}")
     parser.add_argument("--candidates", action="store_true",
                         help="(GPU) also time every candidate tactic of the fused linear cases "
                              "(ops_linear_candidates.{json,md}) and each rms_norm kernel variant on long rows "
                              "(ops_rms_kernels.{json,md})")
+    parser.add_argument("--tactic-limit", type=float, default=60.0,
+                        help="--candidates: seconds a tactic may take before it is recorded as a hang (0: no watchdog)")
+    parser.add_argument(watchdog.WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
@@ -146,11 +165,29 @@ def main(argv=None):
     timer = CudaTimer() if device == "cuda" else None
     if args.candidates and timer:
         warn_without_candidate_kernels("SIMT GEMV")
-    results, sweeps, rms_sweeps = [], [], []
+    partial = os.path.join(args.out, "ops.partial.jsonl")
+    if args.candidates and timer and args.tactic_limit > 0 and not args.worker:
+        # Each tactic under the watchdog (benchmarks/watchdog.py): a hang or crash is a row, not the stage.
+        return watchdog.supervise("benchmarks.ops", list(sys.argv[1:] if argv is None else argv), partial,
+                                  args.tactic_limit)
     only = set(args.ops.split(",")) if args.ops else None
     todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile, hidden=args.hidden,
-                                                  only=only)]
-    log = PartialLog(args.out, "ops")
+                                                  only=only, tokens=args.tokens, acts=args.acts)]
+    planned = len(todo)
+    resume = watchdog.ResumeState(partial, kinds=("result", "linear_candidates", "rms_kernels", "case_done")) \
+        if args.worker else None
+    finished = {r["case"] for r in resume.of("case_done")} if resume else set()
+
+    def label(case):
+        return f"{case[1][0]} {case[1][1]} {case[0]}"
+
+    def of_finished(kind):  # an earlier worker's records of the cases it finished
+        return [r for r in resume.of(kind) if f"{r['op']} {r['shape']} {r['dtype']}" in finished] if resume else []
+
+    results, sweeps, rms_sweeps = of_finished("result"), of_finished("linear_candidates"), of_finished("rms_kernels")
+    todo = [case for case in todo if label(case) not in finished]
+    log = PartialLog(args.out, "ops", append=args.worker)
+    progress = watchdog.Progress(log) if args.candidates and timer else None
 
     def timed(fn):
         """Seconds per call of fn (CudaTimer, or cpu_time on CPU), after fn.restore() where fn has one."""
@@ -165,7 +202,15 @@ def main(argv=None):
     def measure(case):
         dname, (op, shape, build) = case
         fn, refs, nbytes, *linear_args = build(DTYPES[dname])
+        skip = resume.skips.get(label(case), {}) if resume else {}
+        if "heuristic" in skip:  # an earlier worker hung in this case's own kernel: nothing to time
+            log.write("case_done", {"case": label(case)})
+            return
+        if progress is not None and linear_args:  # the heuristic's GEMM, watched like the candidates
+            progress.start(label(case), "heuristic")
         t_ops = timed(fn)
+        if progress is not None and linear_args:
+            progress.end(label(case), "heuristic")
         copy_GBps = None
         if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
@@ -181,7 +226,7 @@ def main(argv=None):
                 if linear_args:
                     sweeps.append(sweep_linear_tactics(
                         op, shape, dname, fn, *linear_args[0], timer, t_ops, torch.cuda.get_device_capability(),
-                        torch.cuda.get_device_properties(0).multi_processor_count))
+                        torch.cuda.get_device_properties(0).multi_processor_count, progress, label(case), skip))
                     log.write("linear_candidates", sweeps[-1])
             except DeviceUnusable:
                 raise  # nothing after it can run: measure_all reports it
@@ -194,9 +239,13 @@ def main(argv=None):
                             "ops_ms": t_ops * 1e3, "ref_ms": t_ref * 1e3, "ratio": t_ref / t_ops,
                             "ops_GBps": ops_GBps, "ref_GBps": nbytes / t_ref / 1e9 if nbytes else None,
                             "copy_GBps": copy_GBps, "ops_of_copy": ops_GBps / copy_GBps if nbytes else None})
+            if timer and linear_args:  # the cuBLAS(Lt) kernels the reference ran: what a loss lost to
+                results[-1]["ref_kernels"] = cuda_kernels(ref)
             log.write("result", results[-1])
+        log.write("case_done", {"case": label(case)})
 
-    done, aborted = measure_all(todo, measure, "ops", label=lambda case: f"{case[1][0]} {case[1][1]} {case[0]}")
+    done, aborted = measure_all(todo, measure, "ops", label=label)
+    done += len(finished)
     headers = ["op", "shape", "dtype", "reference", "ops ms", "ref ms", "ratio", "ops GB/s", "ref GB/s",
                "copy GB/s", "ops / copy"]
     rows = [[r["op"], r["shape"], r["dtype"], r["reference"], f"{r['ops_ms']:.4f}", f"{r['ref_ms']:.4f}",
@@ -212,14 +261,14 @@ def main(argv=None):
     if flush_check:
         payload["l2_flush_check"] = flush_check
         table += "\n\n" + flush_check["note"]
-    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_stopped(payload, done, len(todo), aborted)
+    title = f"Fused ops vs PyTorch on {facts.get('gpu', 'CPU')}" + mark_stopped(payload, done, planned, aborted)
     write_report(args.out, "ops", payload, title, table)
     if sweeps:
         report_linear_tactics(sweeps, facts, args.out)
     if rms_sweeps:
         report_rms_kernels(rms_sweeps, facts, args.out)
     log.finish()
-    return 0 if done == len(todo) else 3
+    return 0 if done == planned else 3
 
 
 def compare_l2_flushes(nbytes=32 * 1024 * 1024):
@@ -240,7 +289,8 @@ def compare_l2_flushes(nbytes=32 * 1024 * 1024):
     return check
 
 
-def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic, cc, sm_count):
+def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic, cc, sm_count, progress=None,
+                         case="", skip=None):
     """Times ops.linear (`fn`: act(x @ w^T + b)) under every candidate tactic of its GEMM on a device of
     compute capability `cc` with `sm_count` SMs, forced with ops.gemm.set_tactic, each tactic's output
     first checked against a float64 reference (output_check, at the scale of F.linear + act's own error):
@@ -250,8 +300,9 @@ def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic,
                                              epilogue=act)
     reference = ACT[act](F.linear(x.double(), w.double(), b.double()))
     torch_error = max_rel_error(ACT[act](F.linear(x, w, b)), reference)
-    times, problems = sweep_tactics(fn, plan["candidates"], timer,
-                                    check=output_check(reference, x.dtype, [torch_error]))
+    times, problems = sweep_tactics(fn, sweep_order(plan["candidates"]), timer,
+                                    check=output_check(reference, x.dtype, [torch_error]), progress=progress,
+                                    case=case, skip=skip)
     # The heuristic's tactic is one of the candidates: its time from this sweep, like the others', so that
     # heuristic / best compares two timings of one sweep (the main table's timing is another measurement).
     heuristic = plan["tactic"]["name"]

@@ -4,6 +4,7 @@ suites; an interrupted run (Ctrl-C, or device_check.sh's time limit) reports the
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,24 @@ def test_gemm_benchmark_cli_writes_json_markdown_and_plot(tmp_path):
     assert report["summary"]["fp32"]["min_ratio"] == min(r["ratio"] for r in report["results"])
     assert "| fp32 | square 1024 |" in (tmp_path / "gemm.md").read_text()
     assert (tmp_path / "gemm.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_gemm_decode_suite_reports_bandwidth_and_fused_linears(tmp_path):
+    from benchmarks import gemm
+
+    gemm.main(["--cpu", "--suite", "decode", "--dtypes", "fp32", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "gemm_decode.json").read_text())
+    assert [(r["shape"], r["M"]) for r in report["results"]] == [
+        (f"llama3_8b.{name} T={t}", t) for name in ("q_proj", "kv_proj") for t in (1, 16)]
+    for r in report["results"]:
+        assert r["bytes"] == (r["M"] * r["K"] + r["N"] * r["K"] + r["M"] * r["N"]) * 4
+        assert r["ops_GBps"] == pytest.approx(r["bytes"] / (r["ops_ms"] * 1e-3) / 1e9)
+        assert r["copy_GBps"] > 0 and r["ops_graph_ms"] is None  # no CUDA graphs on CPU
+        assert set(r["fused"]) == set(gemm.DECODE_ACTS)
+        assert all(f["ops_ms"] > 0 and f["ref_ms"] > 0 for f in r["fused"].values())
+    table = (tmp_path / "gemm_decode.md").read_text()
+    assert "| fp32 | llama3_8b.kv_proj T=16 |" in table and "silu: ops.linear / F.linear+act" in table
 
 
 @pytest.mark.slow
@@ -269,7 +288,10 @@ def test_linear_tactic_sweep_times_every_candidate_and_reports(tmp_path):
     names = list(sweep["times_ms"])
     assert len(names) > 1 and forced == [n for n in names for _ in range(2)]  # each one checked, then timed
     assert sweep["best"] == names[0] and sweep["problems"] == {}  # the fake timer: the first is the fastest
-    assert sweep["heuristic"] in names and sweep["heuristic_ms"] == 2.0
+    # The heuristic's time is its own timing of the sweep (the fake timer's i-th call takes i ms); the
+    # stream-K tactics run last.
+    assert sweep["heuristic"] in names and sweep["heuristic_ms"] == names.index(sweep["heuristic"]) + 1.0
+    assert "_stream_k" in names[-1] and "_stream_k" not in names[0]
     assert ops.gemm.get_tactic() is None
     ops_benchmark.report_linear_tactics([sweep], {"gpu": "emulated"}, str(tmp_path))
     assert "| linear[silu] | T=16 | bf16 |" in (tmp_path / "ops_linear_candidates.md").read_text()
@@ -400,3 +422,73 @@ def test_ops_benchmark_rejects_unknown_dtypes_before_writing(tmp_path, dtypes, c
         ops_benchmark.main(["--dtypes", dtypes, "--out", str(tmp_path)])
     assert info.value.code == 2 and "--dtypes" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # a previous report in --out would have been kept
+
+
+def test_a_sweep_goes_on_past_a_tactic_that_hangs_or_crashes(tmp_path):
+    # benchmarks.watchdog: the tactic that never returns and the one that kills its process each become a
+    # row of their case; every other tactic of both cases is measured, each case once.
+    from benchmarks import watchdog
+
+    env_path = os.path.join(REPO, "tests")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = env_path + os.pathsep + REPO + (os.pathsep + old if old else "")
+    try:
+        t0 = time.time()
+        rc = watchdog.supervise("sweep_worker", [str(tmp_path)], str(tmp_path / "sweep.partial.jsonl"), limit_s=3)
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    assert rc == 0
+    cases = json.loads((tmp_path / "sweep.json").read_text())
+    assert [c["case"] for c in cases] == ["bf16 case A", "bf16 case B"]
+    for c in cases:
+        assert {k for k, v in c["times"].items() if v} == {"fast", "slow", "last"}, c
+        assert c["problems"]["hangs"].startswith("HANG: no return within 3") and c["problems"]["crashes"].startswith("CRASH"), c
+    assert not (tmp_path / "sweep.partial.jsonl").exists()
+    assert time.time() - t0 < 120
+
+
+def test_sweeps_run_the_risky_tactics_last():
+    from benchmarks.common import sweep_order
+
+    names = ["sm90_bf16_128x128x64_1x1x1_tnt_align8_stream_k_warpspecialized_cooperative/dp",
+             "sm90_bf16_64x16x64_1x1x1_ttn_align8_warpspecialized_pingpong",
+             "sm90_bf16_128x256x64_2x1x1_tnt_align8_warpspecialized_cooperative/swz8/raster_m",
+             "sm90_bf16_128x128x64_2x1x1_tnt_align8_warpspecialized_cooperative"]
+    assert sweep_order(names) == [names[2], names[3], names[0], names[1]]
+
+
+def test_the_gpu_sweep_covers_every_candidate_configuration_within_its_budget():
+    # benchmarks/sweep_plan.py: the groups device_check.sh's sweep stage runs, planned on CPU for the H200.
+    from benchmarks import sweep_plan
+
+    rows = sweep_plan.plan()
+    swept = {name.split("/")[0] for r in rows for name in r["names"]}
+    acts = {a for _, argv, _ in sweep_plan.FUSED for a in argv[argv.index("--acts") + 1].split(",")}
+    for k in ops.kernels():
+        # bf16 on SM90, the weight layout (row-major B: the square suite, whose M is never small), the plain
+        # epilogue or the swept activations
+        served = k["layout_b"] == "col" or not k["swap_ab"]
+        if (k["candidate_only"] and k["sm"] == 90 and k["dtype"] == "bfloat16" and served
+                and k["epilogue"] in {"plain"} | {f"bias_{a}" for a in acts}):
+            assert k["name"] in swept, k["name"]
+    squares = next(r for r in rows if r["group"] == "squares")["names"]
+    assert {"swz1", "swz2", "swz4", "swz8", "raster_m", "raster_n"} <= {p for n in squares for p in n.split("/")[1:]} | {
+        "swz1"}
+    # Each group's limit is twice its estimate; the whole sweep fits one device call with the plain tables.
+    assert sum(sweep_plan.limit_seconds(r["seconds"]) for r in rows) <= 480
+    assert sum(sweep_plan.limit_seconds(r["seconds"]) for r in sweep_plan.plan(short=True)) <= 300
+    readme = open(os.path.join(REPO, "benchmarks", "README.md")).read()
+    for r in rows:  # the README's table states this plan
+        assert re.search(rf"^\| {re.escape(r['group'])} \| [^|]+ \| {r['tactics']} \| {r['seconds']} \|", readme, re.M), r
+    lines = subprocess.run([sys.executable, "-m", "benchmarks.sweep_plan", "--commands"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [r["group"] for r in rows]
+    for line in lines:  # each a command its benchmark's parser takes
+        _, limit_s, module, args = line.split("\t")
+        assert int(limit_s) >= 30 and "--tactic-limit 20" in args
+        if module == "benchmarks.gemm":
+            from benchmarks import gemm
+            assert gemm.planned_cases(gemm.parse_args(args.split()), "cuda")

@@ -1,0 +1,61 @@
+"""A candidate sweep on CPU whose tactics are stand-ins, run by tests/test_benchmarks.py under
+benchmarks.watchdog.supervise: tactic "hangs" never returns and tactic "crashes" kills its process, as a
+CUTLASS kernel can on a GPU. Writes <out>/sweep.json when every case is done.
+
+    python -m sweep_worker OUT [--worker]
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ops.gemm  # noqa: E402
+from benchmarks import watchdog  # noqa: E402
+from benchmarks.common import PartialLog, sweep_tactics  # noqa: E402
+
+CASES = ["bf16 case A", "bf16 case B"]
+TACTICS = ["fast", "hangs", "slow", "crashes", "last"]
+
+
+def run_tactic(name):
+    if name == "hangs":
+        time.sleep(3600)
+    if name == "crashes":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return name
+
+
+def main():
+    out = sys.argv[1]
+    current = {}
+    ops.gemm.set_tactic = lambda name: current.update(name=name)  # sweep_tactics forces each tactic
+    resume = watchdog.ResumeState(os.path.join(out, "sweep.partial.jsonl"), kinds=("case",))
+    log = PartialLog(out, "sweep", append=True)
+    progress = watchdog.Progress(log)
+    done = {r["case"]: r for r in resume.of("case")}
+    for case in CASES:
+        if case in done:
+            continue
+        def fn():
+            return run_tactic(current.get("name"))
+
+        def timer(f):
+            f()
+            return 1e-3
+
+        times, problems = sweep_tactics(fn, TACTICS, timer, progress=progress, case=case,
+                                        skip=resume.skips.get(case, {}))
+        record = {"case": case, "times": times, "problems": problems}
+        log.write("case", record)
+        done[case] = record
+    with open(os.path.join(out, "sweep.json"), "w") as f:
+        json.dump(list(done.values()), f)
+    log.finish()
+
+
+if __name__ == "__main__":
+    main()
