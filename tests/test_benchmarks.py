@@ -225,7 +225,7 @@ def test_device_check_keeps_its_deadline_and_lists_every_stage(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(["bash", os.path.join(REPO, "benchmarks", "device_check.sh"), str(out)], cwd=REPO,
                             env=dict(os.environ, DEADLINE_S="30", BUILD="0", PYTHON=sys.executable,
-                                     STAGES="sm80 ops model overhead allocator", CUDA_VISIBLE_DEVICES=""),
+                                     STAGES="sm80 sweep ops model overhead allocator", CUDA_VISIBLE_DEVICES=""),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     log = (out / "device_check.log").read_text()
@@ -233,8 +233,11 @@ def test_device_check_keeps_its_deadline_and_lists_every_stage(tmp_path):
     with tarfile.open(out / "results.tgz") as archive:
         stages = archive.extractfile("./stages.tsv").read().decode().splitlines()
     assert stages[0].split("\t") == ["stage", "exit status", "seconds"]
+    from benchmarks import sweep_plan
+    sweeps = tuple(f"sweep-{r['group']}" for r in sweep_plan.plan())
     assert [row.split("\t")[:2] for row in stages[1:]] == [[name, "200"] for name in (
-        "diag-throw_cpu", "diag-throw_cuda", "sm80-tests", "ops", "ops-candidates", "model", "overhead", "allocator")]
+        "diag-throw_cpu", "diag-throw_cuda", "sm80-tests", *sweeps, "ops", "ops-candidates", "model", "overhead",
+        "allocator")]
     assert "=== done (status 1)" in log
 
 
