@@ -58,7 +58,8 @@ def check_each_tactic(names, label, fn, ref, tol):
 
 
 def tactics():
-    for M, N, K in ((4, 4096, 4096), (13, 1000, 1032), (200, 136, 1000)):  # decode, ragged decode, ragged
+    # decode, ragged decode, ragged, and four waves of 128x128 tiles on 132 SMs (every swizzle x raster)
+    for M, N, K in ((4, 4096, 4096), (13, 1000, 1032), (200, 136, 1000), (3072, 3072, 64)):
         A = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
         B = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16).t()
         check_each_tactic(ops.gemm.plan(A, B)["candidates"], ("tactic", M, N, K), lambda: ops.cutlass_gemm(A, B),

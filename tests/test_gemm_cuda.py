@@ -164,6 +164,8 @@ def test_opcheck_cuda():
 TACTIC_SHAPES = [  # (M, N, K, B layout): decode, odd sizes, short K, several waves, square
     (1, 4096, 4096, "col"), (77, 300, 1000, "col"), (260, 136, 64, "row"), (16, 1536, 384, "col"),
     (2048, 2048, 256, "row"), (4096, 512, 1024, "col"),
+    # Four waves of tiles or more on 132 SMs (1024 128x128 tiles): every swizzle x raster order
+    (4096, 4096, 64, "row"), (4096, 4104, 64, "col"),
 ]
 
 
