@@ -320,7 +320,13 @@ def sweep_tactics(fn, names, timer, check=None, progress=None, case="", skip=Non
                 ops.gemm.set_tactic(name)
                 if progress is not None:
                     progress.start(case, name)
-                times[name] = min(times[name], timer(fn))
+                try:
+                    times[name] = min(times[name], timer(fn))
+                except RuntimeError as e:  # ran before, fails now: no time, so never "best"
+                    if not cuda_context_usable():
+                        raise DeviceUnusable(f"tactic {name} left the CUDA context unusable: {first_line(e)}") from e
+                    times[name], problems[name] = None, f"failed in a later round: {first_line(e)}"
+                    print(f"  {name}: {problems[name]}", file=sys.stderr)
                 if progress is not None:
                     progress.end(case, name)
     finally:

@@ -186,8 +186,10 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
     else:
         B = torch.randn(K, N, device=device, dtype=dtype, generator=gen)
     ref = torch.mm(A.double(), B.double())
-    # The heuristic's own tactic is watched like the candidates; one an earlier worker hung in is not run.
-    hung = (skip or {}).get("heuristic")
+    # Every launch of ours is watched like the candidates (the heuristic's tactic, the decode suite's
+    # graphs and fused linears); a step an earlier worker hung or crashed in is not run again.
+    skip = dict(skip or {})
+    hung = skip.get("heuristic")
     watch = progress is not None and device == "cuda" and not overhead and not hung
     if watch:
         progress.start(case_label(case), "heuristic")
@@ -211,10 +213,20 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
         t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
         t_torch = cpu_time(lambda: torch.mm(A, B))
     if args.suite == "decode":
-        extra.update(measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=not hung))
+        decode_hung = skip.get("decode")
+        watch_decode = progress is not None and device == "cuda" and not decode_hung
+        if watch_decode:
+            progress.start(case_label(case), "decode")
+        extra.update(measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=not (hung or decode_hung)))
+        if watch_decode:
+            progress.end(case_label(case), "decode")
+        if decode_hung:
+            extra["decode_problem"] = decode_hung
     # The heuristic's tactic (with --autotune the JSON also holds the tuning cache: what ran instead).
     plan = ops.gemm.plan(A, B) if device == "cuda" else None
     tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
+    if hung and plan:  # the same tactic under its own name among the candidates
+        skip.setdefault(tactic, hung)
     if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
         # torch's error is the scale of the check: the heuristic's own output is one of the candidates.
         times, problems = sweep_tactics(lambda: ops.cutlass_gemm(A, B), sweep_order(plan["candidates"]), timer,

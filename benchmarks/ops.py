@@ -95,7 +95,7 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None, tokens=None,
                 ("silu_and_mul", f"T={t} x 2*{inter}", silu)]
     # Per-head q/k norms (Qwen3, Gemma3: rms_norm over head_dim = 128 of every head): short rows, the
     # CUDA lane-group kernel's case. Llama-3-8B's 32 query heads at T tokens.
-    for t in ([1024] if quick else [16, 1024, 4096]):
+    for t in explicit_tokens or ([1024] if quick else [16, 1024, 4096]):
         def head_rms(dtype, t=t, heads=32, head_dim=128):
             x = torch.randn(t, heads, head_dim, device=device, dtype=dtype)
             w = torch.randn(head_dim, device=device, dtype=dtype)
@@ -171,6 +171,9 @@ def main(argv=None):
         return watchdog.supervise("benchmarks.ops", list(sys.argv[1:] if argv is None else argv), partial,
                                   args.tactic_limit)
     only = set(args.ops.split(",")) if args.ops else None
+    known = {c[0].split("[")[0] for c in cases("cpu", True, compile_refs=False)}
+    if only is not None and not only <= known:  # before anything is written: --out keeps its report
+        parser.error(f"--ops: {', '.join(sorted(only - known))}; choose from {', '.join(sorted(known))}")
     todo = [(d, c) for d in dtypes for c in cases(device, quick, compile_refs=not args.no_compile, hidden=args.hidden,
                                                   only=only, tokens=args.tokens, acts=args.acts)]
     planned = len(todo)

@@ -18,6 +18,10 @@ import sys
 import time
 
 WORKER_FLAG = "--worker"
+# Seconds a worker has to report after SIGINT before its process group is killed: under device_check.sh's
+# kill grace (timeout -k 20), whose SIGKILL reaches the supervisor only (the worker has a session of its
+# own) and would leave a worker stuck in a kernel running on the GPU.
+INTERRUPT_GRACE_S = 10
 
 
 def read_records(path):
@@ -95,7 +99,14 @@ def supervise(module, argv, partial_path, limit_s, max_restarts=24, poll_s=0.25)
                     break
         except KeyboardInterrupt:
             os.killpg(proc.pid, signal.SIGINT)
-            return proc.wait()
+            try:
+                return proc.wait(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:  # stuck in a launch: it cannot report
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                print(f"watchdog: the worker did not stop within {INTERRUPT_GRACE_S} s of SIGINT; killed",
+                      file=sys.stderr, flush=True)
+                return 130
         if outcome is None:
             records = read_records(partial_path)
             last = records[-1] if records else None

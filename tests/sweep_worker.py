@@ -1,8 +1,9 @@
 """A candidate sweep on CPU whose tactics are stand-ins, run by tests/test_benchmarks.py under
 benchmarks.watchdog.supervise: tactic "hangs" never returns and tactic "crashes" kills its process, as a
-CUTLASS kernel can on a GPU. Writes <out>/sweep.json when every case is done.
+CUTLASS kernel can on a GPU. Writes <out>/sweep.json when every case is done. With --stuck, the first
+tactic ignores SIGINT and never returns (a worker blocked in a launch); its pid goes to <out>/worker.pid.
 
-    python -m sweep_worker OUT [--worker]
+    python -m sweep_worker OUT [--stuck] [--worker]
 """
 
 import json
@@ -36,6 +37,12 @@ def main():
     resume = watchdog.ResumeState(os.path.join(out, "sweep.partial.jsonl"), kinds=("case",))
     log = PartialLog(out, "sweep", append=True)
     progress = watchdog.Progress(log)
+    if "--stuck" in sys.argv:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with open(os.path.join(out, "worker.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        progress.start(CASES[0], "stuck")
+        time.sleep(3600)
     done = {r["case"]: r for r in resume.of("case")}
     for case in CASES:
         if case in done:

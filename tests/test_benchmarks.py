@@ -453,6 +453,27 @@ def test_a_sweep_goes_on_past_a_tactic_that_hangs_or_crashes(tmp_path):
     assert time.time() - t0 < 120
 
 
+def test_an_interrupted_sweep_kills_a_worker_stuck_in_a_launch(tmp_path):
+    # SIGINT to the supervisor (device_check.sh's time limit) while the worker cannot report: the worker's
+    # process group is killed within the grace, not left running on its own session.
+    script = ("import sys; from benchmarks import watchdog; watchdog.INTERRUPT_GRACE_S = 2; "
+              f"sys.exit(watchdog.supervise('sweep_worker', [{str(tmp_path)!r}, '--stuck'], "
+              f"{str(tmp_path / 'sweep.partial.jsonl')!r}, limit_s=600))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]))
+    supervisor = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env)
+    pid_file = tmp_path / "worker.pid"
+    deadline = time.time() + 120
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    worker = int(pid_file.read_text())
+    time.sleep(0.5)
+    supervisor.send_signal(signal.SIGINT)
+    assert supervisor.wait(timeout=30) == 130
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)
+
+
 def test_sweeps_run_the_risky_tactics_last():
     from benchmarks.common import sweep_order
 
@@ -486,6 +507,8 @@ def test_the_gpu_sweep_covers_every_candidate_configuration_within_its_budget():
     readme = open(os.path.join(REPO, "benchmarks", "README.md")).read()
     for r in rows:  # the README's table states this plan
         assert re.search(rf"^\| {re.escape(r['group'])} \| [^|]+ \| {r['tactics']} \| {r['seconds']} \|", readme, re.M), r
+    assert f"add up to {sum(sweep_plan.limit_seconds(r['seconds']) for r in rows)} s" in readme
+    assert f"limits {sum(sweep_plan.limit_seconds(r['seconds']) for r in sweep_plan.plan(short=True))} s)" in readme
     lines = subprocess.run([sys.executable, "-m", "benchmarks.sweep_plan", "--commands"], cwd=REPO, check=True,
                            capture_output=True, text=True).stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == [r["group"] for r in rows]
