@@ -72,13 +72,16 @@ std::vector<Tactic> unbuilt_candidate_tactics(const GemmPlan& plan, const Device
 }
 
 // For an error about tactic `name` that is not a candidate of plan: why, when a build with the
-// candidate-only kernels would have it, or when it names a kernel by its kernel_list.h id; else "".
+// candidate-only kernels would take it (a candidate or one of its launch variants), or when it names a
+// kernel by its kernel_list.h id; else "".
 std::string why_not_a_candidate(const std::string& name, const GemmPlan& plan, const DeviceTarget& target) {
   const std::string kernel = name.substr(0, name.find('/'));
   for (const Tactic& t : unbuilt_candidate_tactics(plan, target)) {
-    if (kernel_name(t.kernel) == kernel) {
-      return " (" + kernel_name(t.kernel) + " is a candidate-only kernel, which this build leaves out: "
-             "rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
+    for (const Tactic& variant : launch_variants(t)) {
+      if (tactic_name(variant) == name) {
+        return " (" + kernel_name(t.kernel) + " is a candidate-only kernel, which this build leaves out: "
+               "rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
+      }
     }
   }
   for (int i = 0; i < kNumKernels; ++i) {

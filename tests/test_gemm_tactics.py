@@ -336,6 +336,16 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
     out, plan = emulate(A, B)
     assert plan["tactic"]["name"] == tactic("sm90_bf16_rc_swap", "dp")
     reference_check(out, A, B)
+    # A launch variant of a candidate-only kernel names the switch too; a suffix no build takes does not.
+    ping = KERNEL_NAME["sm90_bf16_rc_ping128"]
+    ops.gemm.set_tactic(ping + "/swz4/raster_n")
+    with pytest.raises(RuntimeError, match=f"{ping} is a candidate-only kernel.*OPS_CANDIDATE_KERNELS=1"):
+        emulate(A, B, candidate_kernels=False)
+    for bad in (ping + "/swz3", ping + "/raster_m/swz4", KERNEL_NAME["sm90_bf16_rc_gemv"] + "/swz2"):
+        ops.gemm.set_tactic(bad)
+        with pytest.raises(RuntimeError, match="cannot run this GEMM") as error:
+            emulate(*operands(1, 256, 512), candidate_kernels=False)
+        assert "OPS_CANDIDATE_KERNELS" not in str(error.value), bad
     # A GEMV at M = 64 is no candidate in any build: no word of the switch.
     ops.gemm.set_tactic(tactic("sm90_bf16_rc_gemv"))
     with pytest.raises(RuntimeError, match="cannot run this GEMM") as error:
