@@ -138,6 +138,8 @@ def int_list(text):
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"a value appears twice in {text!r}")
     return values
 
 

@@ -441,7 +441,7 @@ def plot(results, where, path):
 def _model_list(text):
     names = [v.strip() for v in text.split(",") if v.strip()]
     unknown = [n for n in names if n not in MODELS]
-    if not names or unknown:
+    if not names or unknown or len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names of {', '.join(MODELS)}, got {text!r}")
     return names
 
@@ -474,6 +474,14 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds > 1 and not args.candidates:
+        parser.error("--rounds times the candidate sweep: give --candidates too")
+    applies = {"--tokens": ("all", "models", "decode"), "--squares": ("all", "square"), "--models": ("all", "models")}
+    for option, suites in applies.items():
+        if getattr(args, option[2:]) is not None and args.suite not in suites:
+            parser.error(f"{option} does not apply to --suite {args.suite} (only to {', '.join(suites)})")
+    if not args.tactic_limit >= 0:  # NaN too
+        parser.error(f"--tactic-limit must be a number of seconds >= 0 (0: no watchdog), got {args.tactic_limit}")
     return args
 
 

@@ -125,8 +125,8 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None, tokens=None,
 
 def _act_list(text):
     names = [v.strip() for v in text.split(",") if v.strip()]
-    if not names or any(n not in ACT for n in names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated names of {', '.join(ACT)}, got {text!r}")
+    if not names or any(n not in ACT for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct comma-separated names of {', '.join(ACT)}, got {text!r}")
     return names
 
 
@@ -152,6 +152,8 @@ def main(argv=None):
                         help="--candidates: seconds a tactic may take before it is recorded as a hang (0: no watchdog)")
     parser.add_argument(watchdog.WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.tactic_limit >= 0:  # NaN too
+        parser.error(f"--tactic-limit must be a number of seconds >= 0 (0: no watchdog), got {args.tactic_limit}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
     dtypes = [d.strip() for d in (args.dtypes or ("bf16,fp16" if device == "cuda" else "fp32,bf16")).split(",")

@@ -132,13 +132,17 @@ def plan(short=False):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget", type=float, default=None, help="seconds the sweep may take: exit 1 beyond")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds the sweep's estimate may reach: exit 1 beyond")
     parser.add_argument("--short", action="store_true", help="the subset that decides each regime (SHORT)")
-    parser.add_argument("--commands", action="store_true",
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true")
+    output.add_argument("--commands", action="store_true",
                         help="one line per group for device_check.sh: name, time limit (s), module and arguments, "
                              "tab-separated")
     args = parser.parse_args(argv)
+    if args.budget is not None and not args.budget > 0:  # NaN too
+        parser.error(f"--budget must be a positive number of seconds, got {args.budget}")
     rows = plan(args.short)
     total = sum(r["seconds"] for r in rows)
     if args.commands:

@@ -484,6 +484,16 @@ def test_sweeps_run_the_risky_tactics_last():
     assert sweep_order(names) == [names[2], names[3], names[0], names[1]]
 
 
+@pytest.mark.parametrize("argv", [["--suite", "decode", "--models", "minilm"], ["--suite", "square", "--tokens", "4"],
+                                  ["--suite", "models", "--squares", "8"], ["--rounds", "3"], ["--tokens", "4,4"],
+                                  ["--tokens", "0"], ["--models", "llama3_8b,llama3_8b"], ["--tactic-limit", "nan"]])
+def test_gemm_benchmark_refuses_options_that_would_be_ignored_or_repeat(argv):
+    from benchmarks import gemm
+
+    with pytest.raises(SystemExit):
+        gemm.parse_args(argv)
+
+
 def test_the_gpu_sweep_covers_every_candidate_configuration_within_its_budget():
     # benchmarks/sweep_plan.py: the groups device_check.sh's sweep stage runs, planned on CPU for the H200.
     from benchmarks import sweep_plan
