@@ -143,6 +143,19 @@ def int_list(text):
     return values
 
 
+# The fused linear's activations, as PyTorch writes them (the references of ops.linear's epilogues).
+ACT = {"relu": torch.nn.functional.relu, "gelu": torch.nn.functional.gelu,
+       "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "silu": torch.nn.functional.silu}
+
+
+def copy_bandwidth(copy_bytes, timed, device):
+    """GB/s of a device copy of `copy_bytes` (each byte read and written once) timed by `timed`: the
+    bandwidth ceiling a memory-bound op is measured against."""
+    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return 2 * copy_bytes / timed(lambda: dst.copy_(src)) / 1e9
+
+
 def cpu_time(fn, min_run_time=0.2):
     """Median seconds per call on CPU, by torch.utils.benchmark (warm-up and block sizing included), with
     the process's intra-op threads (torch.get_num_threads(); the Timer's default of one thread would

@@ -48,10 +48,10 @@ import torch
 
 import ops
 from benchmarks import watchdog
-from benchmarks.common import (RESULTS, CudaTimer, PartialLog, copies_beyond_l2, cpu_time, cuda_kernels, fastest,
-                               graph_time, int_list, machine_facts, mark_stopped, markdown_table, max_rel_error,
-                               measure_all, output_check, sweep_order, sweep_tactics, write_json,
-                               warn_without_candidate_kernels, wrong_results)
+from benchmarks.common import (ACT, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth, cpu_time,
+                               cuda_kernels, fastest, graph_time, int_list, machine_facts, mark_stopped,
+                               markdown_table, max_rel_error, measure_all, output_check, sweep_order, sweep_tactics,
+                               write_json, warn_without_candidate_kernels, wrong_results)
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -249,11 +249,6 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
     })
 
 
-def _act(name):
-    return {"silu": torch.nn.functional.silu,
-            "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh")}[name]
-
-
 def measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=True):
     """Decode's view of x @ W^T (B = W^T): GB/s of both sides beside a copy of the weight's bytes (the
     ceiling), the same calls replayed from a CUDA graph over weights that together exceed L2 (a decode
@@ -262,11 +257,7 @@ def measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=True):
     W = B.t()
     nbytes = (A.numel() + W.numel() + A.shape[0] * W.shape[0]) * A.element_size()
     timed = timer if device == "cuda" else cpu_time
-    src = torch.empty(W.numel() * W.element_size(), dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    t_copy = timed(lambda: dst.copy_(src))
-    del src, dst
-    out = {"bytes": nbytes, "copy_GBps": 2 * W.numel() * W.element_size() / t_copy / 1e9,
+    out = {"bytes": nbytes, "copy_GBps": copy_bandwidth(W.numel() * W.element_size(), timed, device),
            "ops_GBps": nbytes / t_ours / 1e9 if ops_runs else None, "torch_GBps": nbytes / t_torch / 1e9,
            "ops_graph_ms": None, "torch_graph_ms": None, "fused": {}}
     weights = [W]
@@ -277,7 +268,7 @@ def measure_decode(device, timer, gen, A, B, t_ours, t_torch, ops_runs=True):
             out["ops_graph_ms"] = graph_time([lambda w=w: ops.cutlass_gemm(A, w.t()) for w in weights]) * 1e3
         out["torch_graph_ms"] = graph_time([lambda w=w: torch.mm(A, w.t()) for w in weights]) * 1e3
     for name in DECODE_ACTS:
-        act = _act(name)
+        act = ACT[name]
         fused = {"ops_ms": timed(lambda: ops.linear(A, W, activation=name)) * 1e3 if ops_runs else None,
                  "ref_ms": timed(lambda: act(torch.nn.functional.linear(A, W))) * 1e3,
                  "ops_graph_ms": None, "ref_graph_ms": None}

@@ -20,13 +20,12 @@ import torch.nn.functional as F
 
 import ops
 from benchmarks import watchdog
-from benchmarks.common import (RESULTS, CudaTimer, DeviceUnusable, PartialLog, cpu_time, cuda_kernels, fastest,
-                               int_list, machine_facts, mark_stopped, markdown_table, max_rel_error, measure_all,
-                               output_check, sweep_order, sweep_tactics, warn_without_candidate_kernels, write_report,
-                               wrong_results)
+from benchmarks.common import (ACT, RESULTS, CudaTimer, DeviceUnusable, PartialLog, copy_bandwidth, cpu_time,
+                               cuda_kernels, fastest, int_list, machine_facts, mark_stopped, markdown_table,
+                               max_rel_error, measure_all, output_check, sweep_order, sweep_tactics,
+                               warn_without_candidate_kernels, write_report, wrong_results)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-ACT = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "silu": F.silu}
 
 
 def compiled(formula, *args):
@@ -216,13 +215,8 @@ def main(argv=None):
         t_ops = timed(fn)
         if progress is not None and linear_args:
             progress.end(label(case), "heuristic")
-        copy_GBps = None
-        if nbytes:  # the ceiling: a device-to-device copy moving the same bytes (half read, half written)
-            src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
-            dst = torch.empty_like(src)
-            t_copy = timed(lambda: dst.copy_(src))
-            copy_GBps = 2 * src.numel() / t_copy / 1e9
-            del src, dst
+        # The ceiling: a device-to-device copy moving the same bytes (half read, half written).
+        copy_GBps = copy_bandwidth(nbytes // 2, timed, device) if nbytes else None
         if args.candidates and timer:
             try:
                 if op in ("rms_norm", "fused_add_rms_norm") and "q/k" not in shape:
