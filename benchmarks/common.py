@@ -16,6 +16,7 @@ import torch.utils.benchmark as benchmark
 from tqdm import tqdm
 
 import ops
+from ops.linear import ACTIVATION_FUNCTIONS
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -144,8 +145,7 @@ def int_list(text):
 
 
 # The fused linear's activations, as PyTorch writes them (the references of ops.linear's epilogues).
-ACT = {"relu": torch.nn.functional.relu, "gelu": torch.nn.functional.gelu,
-       "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "silu": torch.nn.functional.silu}
+ACT = {name: fn for name, fn in ACTIVATION_FUNCTIONS.items() if name != "none"}
 
 
 def copy_bandwidth(copy_bytes, timed, device):

@@ -23,6 +23,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "activation_ops.h"
 #include "checks.h"
 
 namespace ops {
@@ -239,31 +240,15 @@ const c10::TypedOperatorHandle<LinearOp>& linear_op() {
   return op;
 }
 
-// g * act'(z), elementwise, by ATen's own backward ops (themselves differentiable, so double backward
-// works): threshold_backward (ReLU), gelu_backward (erf or tanh form), silu_backward (or its composite
-// form when that must be differentiable).
-at::Tensor activation_backward(const at::Tensor& g, const at::Tensor& z, const std::string& activation) {
-  if (activation == "relu") return at::threshold_backward(g, z, 0);
-  if (activation == "gelu") return at::gelu_backward(g, z, "none");
-  if (activation == "gelu_tanh") return at::gelu_backward(g, z, "tanh");
-  if (activation == "silu") {
-    // aten::silu_backward has no derivative of its own; while a double-backward graph is being built,
-    // use the composite form (as ATen's formula for silu does).
-    if (!at::GradMode::is_enabled()) return at::silu_backward(g, z);
-    const at::Tensor s = at::sigmoid(z);
-    return g * s * (1 + z * (1 - s));
-  }
-  return g;  // "none" (other names never get this far: the forward rejected them)
-}
-
 // g * act'(z) with z = x W^T + b recomputed by the op (nothing extra kept between forward and
 // backward), in float32 for half types (float64 for float64), returned in x's dtype.
 at::Tensor through_activation(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
                               const at::Tensor& b, const std::string& activation) {
-  if (activation == "none") return g;
+  const Activation act = parse_activation("linear", activation);
+  if (act == Activation::None) return g;
   const auto compute = compute_type(x);
   const at::Tensor z = linear_op().call(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, "none");
-  return activation_backward(g.to(compute), z.to(compute), activation).to(x.scalar_type());
+  return activation_backward(g.to(compute), z.to(compute), act).to(x.scalar_type());
 }
 
 struct LinearBackward : BackwardNode<LinearBackward> {

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,10 +15,6 @@
 
 namespace ops {
 namespace {
-
-bool is_gemm_dtype(at::ScalarType t) {
-  return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble;
-}
 
 // Whether views a and b of one storage, of equal sizes and strides (b is a shifted by the difference of
 // their storage offsets), share an element, where ATen's analysis gives up (get_overlap_status: TooHard), e.g. the two halves of
@@ -83,6 +80,22 @@ bool storages_intersect(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b0 + b.storage().nbytes() && b0 < a0 + a.storage().nbytes();
 }
 
+bool is_gemm_dtype(at::ScalarType t) {
+  return std::find(std::begin(kGemmDtypes), std::end(kGemmDtypes), t) != std::end(kGemmDtypes);
+}
+
+const std::string& gemm_dtypes_text() {
+  static const std::string text = [] {
+    std::string out;
+    const size_t n = std::size(kGemmDtypes);
+    for (size_t i = 0; i < n; ++i) {
+      out += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::string(c10::getDtypeNames(kGemmDtypes[i]).first);
+    }
+    return out;
+  }();
+  return text;
+}
+
 std::string torch_dtype_name(at::ScalarType t) {
   return "torch." + std::string(c10::getDtypeNames(t).first);
 }
@@ -101,8 +114,7 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
   TORCH_CHECK(A.size(1) == B.size(0), op, ": A (M, K) and B (K, N) must agree on K, got A of shape ",
               A.sizes(), " and B of shape ", B.sizes());
   TORCH_CHECK(is_gemm_dtype(A.scalar_type()), op,
-              ": expected A's dtype to be float16, bfloat16, float32 or float64, got ",
-              torch_dtype_name(A.scalar_type()));
+              ": expected A's dtype to be ", gemm_dtypes_text(), ", got ", torch_dtype_name(A.scalar_type()));
   TORCH_CHECK(A.scalar_type() == B.scalar_type(), op,
               ": A and B must have the same dtype, got A ", torch_dtype_name(A.scalar_type()), " and B ",
               torch_dtype_name(B.scalar_type()));
@@ -140,7 +152,7 @@ void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tens
   TORCH_CHECK(input.defined() && weight.defined(), op, ": input and weight must be defined tensors");
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., in_features), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
-              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ", torch_dtype_name(input.scalar_type()));
+              ": expected input's dtype to be ", gemm_dtypes_text(), ", got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(weight.dim() == 2 && weight.size(1) == input.size(-1), op,
               ": expected weight of shape (out_features, in_features) with in_features = ", input.size(-1),
               " (input's last dimension), got ", weight.sizes());
@@ -162,8 +174,7 @@ void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor
   TORCH_CHECK(input.defined() && weight.defined(), op, ": input and weight must be defined tensors");
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., hidden), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
-              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ",
-              torch_dtype_name(input.scalar_type()));
+              ": expected input's dtype to be ", gemm_dtypes_text(), ", got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == input.size(-1), op,
               ": expected weight of shape (hidden,) = (", input.size(-1),
               ",) matching input's last dimension, got ", weight.sizes());
@@ -179,8 +190,7 @@ void check_silu_and_mul_input(const char* op, const at::Tensor& input) {
   TORCH_CHECK(input.defined(), op, ": input must be a defined tensor");
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., 2 * d), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op,
-              ": expected input's dtype to be float16, bfloat16, float32 or float64, got ",
-              torch_dtype_name(input.scalar_type()));
+              ": expected input's dtype to be ", gemm_dtypes_text(), ", got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(input.size(-1) % 2 == 0, op,
               ": expected input's last dimension to be even (2 * d: the gate half, then the up half), got ",
               input.size(-1));

@@ -8,6 +8,13 @@
 
 namespace ops {
 
+// The floating dtypes cutlass_gemm, linear and the fused ops take: one table, read by every check and
+// message and exported to Python (ops._library.GEMM_DTYPES, from the _tables op).
+inline constexpr at::ScalarType kGemmDtypes[] = {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};
+bool is_gemm_dtype(at::ScalarType t);
+// "float16, bfloat16, float32 or float64", for messages.
+const std::string& gemm_dtypes_text();
+
 // The dtype as Python spells it ("torch.float32", not "Float"), so C++ errors read like the fake
 // kernels' (torch._check) and like PyTorch's own.
 std::string torch_dtype_name(at::ScalarType t);
@@ -16,7 +23,7 @@ std::string torch_dtype_name(at::ScalarType t);
 // call it, and reading sizes there would specialize symbolic shapes under torch.export / compile).
 void check_gemm_defined(const char* op, const at::Tensor& A, const at::Tensor& B);
 
-// A (M, K) and B (K, N): 2-D, same floating dtype (float16, bfloat16, float32, float64), same device.
+// A (M, K) and B (K, N): 2-D, same dtype (kGemmDtypes), same device.
 void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B);
 
 // out: shape (M, N), A's dtype and device, not overlapping A or B, no internal overlap.
@@ -29,7 +36,7 @@ bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, co
 void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,
                          const c10::optional<at::Tensor>& bias);
 
-// rms_norm-style ops: input (..., hidden) floating (float16, bfloat16, float32, float64), weight
+// rms_norm-style ops: input (..., hidden) of a kGemmDtypes dtype, weight
 // (hidden,) of the same dtype and device.
 void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight);
 

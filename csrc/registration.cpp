@@ -37,23 +37,26 @@ TORCH_LIBRARY(ops, m) {
   m.set_python_module("ops.gemm");
   // JSON of the facts setup.py recorded (versions, arch list, source digest). internal_ops.cpp
   m.def("_build_info() -> str");
-  // JSON list of the GEMM kernels in this build (CUTLASS and SIMT GEMV). internal_ops.cpp
+  // JSON of the activation names and the dtypes of the GEMMs and fused ops (activation.h, checks.h).
+  // internal_ops.cpp
+  m.def("_tables() -> str");
+  // JSON list of the GEMM kernels in this build (CUTLASS and SIMT GEMV). cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_kernels() -> str");
   // Whether torch's matmul precision setting allows TF32 on CUDA (what cuBLAS reads). internal_ops.cpp
   m.def("_allow_tf32() -> bool");
-  // Forces a tactic by name (None: the heuristic) for every CUDA GEMM. internal_ops.cpp
+  // Forces a tactic by name (None: the heuristic) for every CUDA GEMM. cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_set_tactic(str? name) -> ()");
-  // The forced tactic, or "". internal_ops.cpp
+  // The forced tactic, or "". cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_get_tactic() -> str");
-  // Times every candidate on the first call of a shape and caches the fastest. internal_ops.cpp
+  // Times every candidate on the first call of a shape and caches the fastest. cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_set_autotune(bool enabled) -> ()");
   m.def("_cutlass_gemm_autotune_enabled() -> bool");
-  // JSON of the tuning cache; clearing it; adding entries (load_tuning_cache). internal_ops.cpp
+  // JSON of the tuning cache; clearing it; adding entries (load_tuning_cache). cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_tuning_cache() -> str");
   m.def("_cutlass_gemm_clear_tuning_cache() -> ()");
   m.def("_cutlass_gemm_add_tuning(str[] keys, str[] bests, int[] timing_counts, str[] timing_names, "
         "float[] timing_ms) -> ()");
-  // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. gemm_cuda.cpp
+  // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. cutlass_gemm/gemm_cuda.cpp
   m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
   // Which build of the fused CPU kernels runs: "default", "avx2" or "avx512". fused_cpu.cpp
   m.def("_fused_cpu_isa() -> str");
@@ -69,16 +72,16 @@ TORCH_LIBRARY(ops, m) {
   // ---- Test hooks: the CUDA host path replayed on CPU (tests/test_gemm_plan.py) -----------------
   // Plans A @ B for a target GPU (compute capability, arch list, TF32, SM count, whether its binary has
   // the candidate-only kernels; default: as this one) and replays the launch descriptors on CPU into out (poisoned first);
-  // returns the plan. internal_ops.cpp
+  // returns the plan. cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_emulate(Tensor A, Tensor B, Tensor(a!) out, int cc_major, int cc_minor, "
         "str arch_list, bool allow_tf32, bool poison=True, Tensor? bias=None, str epilogue=\"plain\", "
         "int sm_count=132, bool? candidate_kernels=None) -> str");
-  // The plan alone, for a target GPU. internal_ops.cpp
+  // The plan alone, for a target GPU. cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
         "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None, "
         "bool? candidate_kernels=None) -> str");
 #if OPS_WITH_CUDA
-  // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. gemm_cuda.cpp
+  // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");
 #endif
 }

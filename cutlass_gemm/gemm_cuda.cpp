@@ -1,6 +1,6 @@
 // The CUDA kernels of ops::cutlass_gemm: device guard, current stream, workspace from PyTorch's
-// allocator, then the planned CUTLASS launch (gemm_host.h) with its tactic (tactic.h), autotuned when
-// the user asked for it. No CUTLASS headers here.
+// allocator, then the planned CUTLASS launch (gemm_host.h) with its tactic (tactic_select.h), autotuned
+// when the user asked for it. No CUTLASS headers here.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -19,7 +19,9 @@
 #include "gemm_cuda.h"
 #include "gemm_host.h"
 #include "launcher.h"
+#include "plan_json.h"
 #include "tactic.h"
+#include "tactic_select.h"
 
 #ifndef OPS_CUDA_ARCH_LIST
 #error "setup.py defines OPS_CUDA_ARCH_LIST (the archs the kernels were built for)"

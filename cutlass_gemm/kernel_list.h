@@ -97,6 +97,8 @@
 
 #include <cstdint>
 
+#include "../csrc/activation.h"
+
 #define OPS_CUTLASS_GEMM_KERNELS(X) OPS_CUTLASS_GEMM_DEFAULT_KERNELS(X) OPS_CUTLASS_GEMM_CANDIDATE_KERNELS(X)
 
 // The configurations the dispatcher can choose on its own (tactic.cpp): always built.
@@ -244,10 +246,25 @@
 
 namespace ops::cutlass_gemm {
 
+using ::ops::Activation;
+using ::ops::kNumActivations;
+
 enum class DType : int8_t { Half, BFloat16, Float, Double };
 enum class Math : int8_t { Standard, TF32, Fast3xTF32 };
 enum class Layout : int8_t { Row, Col };
+// Plain, then one Bias<Act> epilogue per activation in csrc/activation.h's order.
 enum class Epilogue : int8_t { Plain, BiasIdentity, BiasReLU, BiasGELU, BiasGELUTanh, BiasSiLU };
+constexpr Epilogue bias_epilogue(Activation act) { return static_cast<Epilogue>(1 + static_cast<int>(act)); }
+// The activation of a Bias<Act> epilogue; None for Plain and BiasIdentity.
+constexpr Activation epilogue_activation(Epilogue e) {
+  return e == Epilogue::Plain ? Activation::None : static_cast<Activation>(static_cast<int>(e) - 1);
+}
+static_assert(bias_epilogue(Activation::None) == Epilogue::BiasIdentity &&
+              bias_epilogue(Activation::ReLU) == Epilogue::BiasReLU &&
+              bias_epilogue(Activation::GELU) == Epilogue::BiasGELU &&
+              bias_epilogue(Activation::GELUTanh) == Epilogue::BiasGELUTanh &&
+              bias_epilogue(Activation::SiLU) == Epilogue::BiasSiLU &&
+              static_cast<int>(Epilogue::BiasSiLU) == kNumActivations);
 enum class TileConfig : int8_t {
   Sm80, Coop128x128, Coop128x256, Ping64x128, StreamK128x128,  // the default build's
   Ping128x128, Coop128x256C1x2, Coop256x128, Ping64x128C2x1, SwapPing64x16, SwapPing64x32, SwapStreamK128x32, SimtGemv

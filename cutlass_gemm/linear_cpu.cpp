@@ -4,7 +4,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
-#include "gemm_host.h"
+#include "../csrc/activation_ops.h"
 #include "../csrc/checks.h"
 
 namespace ops {
@@ -13,12 +13,12 @@ namespace {
 at::Tensor linear_cpu(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                       c10::string_view activation) {
   check_linear_inputs("linear", input, weight, bias);
-  const auto epilogue = cutlass_gemm::epilogue_for_activation("linear", activation);
+  const Activation act = parse_activation("linear", activation);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   // ATen's own linear (addmm on folded leading dimensions, as F.linear runs), then the activation in
   // place: the same BLAS calls as F.linear + activation, one output buffer.
   at::Tensor out = at::linear(input, weight, bias).contiguous();
-  cutlass_gemm::apply_activation_(out, epilogue);
+  apply_activation_(out, act);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "../csrc/activation_ops.h"
 #include "../csrc/checks.h"
 #include "gemm_cuda.h"
 #include "gemm_host.h"
@@ -16,7 +17,7 @@ namespace {
 at::Tensor linear_cuda(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                        c10::string_view activation) {
   check_linear_inputs("linear", input, weight, bias);
-  const Epilogue epilogue = epilogue_for_activation("linear", activation);
+  const Activation act = parse_activation("linear", activation);
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t K = input.size(-1), N = weight.size(0);
   // Rows = product of the leading dimensions (not -1 in reshape: K or N may be 0).
@@ -33,11 +34,11 @@ at::Tensor linear_cuda(const at::Tensor& input, const at::Tensor& weight, const 
     launch_cutlass(plan, args, input);
   };
   if (fused) {
-    gemm_into(x2d, weight.t(), out2d, target, launch, /*poison=*/false, epilogue, b);
+    gemm_into(x2d, weight.t(), out2d, target, launch, /*poison=*/false, bias_epilogue(act), b);
   } else {
     gemm_into(x2d, weight.t(), out2d, target, launch);
     if (b.defined()) out2d.add_(b);
-    apply_activation_(out2d, epilogue);
+    apply_activation_(out2d, act);
   }
   return out;
 }

@@ -110,15 +110,13 @@ const char* schedule_name(Schedule schedule) {
 }
 
 const char* epilogue_name(Epilogue epilogue) {
-  switch (epilogue) {
-    case Epilogue::Plain: return "plain";
-    case Epilogue::BiasIdentity: return "bias";
-    case Epilogue::BiasReLU: return "bias_relu";
-    case Epilogue::BiasGELU: return "bias_gelu";
-    case Epilogue::BiasGELUTanh: return "bias_gelu_tanh";
-    case Epilogue::BiasSiLU: return "bias_silu";
-  }
-  return "?";
+  // "plain", "bias", then "bias_<activation>" (csrc/activation.h).
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"plain", "bias"};
+    for (int i = 1; i < kNumActivations; ++i) out.push_back("bias_" + std::string(kActivationNames[i]));
+    return out;
+  }();
+  return names.at(static_cast<size_t>(epilogue)).c_str();
 }
 
 namespace {

@@ -68,6 +68,14 @@ def load():
 
 build_info = load()
 
+# The tables every op reads, from the library (csrc/activation.h, csrc/checks.h kGemmDtypes).
+_TABLES = json.loads(torch.ops.ops._tables())
+# ops.linear's activation names, in the table's order ("none" first).
+ACTIVATIONS = tuple(_TABLES["activations"])
+# The dtypes cutlass_gemm, linear and the fused ops take, and their names as the C++ messages list them.
+GEMM_DTYPES = tuple(getattr(torch, name) for name in _TABLES["gemm_dtypes"])
+GEMM_DTYPES_TEXT = ", ".join(_TABLES["gemm_dtypes"][:-1]) + " or " + _TABLES["gemm_dtypes"][-1]
+
 
 def compiled_build_info():
     """Build facts compiled into the library itself (dict): with_cuda, cuda_arch_list, candidate_kernels,

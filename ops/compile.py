@@ -30,7 +30,6 @@ rewrites each pattern made (a graph served from Inductor's cache is not rewritte
 """
 
 import dataclasses
-import functools
 import threading
 import warnings
 from typing import Dict, Iterable, Optional
@@ -40,6 +39,7 @@ import torch.nn.functional as F
 
 from . import _library  # noqa: F401  (loads the op library: the replacements call its ops)
 from .gemm import _GEMM_DTYPES
+from .linear import ACTIVATION_FUNCTIONS
 
 __all__ = ["PATTERNS", "RULES", "Rule", "FusionPass", "backend"]
 
@@ -71,8 +71,7 @@ RULES: Dict[str, Dict[str, Rule]] = {
     "cuda": {},
 }
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
-                "silu": F.silu}
+_ACTIVATIONS = {name: fn for name, fn in ACTIVATION_FUNCTIONS.items() if name != "none"}
 _OPS_DEFAULT_EPS = torch.ops.ops.rms_norm.default._schema.arguments[2].default_value
 _EPS = 2.0 ** -20  # the traced eps: a float32 value, so F.rms_norm's float32 rounding keeps it (the
 #                     pattern matcher then treats it as the argument eps, whatever the model's value)

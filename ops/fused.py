@@ -4,14 +4,14 @@ csrc/fused_cpu.cpp, CUDA kernels in csrc/fused_kernels.cu."""
 
 import torch
 
-from . import _library  # noqa: F401  (loads the op library)
+from . import _library  # loads the op library
 from . import _nested, _overlap
-from .gemm import _GEMM_DTYPES as _DTYPES  # the floating dtypes every op accepts
+from ._library import GEMM_DTYPES as _DTYPES  # the floating dtypes every op accepts
 
 
 def _check_floating(op, name, t):
-    torch._check(t.dtype in _DTYPES, lambda: f"{op}: expected {name}'s dtype to be float16, bfloat16, "
-                 f"float32 or float64, got {t.dtype}")
+    torch._check(t.dtype in _DTYPES, lambda: f"{op}: expected {name}'s dtype to be {_library.GEMM_DTYPES_TEXT}, "
+                 f"got {t.dtype}")
 
 
 def _check_norm(op, input, weight):

@@ -10,10 +10,10 @@ from typing import Optional
 
 import torch
 
-from . import _library  # noqa: F401  (loads the op library: registers torch.ops.ops.*)
+from . import _library  # loads the op library: registers torch.ops.ops.*
 from . import _overlap
 
-_GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_GEMM_DTYPES = _library.GEMM_DTYPES
 
 
 def _check_gemm_args(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
@@ -24,8 +24,8 @@ def _check_gemm_args(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
                  f"tensor of shape {list(B.shape)}")
     torch._check(A.shape[1] == B.shape[0], lambda: f"{op}: A (M, K) and B (K, N) must agree on K, got A of "
                  f"shape {list(A.shape)} and B of shape {list(B.shape)}")
-    torch._check(A.dtype in _GEMM_DTYPES, lambda: f"{op}: expected A's dtype to be float16, bfloat16, "
-                 f"float32 or float64, got {A.dtype}")
+    torch._check(A.dtype in _GEMM_DTYPES, lambda: f"{op}: expected A's dtype to be {_library.GEMM_DTYPES_TEXT}, "
+                 f"got {A.dtype}")
     torch._check(A.dtype == B.dtype, lambda: f"{op}: A and B must have the same dtype, got A {A.dtype} "
                  f"and B {B.dtype}")
     torch._check(A.device == B.device, lambda: f"{op}: A and B must be on the same device, got A on "

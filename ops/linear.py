@@ -2,21 +2,29 @@
 Schema in csrc/registration.cpp; CPU kernel cutlass_gemm/linear_cpu.cpp; CUDA kernel cutlass_gemm/linear_cuda.cpp
 (a CUTLASS GEMM with bias + activation fused into its epilogue for float16/bfloat16)."""
 
+import functools
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
-from . import _library  # noqa: F401  (loads the op library)
-from .gemm import _GEMM_DTYPES
+from . import _library  # loads the op library
+from ._library import ACTIVATIONS, GEMM_DTYPES as _GEMM_DTYPES
 
-ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+# What each activation computes, as PyTorch spells it: the reference of the fused kernels, the formula
+# ops.compile rewrites, the baseline of the benchmarks. Keyed by the library's table (csrc/activation.h).
+ACTIVATION_FUNCTIONS = {"none": lambda x: x, "relu": F.relu, "gelu": F.gelu,
+                        "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "silu": F.silu}
+if tuple(ACTIVATION_FUNCTIONS) != ACTIVATIONS:
+    raise ImportError(f"ops.linear: ACTIVATION_FUNCTIONS names {tuple(ACTIVATION_FUNCTIONS)}, the library's "
+                      f"table {ACTIVATIONS} (csrc/activation.h): give every activation its formula")
 
 
 @torch.library.register_fake("ops::linear")
 def _linear_fake(input, weight, bias=None, activation="none"):
     torch._check(input.dim() >= 1, lambda: "linear: expected input of shape (..., in_features), got a 0-D tensor")
-    torch._check(input.dtype in _GEMM_DTYPES, lambda: "linear: expected input's dtype to be float16, bfloat16, "
-                 f"float32 or float64, got {input.dtype}")
+    torch._check(input.dtype in _GEMM_DTYPES, lambda: "linear: expected input's dtype to be "
+                 f"{_library.GEMM_DTYPES_TEXT}, got {input.dtype}")
     torch._check(weight.dim() == 2 and weight.shape[1] == input.shape[-1],
                  lambda: "linear: expected weight of shape (out_features, in_features) with in_features = "
                  f"{input.shape[-1]} (input's last dimension), got {list(weight.shape)}")

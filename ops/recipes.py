@@ -27,7 +27,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from . import _hf_classes, fused, gemm
-from .linear import linear
+from .linear import ACTIVATIONS, linear
 
 __all__ = ["RECIPES", "activation_of", "apply"]
 
@@ -196,11 +196,13 @@ class Recipe:
         return None
 
 
+_FUSED_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "none")  # the ones an activation module computes
+
 RECIPES: Dict[str, Recipe] = {r.name: r for r in (
     Recipe("dense_act", _dense_act_forward, _hf_classes.DENSE_ACT, ("dense",), "intermediate_act_fn",
-           ("relu", "gelu", "gelu_tanh", "silu")),
+           _FUSED_ACTIVATIONS),
     Recipe("gated_mlp", _gated_mlp_forward, _hf_classes.GATED_MLP, ("gate_proj", "up_proj", "down_proj"), "act_fn",
-           ("relu", "gelu", "gelu_tanh", "silu")),
+           _FUSED_ACTIVATIONS),
     Recipe("gate_up_mlp", _gate_up_mlp_forward, _hf_classes.GATE_UP_MLP, ("gate_up_proj", "down_proj"),
            "activation_fn", ("silu",)),
 )}

@@ -124,6 +124,23 @@ def test_fake_kernel_error_messages_equal_the_real_kernels(case):
     assert message("meta") == message("cpu")
 
 
+def test_one_table_of_activations_and_dtypes():
+    """The library's tables (csrc/activation.h, checks.h) are what Python, the kernels and the pass read."""
+    from ops import _library, compile as ops_compile, recipes
+    from ops.linear import ACTIVATION_FUNCTIONS
+    assert _library.ACTIVATIONS == tuple(ACTIVATIONS)
+    assert _library.GEMM_DTYPES == tuple(DTYPES)
+    assert tuple(ACTIVATION_FUNCTIONS) == _library.ACTIVATIONS
+    assert tuple(ops_compile._ACTIVATIONS) == _library.ACTIVATIONS[1:]
+    assert recipes.RECIPES["gated_mlp"].acts == _library.ACTIVATIONS[1:]
+    # The fused kernels' epilogues: plain, then bias + each activation.
+    epilogues = {k["epilogue"] for k in ops.kernels()}
+    assert epilogues == {"plain", "bias"} | {"bias_" + a for a in ACTIVATIONS[1:]}
+    x = torch.randn(5, 8, dtype=torch.float64)
+    for name, fn in ACTIVATION_FUNCTIONS.items():
+        torch.testing.assert_close(ops.linear(x, torch.eye(8, dtype=torch.float64), activation=name), fn(x))
+
+
 @pytest.mark.parametrize("which", ["weight", "bias"])
 def test_operands_on_another_device(which):
     x, w, b = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)

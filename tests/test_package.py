@@ -89,3 +89,16 @@ assert ops._library.allow_tf32() is False
 print("ok")
 """, cwd=REPO, timeout=120)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr[-3000:]
+
+
+def test_includes_go_one_way():
+    """cutlass_gemm/ includes csrc/ (checks, JSON, the tables), never the reverse; the torch-free headers
+    the CUDA kernel TUs include (kernel_list.h and what it includes) include no torch header."""
+    import pathlib
+    csrc = pathlib.Path(REPO, "csrc")
+    for path in sorted(csrc.rglob("*")):
+        if path.suffix in (".cpp", ".h", ".cu", ".cuh"):
+            assert "cutlass_gemm/" not in "".join(re.findall(r'#include\s+"([^"]+)"', path.read_text())), path
+    for header in ("cutlass_gemm/kernel_list.h", "cutlass_gemm/launch_args.h", "csrc/activation.h"):
+        includes = re.findall(r'#include\s+[<"]([^">]+)[">]', pathlib.Path(REPO, header).read_text())
+        assert not [i for i in includes if i.split("/")[0] in ("ATen", "c10", "torch")], (header, includes)

@@ -1,0 +1,31 @@
+// The memory one planned launch reads and writes, as at::Tensors: the user's matrices where the plan
+// takes them in place, else buffers laid out as the plan says (copies of the inputs with their padding
+// zeroed, a temporary output copied back). Shared by every GEMM of the family.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "plan.h"
+
+namespace ops::cutlass_gemm {
+
+// Sizes, strides and address of a 2-D tensor, for the planner.
+MatrixView view_of(const at::Tensor& t);
+
+// The launch arguments of `plan` for the kernel's operands a (M, K), b (K, N) and d (M, N) before padding
+// (with swap-AB already applied), and bias (N,) or undefined. `poison` fills the buffers with NaN first
+// (tests: an element the kernel should write but does not, or a pad that is not zeroed, shows as NaN).
+class StagedOperands {
+ public:
+  StagedOperands(const GemmPlan& plan, const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,
+                 const at::Tensor& bias, bool poison);
+  const GemmLaunchArgs& args() const { return args_; }
+  // After the launch: copies a temporary output into d.
+  void finish();
+
+ private:
+  GemmLaunchArgs args_;
+  at::Tensor d_, a_buffer_, b_buffer_, d_buffer_, bias_buffer_;
+};
+
+}  // namespace ops::cutlass_gemm

@@ -1,0 +1,55 @@
+// Which tactic a planned GEMM runs: the heuristic's (tactic.h), a forced one, or the tuning cache's;
+// and the process-wide controls behind that choice (thread-safe; set through ops.gemm's Python API).
+// Shared by every GEMM of the family.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_target.h"
+#include "plan.h"
+
+namespace ops::cutlass_gemm {
+
+// plan.tactic is the heuristic's choice; replaces it with the forced tactic (which must be a candidate:
+// else an error naming `op`, the problem and the candidates) or the tuning cache's choice, in that
+// order, and sets plan.autotune_key when the launcher should autotune. `dtype`: for messages.
+void select_tactic(GemmPlan& plan, const DeviceTarget& target, const char* op, const std::string& dtype);
+
+// A tactic name (tactic.h, tactic_name) that every CUTLASS GEMM must run with, or "" (the default) for
+// the normal choice. A GEMM whose candidates do not include it raises, naming the candidates. For
+// benchmarks (`benchmarks.gemm --candidates`) and tests.
+void set_forced_tactic(const std::string& name);
+std::string forced_tactic();
+
+// Autotuning (off by default): on a GEMM shape without a cached choice, time every candidate tactic on
+// the device (synchronizing), keep the fastest for that shape and use it from then on. Never during
+// CUDA graph capture (the heuristic's choice runs, nothing is cached).
+void set_autotune(bool enabled);
+bool autotune_enabled();
+
+// The tuning cache: one tactic per GEMM shape and device model, filled by the autotuner or loaded
+// (ops.gemm.load_tuning_cache). A cached choice is used whenever present, with autotuning on or off;
+// set_tactic takes precedence.
+struct TuningRecord {
+  std::string best;  // tactic name (tactic_name)
+  std::vector<std::pair<std::string, double>> timings_ms;  // tactic name -> median ms (failed: < 0)
+  // `best` resolved against the GEMM's candidates, on first use (a loaded record names a tactic only).
+  bool resolved = false;
+  Tactic tactic;
+};
+// The cache key of a plan on a device model: the model and its SM count, the kernel family (dtype,
+// math, epilogue, layouts), M, N, K and the leading dimensions.
+std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target);
+// The cached tactic for `key`, resolved against plan's candidates. A record whose tactic is not among
+// them (a cache written by another build) is dropped with a warning and false is returned.
+bool find_tuned(const std::string& key, const GemmPlan& plan, const DeviceTarget& target, Tactic* tactic);
+// Adds or replaces the record of each key (the autotuner's result, or the entries of a loaded file),
+// all under one lock.
+void store_tuned(std::vector<std::pair<std::string, TuningRecord>> records);
+// [{"key", "best", "timings_ms": {name: ms}}...] and clearing, for ops.gemm's API.
+std::string tuning_cache_json();
+void clear_tuning_cache();
+
+}  // namespace ops::cutlass_gemm
