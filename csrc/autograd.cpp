@@ -476,6 +476,12 @@ at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
   return y;
 }
 
+// Raises `why` when grad mode is on and a (defined) argument requires grad.
+void refuse_grad(std::initializer_list<std::reference_wrapper<const at::Tensor>> arguments, const char* why) {
+  if (!at::GradMode::is_enabled()) return;
+  for (const at::Tensor& t : arguments) TORCH_CHECK(!(t.defined() && t.requires_grad()), why);
+}
+
 // The Autograd kernel of an in-place op that is not differentiable: with grad mode on, an argument that
 // requires grad is an error (a result with no history would be silently wrong); otherwise `call` runs
 // the op below autograd and each tensor it wrote gets a new version (as ATen's in-place and out= ops
@@ -484,11 +490,7 @@ template <typename Call>
 void run_inference_inplace(std::initializer_list<std::reference_wrapper<const at::Tensor>> arguments,
                            std::initializer_list<std::reference_wrapper<const at::Tensor>> written,
                            const char* refusal, Call&& call) {
-  if (at::GradMode::is_enabled()) {
-    for (const at::Tensor& t : arguments) {
-      TORCH_CHECK(!t.requires_grad(), refusal);
-    }
-  }
+  refuse_grad(arguments, refusal);
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     call();
@@ -523,6 +525,42 @@ void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Ten
       [&] { op.call(A, B, out); });
 }
 
+// ---- scaled_gemm: not differentiable (FP8 operands have no gradient), so it refuses grad mode ----
+// inputs that require grad rather than return a result that silently has none.
+
+constexpr const char* kScaledGemmNoGrad =
+    "scaled_gemm: not differentiable (FP8 operands have no gradient), but one of the arguments requires grad. "
+    "Detach them or run under torch.no_grad().";
+
+at::Tensor scaled_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                                c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                                bool use_fast_accum) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::scaled_gemm", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const c10::optional<at::Tensor>&,
+                                               c10::optional<at::ScalarType>, c10::string_view, bool)>();
+  const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  refuse_grad({A, B, scale_a, scale_b, b}, kScaledGemmNoGrad);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum);
+}
+
+void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                              const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                              c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                              bool use_fast_accum, at::Tensor& out) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::scaled_gemm", "out")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         const c10::optional<at::Tensor>&, c10::optional<at::ScalarType>,
+                                         c10::string_view, bool, at::Tensor&)>();
+  const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  run_inference_inplace({A, B, scale_a, scale_b, b, out}, {out}, kScaledGemmNoGrad,
+                        [&] { op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out); });
+}
+
 }  // namespace
 }  // namespace ops
 
@@ -534,6 +572,8 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("cutlass_gemm.out", &ops::cutlass_gemm_out_autograd);
   m.impl("fused_add_rms_norm", &ops::fused_add_rms_norm_autograd);
   m.impl("_rms_norm_tensor_eps", &ops::rms_norm_tensor_eps_autograd);
+  m.impl("scaled_gemm", &ops::scaled_gemm_autograd);
+  m.impl("scaled_gemm.out", &ops::scaled_gemm_out_autograd);
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

@@ -126,12 +126,17 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
 
 bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B,
                     const at::Tensor& out) {
+  return check_gemm_out(op, A, B, out, A.scalar_type(), "the dtype of A and B");
+}
+
+bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
+                    at::ScalarType dtype, const char* dtype_origin) {
   TORCH_CHECK(out.defined(), op, ": out must be a defined tensor");
   TORCH_CHECK(out.dim() == 2 && out.size(0) == A.size(0) && out.size(1) == B.size(1), op,
               ": expected out of shape (M, N) = (", A.size(0), ", ", B.size(1), "), got ",
               out.sizes());
-  TORCH_CHECK(out.scalar_type() == A.scalar_type(), op, ": expected out's dtype to be ",
-              torch_dtype_name(A.scalar_type()), " (the dtype of A and B), got ", torch_dtype_name(out.scalar_type()));
+  TORCH_CHECK(out.scalar_type() == dtype, op, ": expected out's dtype to be ",
+              torch_dtype_name(dtype), " (", dtype_origin, "), got ", torch_dtype_name(out.scalar_type()));
   TORCH_CHECK(out.device() == A.device(), op, ": expected out on ", A.device(),
               " (the device of A and B), got ", out.device());
   TORCH_CHECK(out.layout() == at::kStrided, op, ": out must be a dense (strided) tensor");
@@ -168,6 +173,89 @@ void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tens
     TORCH_CHECK(bias->device() == input.device(), op, ": expected bias on ", input.device(),
                 " (input's device), got ", bias->device());
   }
+}
+
+const char* scale_recipe_name(ScaleRecipe recipe) {
+  switch (recipe) {
+    case ScaleRecipe::Tensorwise: return "tensorwise";
+    case ScaleRecipe::Rowwise: return "rowwise";
+    case ScaleRecipe::Block128: return "blockwise 1x128 x 128x128";
+    case ScaleRecipe::Block1x128: return "blockwise 1x128 x 1x128";
+  }
+  return "?";
+}
+
+namespace {
+
+bool is_fp8(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2; }
+
+void check_dense_on(const char* op, const char* name, const at::Tensor& t, const at::Tensor& A) {
+  TORCH_CHECK(t.device() == A.device(), op, ": expected ", name, " on ", A.device(), " (A's device), got ",
+              t.device());
+  TORCH_CHECK(t.layout() == at::kStrided, op, ": ", name, " must be a dense (strided) tensor");
+}
+
+}  // namespace
+
+ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                     const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                     const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
+  check_gemm_defined(op, A, B);
+  TORCH_CHECK(scale_a.defined() && scale_b.defined(), op, ": scale_a and scale_b must be defined tensors");
+  TORCH_CHECK(A.dim() == 2, op, ": expected A to be a 2-D matrix (M, K), got a ", A.dim(),
+              "-D tensor of shape ", A.sizes());
+  TORCH_CHECK(B.dim() == 2, op, ": expected B to be a 2-D matrix (K, N), got a ", B.dim(),
+              "-D tensor of shape ", B.sizes());
+  TORCH_CHECK(A.size(1) == B.size(0), op, ": A (M, K) and B (K, N) must agree on K, got A of shape ",
+              A.sizes(), " and B of shape ", B.sizes());
+  TORCH_CHECK(is_fp8(A.scalar_type()) && is_fp8(B.scalar_type()), op,
+              ": expected A and B to be torch.float8_e4m3fn or torch.float8_e5m2, got A ",
+              torch_dtype_name(A.scalar_type()), " and B ", torch_dtype_name(B.scalar_type()));
+  TORCH_CHECK(!(A.scalar_type() == at::kFloat8_e5m2 && B.scalar_type() == at::kFloat8_e5m2), op,
+              ": A and B cannot both be torch.float8_e5m2 (as torch._scaled_mm: the tensor cores take e5m2 "
+              "for one operand at most)");
+  TORCH_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat, op,
+              ": expected out_dtype to be torch.bfloat16, torch.float16 or torch.float32, got ",
+              torch_dtype_name(out_dtype));
+  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  TORCH_CHECK(K % 16 == 0 && N % 16 == 0, op,
+              ": expected K and N to be multiples of 16 (the FP8 tensor cores' 16-byte rows), got K = ", K,
+              " and N = ", N);
+  check_dense_on(op, "A", A, A);
+  check_dense_on(op, "B", B, A);
+  check_dense_on(op, "scale_a", scale_a, A);
+  check_dense_on(op, "scale_b", scale_b, A);
+  TORCH_CHECK(scale_a.scalar_type() == at::kFloat && scale_b.scalar_type() == at::kFloat, op,
+              ": expected scale_a and scale_b to be torch.float32, got ", torch_dtype_name(scale_a.scalar_type()),
+              " and ", torch_dtype_name(scale_b.scalar_type()));
+  const int64_t kb = (K + kScaleBlock - 1) / kScaleBlock, nb = (N + kScaleBlock - 1) / kScaleBlock;
+  const auto is = [](const at::Tensor& t, int64_t rows, int64_t cols) {
+    return t.dim() == 2 && t.size(0) == rows && t.size(1) == cols;
+  };
+  ScaleRecipe recipe;
+  if (scale_a.numel() == 1 && scale_b.numel() == 1) {
+    recipe = ScaleRecipe::Tensorwise;
+  } else if (is(scale_a, M, 1) && is(scale_b, 1, N)) {
+    recipe = ScaleRecipe::Rowwise;
+  } else if (is(scale_a, M, kb) && is(scale_b, kb, nb)) {
+    recipe = ScaleRecipe::Block128;
+  } else if (is(scale_a, M, kb) && is(scale_b, kb, N)) {
+    recipe = ScaleRecipe::Block1x128;
+  } else {
+    TORCH_CHECK(false, op, ": scale_a of shape ", scale_a.sizes(), " and scale_b of shape ", scale_b.sizes(),
+                " are no recipe for A (M, K) = (", M, ", ", K, ") and B (K, N) = (", K, ", ", N,
+                "); expected tensorwise: one element each; rowwise: (M, 1) = (", M, ", 1) and (1, N) = (1, ", N,
+                "); blockwise: scale_a (M, ceil(K/128)) = (", M, ", ", kb, ") with scale_b (ceil(K/128), ceil(N/128)) = (",
+                kb, ", ", nb, ") for 128x128 blocks of B or (ceil(K/128), N) = (", kb, ", ", N, ") for 1x128 groups");
+  }
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, op, ": expected bias of shape (N,) = (", N, ",), got ",
+                bias->sizes());
+    TORCH_CHECK(bias->scalar_type() == out_dtype, op, ": expected bias's dtype to be ", torch_dtype_name(out_dtype),
+                " (out_dtype), got ", torch_dtype_name(bias->scalar_type()));
+    check_dense_on(op, "bias", *bias, A);
+  }
+  return recipe;
 }
 
 void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight) {

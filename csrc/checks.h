@@ -31,6 +31,9 @@ void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B)
 // (strided views of one buffer, e.g. out = X[:, :4] with A = X[:, 4:]): the kernels must then compute
 // into a temporary and copy it into out, so a real overlap can never give a wrong result.
 bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out);
+// The same with out's dtype `dtype`, named in the message as `dtype_origin` (e.g. "out_dtype").
+bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& out,
+                    at::ScalarType dtype, const char* dtype_origin);
 
 // linear: input (..., K), weight (N, K), bias (N,) or undefined; same floating dtype and device.
 void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,
@@ -42,6 +45,24 @@ void check_norm_inputs(const char* op, const at::Tensor& input, const at::Tensor
 
 // silu_and_mul: input (..., 2 * d) floating.
 void check_silu_and_mul_input(const char* op, const at::Tensor& input);
+
+// How scaled_gemm's float32 scales cover A (M, K) and B (K, N), in the pairs torch defines:
+//   Tensorwise   scale_a and scale_b one element each;
+//   Rowwise      scale_a (M, 1), scale_b (1, N);
+//   Block128     scale_a (M, ceil(K/128)) per 1x128 group of A, scale_b (ceil(K/128), ceil(N/128)) per
+//                128x128 block of B (DeepSeek-V3's layout);
+//   Block1x128   scale_a as Block128, scale_b (ceil(K/128), N) per 128x1 group of B (1x128 of B^T).
+// Where two recipes fit one pair of shapes (K <= 128, or M = 1), they compute the same thing.
+enum class ScaleRecipe : int8_t { Tensorwise, Rowwise, Block128, Block1x128 };
+const char* scale_recipe_name(ScaleRecipe recipe);
+inline constexpr int64_t kScaleBlock = 128;
+
+// scaled_gemm: A (M, K) and B (K, N) float8_e4m3fn or float8_e5m2 (not both e5m2), K and N multiples
+// of 16; float32 scales of a recipe; bias (N,) of out_dtype; out_dtype bfloat16, float16 or float32; one
+// device; dense tensors. Returns the recipe.
+ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                     const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                     const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype);
 
 // Whether torch's float32 matmul precision allows TF32 on CUDA, as torch.mm (cuBLAS) reads it: the
 // per-backend setting (torch.backends.cuda.matmul.fp32_precision, inheriting from

@@ -22,6 +22,16 @@ TORCH_LIBRARY(ops, m) {
   // none, relu, gelu, gelu_tanh, silu (fused into the CUTLASS epilogue on CUDA for half types).
   ops::define(m, "linear(Tensor input, Tensor weight, Tensor? bias=None, str activation=\"none\") -> Tensor");
 
+  m.set_python_module("ops.fp8");
+  // act((A * scale_a) @ (B * scale_b) + bias); A (M, K), B (K, N) float8_e4m3fn / float8_e5m2, float32
+  // scales of a recipe (checks.h ScaleRecipe), bias (N,) of out_dtype (None: bfloat16). Not differentiable.
+  ops::define(m, "scaled_gemm(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+                 "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> Tensor");
+  // Out variant: out (M, N) of out_dtype (None: out's dtype).
+  ops::define(m, "scaled_gemm.out(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+                 "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False, *, "
+                 "Tensor(a!) out) -> ()");
+
   m.set_python_module("ops.fused");
   // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
   ops::define(m, "rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");

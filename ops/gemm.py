@@ -32,12 +32,15 @@ def _check_gemm_args(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
                  f"{A.device} and B on {B.device}")
 
 
-def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor) -> None:
+def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, dtype=None,
+                    dtype_origin: str = "the dtype of A and B") -> None:
+    """csrc/checks.cpp's check_gemm_out: out's dtype is `dtype` (default A's)."""
+    dtype = A.dtype if dtype is None else dtype
     torch._check(out.dim() == 2 and out.shape[0] == A.shape[0] and out.shape[1] == B.shape[1],
                  lambda: f"{op}: expected out of shape (M, N) = ({A.shape[0]}, {B.shape[1]}), got "
                  f"{list(out.shape)}")
-    torch._check(out.dtype == A.dtype, lambda: f"{op}: expected out's dtype to be {A.dtype} (the dtype of "
-                 f"A and B), got {out.dtype}")
+    torch._check(out.dtype == dtype, lambda: f"{op}: expected out's dtype to be {dtype} ({dtype_origin}), "
+                 f"got {out.dtype}")
     torch._check(out.device == A.device, lambda: f"{op}: expected out on {A.device} (the device of A and "
                  f"B), got {out.device}")
     _overlap.check_written_in_place(op, "out", out)

@@ -1,0 +1,137 @@
+"""FP8: ``ops.scaled_gemm``, the GEMM of FP8 operands with float32 scales. Python API and fake kernels;
+schema in csrc/registration.cpp, checks in csrc/checks.cpp (``check_scaled_gemm_inputs``), kernels in
+cutlass_gemm/scaled_gemm.cpp, the refusal of autograd in csrc/autograd.cpp."""
+
+from typing import Optional
+
+import torch
+
+from . import _library
+from .gemm import _check_gemm_out
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+BLOCK = 128  # the blockwise recipes' group length along K (and N for 128x128 blocks of B)
+
+
+def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype):
+    """The checks of csrc/checks.cpp (check_scaled_gemm_inputs), for fake tensors; returns the recipe."""
+    torch._check(A.dim() == 2, lambda: f"{op}: expected A to be a 2-D matrix (M, K), got a {A.dim()}-D tensor "
+                 f"of shape {list(A.shape)}")
+    torch._check(B.dim() == 2, lambda: f"{op}: expected B to be a 2-D matrix (K, N), got a {B.dim()}-D tensor "
+                 f"of shape {list(B.shape)}")
+    torch._check(A.shape[1] == B.shape[0], lambda: f"{op}: A (M, K) and B (K, N) must agree on K, got A of "
+                 f"shape {list(A.shape)} and B of shape {list(B.shape)}")
+    torch._check(A.dtype in _FP8 and B.dtype in _FP8, lambda: f"{op}: expected A and B to be torch.float8_e4m3fn "
+                 f"or torch.float8_e5m2, got A {A.dtype} and B {B.dtype}")
+    torch._check(not (A.dtype == B.dtype == torch.float8_e5m2), lambda: f"{op}: A and B cannot both be "
+                 "torch.float8_e5m2 (as torch._scaled_mm: the tensor cores take e5m2 for one operand at most)")
+    torch._check(out_dtype in _OUT_DTYPES, lambda: f"{op}: expected out_dtype to be torch.bfloat16, torch.float16 "
+                 f"or torch.float32, got {out_dtype}")
+    M, K, N = A.shape[0], A.shape[1], B.shape[1]
+    torch._check(K % 16 == 0 and N % 16 == 0, lambda: f"{op}: expected K and N to be multiples of 16 (the FP8 "
+                 f"tensor cores' 16-byte rows), got K = {K} and N = {N}")
+    for name, t in (("B", B), ("scale_a", scale_a), ("scale_b", scale_b)):
+        torch._check(t.device == A.device, lambda: f"{op}: expected {name} on {A.device} (A's device), got "
+                     f"{t.device}")
+    torch._check(scale_a.dtype == torch.float32 and scale_b.dtype == torch.float32, lambda: f"{op}: expected "
+                 f"scale_a and scale_b to be torch.float32, got {scale_a.dtype} and {scale_b.dtype}")
+    kb, nb = -(-K // BLOCK), -(-N // BLOCK)
+
+    def is_(t, rows, cols):
+        return t.dim() == 2 and t.shape[0] == rows and t.shape[1] == cols
+
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        recipe = "tensorwise"
+    elif is_(scale_a, M, 1) and is_(scale_b, 1, N):
+        recipe = "rowwise"
+    elif is_(scale_a, M, kb) and is_(scale_b, kb, nb):
+        recipe = "blockwise 1x128 x 128x128"
+    elif is_(scale_a, M, kb) and is_(scale_b, kb, N):
+        recipe = "blockwise 1x128 x 1x128"
+    else:
+        torch._check(False, lambda: f"{op}: scale_a of shape {list(scale_a.shape)} and scale_b of shape "
+                     f"{list(scale_b.shape)} are no recipe for A (M, K) = ({M}, {K}) and B (K, N) = ({K}, {N}); "
+                     f"expected tensorwise: one element each; rowwise: (M, 1) = ({M}, 1) and (1, N) = (1, {N}); "
+                     f"blockwise: scale_a (M, ceil(K/128)) = ({M}, {kb}) with scale_b (ceil(K/128), ceil(N/128)) = "
+                     f"({kb}, {nb}) for 128x128 blocks of B or (ceil(K/128), N) = ({kb}, {N}) for 1x128 groups")
+    if bias is not None:
+        torch._check(bias.dim() == 1 and bias.shape[0] == N, lambda: f"{op}: expected bias of shape (N,) = ({N},), "
+                     f"got {list(bias.shape)}")
+        torch._check(bias.dtype == out_dtype, lambda: f"{op}: expected bias's dtype to be {out_dtype} (out_dtype), "
+                     f"got {bias.dtype}")
+        torch._check(bias.device == A.device, lambda: f"{op}: expected bias on {A.device} (A's device), got "
+                     f"{bias.device}")
+    return recipe
+
+
+def _check_activation(op, activation):
+    torch._check_value(activation in _library.ACTIVATIONS, lambda: f"{op}: expected activation to be one of "
+                       + ", ".join(f'"{a}"' for a in _library.ACTIVATIONS) + f', got "{activation}"')
+
+
+@torch.library.register_fake("ops::scaled_gemm")
+def _scaled_gemm_fake(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="none", use_fast_accum=False):
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    _recipe("scaled_gemm", A, B, scale_a, scale_b, bias, out_dtype)
+    _check_activation("scaled_gemm", activation)
+    return A.new_empty((A.shape[0], B.shape[1]), dtype=out_dtype)
+
+
+@torch.library.register_fake("ops::scaled_gemm.out")
+def _scaled_gemm_out_fake(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="none",
+                          use_fast_accum=False, *, out):
+    out_dtype = out.dtype if out_dtype is None else out_dtype
+    _recipe("scaled_gemm", A, B, scale_a, scale_b, bias, out_dtype)
+    _check_activation("scaled_gemm", activation)
+    _check_gemm_out("scaled_gemm", A, B, out, out_dtype, "out_dtype")
+
+
+def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                bias: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None,
+                activation: str = "none", use_fast_accum: bool = False,
+                out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """FP8 matrix product with scales: ``act((A * scale_a) @ (B * scale_b) + bias)`` in ``out_dtype``.
+
+    Args:
+        A: (M, K), torch.float8_e4m3fn or torch.float8_e5m2.
+        B: (K, N), torch.float8_e4m3fn or torch.float8_e5m2 (not both e5m2, as ``torch._scaled_mm``).
+            K and N multiples of 16; any strides.
+        scale_a, scale_b: float32 scales (the factors that dequantize: value = code * scale), one of the
+            recipes ``torch._scaled_mm`` defines, told apart by their shapes:
+
+            * tensorwise: one element each;
+            * rowwise: scale_a (M, 1), scale_b (1, N);
+            * blockwise 1x128 x 128x128 (DeepSeek-V3): scale_a (M, ceil(K/128)), one per 1x128 group of a
+              row of A; scale_b (ceil(K/128), ceil(N/128)), one per 128x128 block of B (a checkpoint's
+              ``weight_scale_inv`` of W (N, K) is the transpose);
+            * blockwise 1x128 x 1x128: scale_a as above, scale_b (ceil(K/128), N), one per 128 elements
+              of a column of B.
+
+            Where two recipes fit the shapes (K <= 128, or M = 1) they compute the same product.
+        bias: optional (N,) of ``out_dtype``, added before the activation.
+        out_dtype: torch.bfloat16 (None: the default; with ``out``, out's dtype), torch.float16 or
+            torch.float32.
+        activation: "none", "relu", "gelu", "gelu_tanh" or "silu" (as ``ops.linear``).
+        use_fast_accum: the tensor cores' faster, less accurate FP8 accumulation (Hopper's, as
+            ``torch._scaled_mm``); no effect on the float32 computation described below.
+        out: optional (M, N) tensor of ``out_dtype`` to write into (any strides, not overlapping the
+            inputs).
+
+    Computation: each code times its scale in float32, the product, the bias and the activation in
+    float32, one rounding to ``out_dtype``: what ``torch._scaled_mm`` computes on CPU, equal bit for bit
+    for the recipes it runs there. On CUDA the same ATen formula runs until the CUTLASS FP8 kernels land.
+
+    Autograd: not differentiable (FP8 operands have no gradient): with grad mode on, an argument that
+    requires grad raises.
+
+    Raises:
+        RuntimeError: dtypes, shapes, scale shapes that are no recipe, scale dtypes, bias shape or dtype,
+            K or N not a multiple of 16, devices, ``out`` of the wrong shape or dtype or overlapping an
+            input, an argument that requires grad.
+        ValueError: an unknown activation.
+    """
+    if out is None:
+        return torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+    torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out=out)
+    return out

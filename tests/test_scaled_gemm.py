@@ -1,0 +1,274 @@
+"""ops.scaled_gemm: equal to torch._scaled_mm on CPU for the recipes torch runs there (tensorwise, rowwise),
+and to a float64 dequantized reference for every recipe; bad inputs give the op's error, the same from the
+fake kernel; opcheck, torch.compile, torch.export and TorchScript; not differentiable."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ops
+from conftest import DEVICES
+from ops.linear import ACTIVATION_FUNCTIONS
+
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def fp8(*shape, dtype=E4, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 3).to(dtype).to(device)
+
+
+def scales(*shape, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(100 + seed)
+    return (torch.rand(*shape, generator=g) + 0.5).to(device)
+
+
+def blocks(n):
+    return -(-n // 128)
+
+
+def recipe_scales(recipe, M, K, N, device="cpu"):
+    """(scale_a, scale_b) of a recipe, and each expanded to a float64 factor of A's and B's elements."""
+    if recipe == "tensorwise":
+        sa, sb = scales(1, seed=1, device=device).reshape(()), scales(1, seed=2, device=device).reshape(())
+        return sa, sb, sa.double().reshape(1, 1), sb.double().reshape(1, 1)
+    if recipe == "rowwise":
+        sa, sb = scales(M, 1, seed=1, device=device), scales(1, N, seed=2, device=device)
+        return sa, sb, sa.double(), sb.double()
+    sa = scales(M, blocks(K), seed=1, device=device)
+    ea = sa.double().repeat_interleave(128, 1)[:, :K]
+    if recipe == "block128":
+        sb = scales(blocks(K), blocks(N), seed=2, device=device)
+        eb = sb.double().repeat_interleave(128, 0)[:K].repeat_interleave(128, 1)[:, :N]
+    else:  # block1x128
+        sb = scales(blocks(K), N, seed=2, device=device)
+        eb = sb.double().repeat_interleave(128, 0)[:K]
+    return sa, sb, ea, eb
+
+
+RECIPES = ["tensorwise", "rowwise", "block128", "block1x128"]
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("dtypes", [(E4, E4), (E4, E5), (E5, E4)], ids=["e4m3", "e4m3xe5m2", "e5m2xe4m3"])
+@pytest.mark.parametrize("layout", ["B col-major", "B row-major", "A col-major"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_equals_torch_scaled_mm_on_cpu(out_dtype, recipe, dtypes, layout, with_bias):
+    M, K, N = 37, 272, 48
+    A = fp8(M, K, dtype=dtypes[0])
+    B = fp8(N, K, dtype=dtypes[1], seed=1).t()  # column-major (the weight layout)
+    if layout == "B row-major":
+        B = B.contiguous()
+    elif layout == "A col-major":
+        A = A.t().contiguous().t()
+    sa, sb, _, _ = recipe_scales(recipe, M, K, N)
+    bias = torch.randn(N).to(out_dtype) if with_bias else None
+    expected = torch._scaled_mm(A, B, sa, sb, bias=bias, out_dtype=out_dtype)
+    assert torch.equal(ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype), expected)
+    # The activation in float32 before the one rounding: act of torch's float32 result, rounded.
+    z = torch._scaled_mm(A, B, sa, sb, bias=None if bias is None else bias.float(), out_dtype=torch.float32)
+    for name, fn in ACTIVATION_FUNCTIONS.items():
+        got = ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype, activation=name)
+        assert torch.equal(got, fn(z).to(out_dtype)), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("shape", [(1, 128, 16), (5, 16, 144), (70, 400, 272), (130, 384, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_every_recipe_against_the_dequantized_float64_product(device, recipe, shape):
+    M, K, N = shape
+    A, B = fp8(M, K, device=device), fp8(K, N, seed=1, device=device)
+    sa, sb, ea, eb = recipe_scales(recipe, M, K, N, device=device)
+    a, b = A.double() * ea, B.double() * eb
+    reference = a @ b
+    # float32 products and sums: per element at most K roundings of |a| @ |b| (2^-24 each), then the output's.
+    bound = (a.abs() @ b.abs()) * K * 2.0 ** -24
+    for out_dtype, eps in ((torch.float32, 2.0 ** -24), (torch.bfloat16, 2.0 ** -8), (torch.float16, 2.0 ** -11)):
+        got = ops.scaled_gemm(A, B, sa, sb, out_dtype=out_dtype).double()
+        assert ((got - reference).abs() <= bound + eps * reference.abs() + 1e-30).all(), (recipe, out_dtype)
+
+
+def test_recipes_are_told_apart_by_scale_shapes():
+    # A 128x128 block scale of B differs from a 1x128 one only in its columns; each gives its own product.
+    M, K, N = 8, 256, 256
+    A, B = fp8(M, K), fp8(K, N, seed=1)
+    sa = scales(M, 2, seed=1)
+    s128, s1x128 = scales(2, 2, seed=2), scales(2, N, seed=3)
+    y128 = ops.scaled_gemm(A, B, sa, s128, out_dtype=torch.float32)
+    y1x128 = ops.scaled_gemm(A, B, sa, s1x128, out_dtype=torch.float32)
+    torch.testing.assert_close(y128, ops.scaled_gemm(A, B, sa, s128.repeat_interleave(128, 1), out_dtype=torch.float32))
+    assert not torch.allclose(y128, y1x128)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_problems_and_the_default_out_dtype(device):
+    one = torch.ones((), device=device)
+    y = ops.scaled_gemm(fp8(0, 32, device=device), fp8(32, 16, device=device), one, one)
+    assert y.shape == (0, 16) and y.dtype == torch.bfloat16
+    bias = torch.randn(16, device=device, dtype=torch.bfloat16)
+    y = ops.scaled_gemm(fp8(3, 0, device=device), fp8(0, 16, device=device), one, one, bias, activation="relu")
+    assert torch.equal(y, F.relu(bias).expand(3, 16))
+    assert ops.scaled_gemm(fp8(3, 32, device=device), fp8(32, 0, device=device), one, one).shape == (3, 0)
+
+
+def _args(**change):
+    args = dict(A=fp8(4, 32), B=fp8(32, 16, seed=1), scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0),
+                bias=None, out_dtype=None, activation="none")
+    args.update(change)
+    return args
+
+
+BAD = [
+    ("A float32", _args(A=torch.randn(4, 32)), RuntimeError,
+     r"scaled_gemm: expected A and B to be torch.float8_e4m3fn or torch.float8_e5m2, got A torch.float32 and B "
+     r"torch.float8_e4m3fn"),
+    ("both e5m2", _args(A=fp8(4, 32, dtype=E5), B=fp8(32, 16, dtype=E5)), RuntimeError,
+     r"scaled_gemm: A and B cannot both be torch.float8_e5m2"),
+    ("1-d A", _args(A=fp8(32)), RuntimeError, r"scaled_gemm: expected A to be a 2-D matrix \(M, K\)"),
+    ("K mismatch", _args(B=fp8(48, 16)), RuntimeError, r"scaled_gemm: A \(M, K\) and B \(K, N\) must agree on K"),
+    ("K % 16", _args(A=fp8(4, 24), B=fp8(24, 16)), RuntimeError,
+     r"scaled_gemm: expected K and N to be multiples of 16 .*got K = 24 and N = 16"),
+    ("N % 16", _args(B=fp8(32, 8)), RuntimeError, r"got K = 32 and N = 8"),
+    ("scale dtype", _args(scale_a=torch.tensor(1.0, dtype=torch.float64)), RuntimeError,
+     r"scaled_gemm: expected scale_a and scale_b to be torch.float32, got torch.float64 and torch.float32"),
+    ("tensorwise x rowwise", _args(scale_b=torch.ones(1, 16)), RuntimeError,
+     r"scaled_gemm: scale_a of shape \[\] and scale_b of shape \[1, 16\] are no recipe for A \(M, K\) = \(4, 32\)"),
+    ("rowwise transposed", _args(scale_a=torch.ones(1, 4), scale_b=torch.ones(16, 1)), RuntimeError,
+     r"expected tensorwise: one element each; rowwise: \(M, 1\) = \(4, 1\) and \(1, N\) = \(1, 16\)"),
+    ("out_dtype", _args(out_dtype=torch.float64), RuntimeError,
+     r"scaled_gemm: expected out_dtype to be torch.bfloat16, torch.float16 or torch.float32, got torch.float64"),
+    ("bias shape", _args(bias=torch.ones(8, dtype=torch.bfloat16)), RuntimeError,
+     r"scaled_gemm: expected bias of shape \(N,\) = \(16,\), got \[8\]"),
+    ("bias dtype", _args(bias=torch.ones(16)), RuntimeError,
+     r"scaled_gemm: expected bias's dtype to be torch.bfloat16 \(out_dtype\), got torch.float32"),
+    ("activation", _args(activation="tanh"), ValueError,
+     r'scaled_gemm: expected activation to be one of "none", "relu", "gelu", "gelu_tanh", "silu", got "tanh"'),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_inputs_and_the_fake_kernel_says_the_same(case):
+    _, args, error, pattern = case
+    messages = []
+    for device in ("cpu", "meta"):
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        with pytest.raises(error, match=pattern) as info:
+            ops.scaled_gemm(**moved)
+        messages.append(str(info.value).splitlines()[0])
+    assert messages[0] == messages[1]
+
+
+def test_scales_on_another_device():
+    with pytest.raises(RuntimeError, match=r"scaled_gemm: expected scale_b on cpu \(A's device\), got meta"):
+        ops.scaled_gemm(**_args(scale_b=torch.tensor(1.0, device="meta")))
+
+
+def test_out_variant():
+    A, B = fp8(6, 32), fp8(32, 16, seed=1)
+    sa, sb = scales(6, 1), scales(1, 16)
+    expected = ops.scaled_gemm(A, B, sa, sb, out_dtype=torch.float32, activation="gelu")
+    for out in (torch.empty(6, 16), torch.empty(16, 6).t(), torch.empty(6, 32)[:, ::2]):
+        assert ops.scaled_gemm(A, B, sa, sb, activation="gelu", out=out) is out  # out_dtype: out's
+        assert torch.equal(out, expected)
+    with pytest.raises(RuntimeError, match=r"scaled_gemm: expected out's dtype to be torch.bfloat16 \(out_dtype\), "
+                                           r"got torch.float32"):
+        ops.scaled_gemm(A, B, sa, sb, out_dtype=torch.bfloat16, out=torch.empty(6, 16))
+    with pytest.raises(RuntimeError, match=r"scaled_gemm: expected out of shape \(M, N\) = \(6, 16\)"):
+        ops.scaled_gemm(A, B, sa, sb, out=torch.empty(16, 6))
+
+
+def test_out_with_internal_overlap_is_refused():
+    A, B = fp8(4, 32), fp8(32, 16, seed=1)
+    with pytest.raises(RuntimeError, match="scaled_gemm: out"):
+        ops.scaled_gemm(A, B, torch.tensor(1.0), torch.tensor(1.0), out=torch.zeros(1, 16).expand(4, 16))
+
+
+def test_not_differentiable():
+    A, B = fp8(4, 32), fp8(32, 16, seed=1)
+    for requires in ("scale_a", "bias"):
+        sa, bias = torch.tensor(1.0), torch.zeros(16)
+        {"scale_a": sa, "bias": bias}[requires].requires_grad_()
+        with pytest.raises(RuntimeError, match=r"scaled_gemm: not differentiable \(FP8 operands have no gradient\)"):
+            ops.scaled_gemm(A, B, sa, torch.tensor(1.0), bias, out_dtype=torch.float32)
+        with torch.no_grad():
+            y = ops.scaled_gemm(A, B, sa, torch.tensor(1.0), bias, out_dtype=torch.float32)
+        assert not y.requires_grad
+        with pytest.raises(RuntimeError, match="not differentiable"):
+            ops.scaled_gemm(A, B, sa, torch.tensor(1.0), bias, out=torch.empty(4, 16))
+
+
+SAMPLES = [
+    ("tensorwise", lambda: (fp8(5, 32), fp8(16, 32, seed=1).t(), torch.tensor(0.5), torch.tensor(2.0)), {}),
+    ("rowwise bias silu", lambda: (fp8(5, 32), fp8(32, 16, seed=1), scales(5, 1), scales(1, 16)),
+     {"bias": torch.randn(16), "out_dtype": torch.float32, "activation": "silu"}),
+    ("block128", lambda: (fp8(3, 160), fp8(160, 32, seed=1), scales(3, 2), scales(2, 1)),
+     {"out_dtype": torch.float16}),
+    ("block1x128 sliced", lambda: (fp8(6, 320)[::2, :160], fp8(160, 32, seed=1), scales(3, 2), scales(2, 32)), {}),
+]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[s[0] for s in SAMPLES])
+def test_opcheck(sample):
+    _, make, kwargs = sample
+    args = make()
+    # opcheck's test_schema compares tensors with arithmetic FP8 has none of on CPU ("mul_cpu_reduced_float"
+    # not implemented for 'Float8_e4m3fn'); the schema's claim that no input is written is checked below.
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    before = [a.view(torch.uint8).clone() if a.dtype in (E4, E5) else a.clone() for a in args]
+    torch.library.opcheck(torch.ops.ops.scaled_gemm.default, args, kwargs, test_utils=utils)
+    out_dtype = kwargs.get("out_dtype") or torch.bfloat16
+    out = torch.empty(args[0].shape[0], args[1].shape[1], dtype=out_dtype)
+    torch.library.opcheck(torch.ops.ops.scaled_gemm.out, args, {**kwargs, "out": out}, test_utils=utils)
+    after = [a.view(torch.uint8) if a.dtype in (E4, E5) else a for a in args]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
+
+
+class Fp8Projection(torch.nn.Module):
+    """x -> act(x W^T + b) with W quantized once per output channel and x per row at each call."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(d_out, d_in, generator=g)
+        w_scale = w.abs().amax(1, keepdim=True) / 448
+        self.register_buffer("w", (w / w_scale).to(E4))
+        self.register_buffer("w_scale", w_scale.t().contiguous())  # (1, N)
+        self.register_buffer("b", torch.randn(d_out, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 448
+        xq = (x / x_scale).to(torch.float8_e4m3fn)
+        return torch.ops.ops.scaled_gemm(xq, self.w.t(), x_scale, self.w_scale, self.b, torch.float32, "gelu")
+
+
+def test_compile_fullgraph_dynamic_and_export():
+    model = Fp8Projection()
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(torch.randn(8, 32))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for n in (3, 8, 17):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(compiled(x), model(x))
+    batch = torch.export.Dim("batch")
+    exported = torch.export.export(model, (torch.randn(8, 32),), dynamic_shapes=({0: batch},))
+    assert any(n.target == torch.ops.ops.scaled_gemm.default for n in exported.graph.nodes)
+    x = torch.randn(11, 32)
+    torch.testing.assert_close(exported.module()(x), model(x))
+
+
+def test_torchscript():
+    scripted = torch.jit.script(Fp8Projection())
+    x = torch.randn(4, 32)
+    torch.testing.assert_close(scripted(x), Fp8Projection()(x))
+
+    @torch.jit.script
+    def f(a: torch.Tensor, b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return torch.ops.ops.scaled_gemm(a, b, s, s, None, None, "relu", False)
+
+    A, B = fp8(4, 32), fp8(32, 16, seed=1)
+    one = torch.tensor(1.0)
+    assert torch.equal(f(A, B, one), ops.scaled_gemm(A, B, one, one, activation="relu"))
