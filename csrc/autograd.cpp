@@ -547,6 +547,21 @@ at::Tensor scaled_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const 
   return op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum);
 }
 
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& input, c10::string_view granularity,
+                                                         c10::optional<at::ScalarType> dtype,
+                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::quantize_fp8", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view,
+                                                                       c10::optional<at::ScalarType>,
+                                                                       const c10::optional<at::Tensor>&, bool)>();
+  const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  refuse_grad({input, s}, "quantize_fp8: not differentiable (FP8 codes have no gradient), but an argument requires "
+                          "grad. Detach it (x.detach()) or run under torch.no_grad().");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(input, granularity, dtype, scale, pow2_scale);
+}
+
 void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                               const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
                               c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
@@ -574,6 +589,7 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("_rms_norm_tensor_eps", &ops::rms_norm_tensor_eps_autograd);
   m.impl("scaled_gemm", &ops::scaled_gemm_autograd);
   m.impl("scaled_gemm.out", &ops::scaled_gemm_out_autograd);
+  m.impl("quantize_fp8", &ops::quantize_fp8_autograd);
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

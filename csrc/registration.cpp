@@ -32,6 +32,11 @@ TORCH_LIBRARY(ops, m) {
                  "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False, *, "
                  "Tensor(a!) out) -> ()");
 
+  // (FP8 codes, float32 scales) of input per "tensor", "row", "group" (1x128 of a row) or "block"
+  // (128x128 of a matrix); scale given: static. dtype None: float8_e4m3fn. quantize_fp8.cpp
+  ops::define(m, "quantize_fp8(Tensor input, str granularity=\"row\", ScalarType? dtype=None, Tensor? scale=None, "
+                 "bool pow2_scale=False) -> (Tensor, Tensor)");
+
   m.set_python_module("ops.fused");
   // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
   ops::define(m, "rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");

@@ -135,3 +135,63 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
         return torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
     torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out=out)
     return out
+
+
+_GRANULARITIES = ("tensor", "row", "group", "block")
+
+
+def _scale_shape(shape, granularity):
+    if granularity == "tensor":
+        return ()
+    if granularity == "row":
+        return (*shape[:-1], 1)
+    if granularity == "group":
+        return (*shape[:-1], -(-shape[-1] // BLOCK))
+    return (-(-shape[0] // BLOCK), -(-shape[1] // BLOCK))
+
+
+@torch.library.register_fake("ops::quantize_fp8")
+def _quantize_fp8_fake(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    op = "quantize_fp8"
+    torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., K), got a 0-D tensor")
+    torch._check(input.dtype in _library.GEMM_DTYPES, lambda: f"{op}: expected input's dtype to be "
+                 f"{_library.GEMM_DTYPES_TEXT}, got {input.dtype}")
+    torch._check_value(granularity in _GRANULARITIES, lambda: f'{op}: expected granularity to be one of "tensor", '
+                       f'"row", "group" (1x128), "block" (128x128), got "{granularity}"')
+    torch._check(granularity != "block" or input.dim() == 2, lambda: f'{op}: granularity "block" (128x128) takes a '
+                 f"2-D matrix, got input of shape {list(input.shape)}")
+    dtype = torch.float8_e4m3fn if dtype is None else dtype
+    torch._check(dtype in _FP8, lambda: f"{op}: expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, "
+                 f"got {dtype}")
+    shape = _scale_shape(input.shape, granularity)
+    if scale is not None:
+        torch._check(not pow2_scale, lambda: f"{op}: pow2_scale rounds computed scales; a given scale is used as it is")
+        torch._check(scale.dtype == torch.float32, lambda: f"{op}: expected scale to be torch.float32, got {scale.dtype}")
+        torch._check(scale.device == input.device, lambda: f"{op}: expected scale on {input.device} (input's device), "
+                     f"got {scale.device}")
+        torch._check(tuple(scale.shape) == tuple(shape) or (granularity == "tensor" and scale.numel() == 1),
+                     lambda: f'{op}: expected scale of shape {list(shape)} for granularity "{granularity}" and input '
+                     f"of shape {list(input.shape)}, got {list(scale.shape)}")
+    return (input.new_empty(input.shape, dtype=dtype), input.new_empty(shape, dtype=torch.float32))
+
+
+def quantize_fp8(input: torch.Tensor, granularity: str = "row", dtype: Optional[torch.dtype] = None,
+                 scale: Optional[torch.Tensor] = None, pow2_scale: bool = False):
+    """FP8 codes of ``input`` and their float32 scales (value = code * scale), as ``ops.scaled_gemm`` takes them.
+
+    Args:
+        input: (..., K) float16, bfloat16, float32 or float64.
+        granularity: one scale per "tensor" (shape ()), "row" (..., 1) (per token), "group" (..., ceil(K/128))
+            (per 1x128 group of a row: blockwise scale_a) or "block" (ceil(R/128), ceil(C/128)) (per 128x128
+            block of a 2-D weight).
+        dtype: torch.float8_e4m3fn (None: the default; max 448) or torch.float8_e5m2 (max 57344).
+        scale: a given (static) scale of the granularity's shape; None: computed from the data.
+        pow2_scale: round each computed scale up to a power of two (torchao's rowwise recipe: exact
+            rescaling, no mantissa error in the scale).
+
+    Returns:
+        (codes, scale). Computed scales are amax / max(dtype) over each group in float32, at least
+        1e-12 / max(dtype) (an all-zero group gives zero codes); codes are input / scale in float32,
+        clamped to +-max(dtype), rounded once. Not differentiable.
+    """
+    return torch.ops.ops.quantize_fp8(input, granularity, dtype, scale, pow2_scale)

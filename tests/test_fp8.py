@@ -1,6 +1,7 @@
-"""ops.scaled_gemm: equal to torch._scaled_mm on CPU for the recipes torch runs there (tensorwise, rowwise),
-and to a float64 dequantized reference for every recipe; bad inputs give the op's error, the same from the
-fake kernel; opcheck, torch.compile, torch.export and TorchScript; not differentiable."""
+"""FP8. ops.scaled_gemm: equal to torch._scaled_mm on CPU for the recipes torch runs there (tensorwise,
+rowwise), and to a float64 dequantized reference for every recipe; bad inputs give the op's error, the same
+from the fake kernel; opcheck, torch.compile, torch.export and TorchScript; not differentiable.
+ops.quantize_fp8: codes and scales equal the formula's for every granularity, and feed scaled_gemm."""
 
 import pytest
 import torch
@@ -272,3 +273,140 @@ def test_torchscript():
     A, B = fp8(4, 32), fp8(32, 16, seed=1)
     one = torch.tensor(1.0)
     assert torch.equal(f(A, B, one), ops.scaled_gemm(A, B, one, one, activation="relu"))
+
+
+# ---- ops.quantize_fp8 ----------------------------------------------------------------------------
+
+FP8_MAX = {E4: 448.0, E5: 57344.0}
+
+
+def quantize_reference(x, granularity, dtype, pow2):
+    """The formula, group by group in Python loops over float32 slices."""
+    xf, top = x.float(), FP8_MAX[dtype]
+    scale = torch.empty(ops.fp8._scale_shape(x.shape, granularity))
+    codes = torch.empty(x.shape, dtype=dtype)
+
+    def one(values):
+        s = (values.abs().amax() if values.numel() else torch.tensor(0.0)).clamp(min=1e-12) / top
+        if pow2:
+            s = torch.exp2(torch.ceil(torch.log2(s)))
+        return s, (values / s).clamp(-top, top).to(dtype)
+
+    if granularity == "block":
+        for i in range(scale.shape[0]):
+            for j in range(scale.shape[1]):
+                rows, cols = slice(128 * i, 128 * (i + 1)), slice(128 * j, 128 * (j + 1))
+                scale[i, j], codes[rows, cols] = one(xf[rows, cols])
+    elif granularity == "group":
+        flat, out, sc = xf.reshape(-1, x.shape[-1]), codes.view(-1, x.shape[-1]), scale.view(-1, scale.shape[-1])
+        for r in range(flat.shape[0]):
+            for j in range(sc.shape[1]):
+                cols = slice(128 * j, 128 * (j + 1))
+                sc[r, j], out[r, cols] = one(flat[r, cols])
+    elif granularity == "row":
+        flat, out, sc = xf.reshape(-1, x.shape[-1]), codes.view(-1, x.shape[-1]), scale.view(-1)
+        for r in range(flat.shape[0]):
+            sc[r], out[r] = one(flat[r])
+    else:
+        s, c = one(xf)
+        scale.fill_(s)
+        codes.copy_(c)
+    return codes, scale
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group", "block"])
+@pytest.mark.parametrize("dtype", [E4, E5])
+@pytest.mark.parametrize("pow2", [False, True])
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16])
+def test_quantize_equals_the_formula(granularity, dtype, pow2, input_dtype):
+    shape = (130, 300) if granularity == "block" else (2, 3, 300)
+    x = (torch.randn(shape) * torch.logspace(-3, 3, shape[-1])).to(input_dtype)
+    x[..., 5] = 0  # a zero column; in "row" a zero row too
+    if granularity != "block":
+        x[0, 1] = 0
+    x = x.transpose(-1, -2).contiguous().transpose(-1, -2)  # column-major: any strides
+    q, s = ops.quantize_fp8(x, granularity, dtype, pow2_scale=pow2)
+    rq, rs = quantize_reference(x, granularity, dtype, pow2)
+    assert torch.equal(s, rs)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+    # Dequantized within half an FP8 ulp of each value (3 mantissa bits for e4m3, 2 for e5m2), or its
+    # subnormal spacing.
+    expanded = s  # tensor, row: broadcasts
+    if granularity == "group":
+        expanded = s.repeat_interleave(128, -1)[..., :300]
+    elif granularity == "block":
+        expanded = s.repeat_interleave(128, 0)[:130].repeat_interleave(128, 1)[:, :300]
+    values = q.float() * expanded
+    mantissa = 3 if dtype == E4 else 2
+    subnormal = 2.0 ** (-9 if dtype == E4 else -16)
+    assert ((values - x.float()).abs() <= x.float().abs() * 2.0 ** -(mantissa + 1) + expanded * subnormal).all()
+
+
+def test_static_scale_and_the_gemm_it_feeds():
+    x, w = torch.randn(6, 320), torch.randn(48, 320)
+    s = torch.tensor(0.01)
+    q, s_out = ops.quantize_fp8(x, "tensor", scale=s)
+    assert torch.equal(s_out, s) and s_out.data_ptr() != s.data_ptr()
+    assert torch.equal(q.view(torch.uint8), (x / s).clamp(-448, 448).to(E4).view(torch.uint8))
+    cosine = torch.nn.functional.cosine_similarity
+    xq, xs = ops.quantize_fp8(x, "row")
+    wq, ws = ops.quantize_fp8(w, "row")
+    y = ops.scaled_gemm(xq, wq.t(), xs, ws.t(), out_dtype=torch.float32)
+    assert cosine(y.flatten(), (x @ w.t()).flatten(), dim=0) > 0.999
+    xq, xs = ops.quantize_fp8(x, "group")
+    wq, ws = ops.quantize_fp8(w, "block")  # W (N, K): its scales' transpose is scale_b for B = W^T
+    y = ops.scaled_gemm(xq, wq.t(), xs, ws.t(), out_dtype=torch.float32)
+    assert cosine(y.flatten(), (x @ w.t()).flatten(), dim=0) > 0.999
+
+
+QUANTIZE_BAD = [
+    ("integer", (torch.ones(4, 8, dtype=torch.int32),), {}, RuntimeError,
+     r"quantize_fp8: expected input's dtype to be float16, bfloat16, float32 or float64, got torch.int32"),
+    ("0-d", (torch.tensor(1.0),), {}, RuntimeError, r"quantize_fp8: expected input of shape \(\.\.\., K\), got a 0-D"),
+    ("granularity", (torch.ones(4, 8), "channel"), {}, ValueError,
+     r'quantize_fp8: expected granularity to be one of "tensor", "row", "group" \(1x128\), "block" \(128x128\), '
+     r'got "channel"'),
+    ("block of 3-d", (torch.ones(2, 4, 8), "block"), {}, RuntimeError, r'granularity "block" \(128x128\) takes a 2-D'),
+    ("dtype", (torch.ones(4, 8),), {"dtype": torch.bfloat16}, RuntimeError,
+     r"quantize_fp8: expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, got torch.bfloat16"),
+    ("scale shape", (torch.ones(4, 8), "row"), {"scale": torch.ones(4)}, RuntimeError,
+     r'quantize_fp8: expected scale of shape \[4, 1\] for granularity "row" and input of shape \[4, 8\], got \[4\]'),
+    ("scale and pow2", (torch.ones(4, 8), "tensor"), {"scale": torch.tensor(1.0), "pow2_scale": True}, RuntimeError,
+     r"quantize_fp8: pow2_scale rounds computed scales"),
+]
+
+
+@pytest.mark.parametrize("case", QUANTIZE_BAD, ids=[c[0] for c in QUANTIZE_BAD])
+def test_quantize_bad_inputs_and_the_fake_kernel_says_the_same(case):
+    _, args, kwargs, error, pattern = case
+    messages = []
+    for device in ("cpu", "meta"):
+        moved = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+        kw = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        with pytest.raises(error, match=pattern) as info:
+            ops.quantize_fp8(*moved, **kw)
+        messages.append(str(info.value).splitlines()[0])
+    assert messages[0] == messages[1]
+
+
+def test_quantize_opcheck_compile_and_no_grad():
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    for granularity in ("tensor", "row", "group", "block"):
+        x = torch.randn(5, 200)
+        torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (x, granularity), test_utils=utils)
+    torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (torch.randn(3, 16), "row"),
+                          {"scale": torch.ones(3, 1)}, test_utils=utils)
+
+    def f(x):
+        q, s = ops.quantize_fp8(x, "group", pow2_scale=True)
+        return q.float() * s.repeat_interleave(128, -1)[..., :x.shape[-1]]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, dynamic=True)
+    for n in (3, 9):
+        x = torch.randn(n, 200)
+        torch.testing.assert_close(compiled(x), f(x))
+    with pytest.raises(RuntimeError, match=r"quantize_fp8: not differentiable"):
+        ops.quantize_fp8(torch.randn(2, 16, requires_grad=True))
+    with torch.no_grad():
+        ops.quantize_fp8(torch.randn(2, 16, requires_grad=True))
