@@ -3,8 +3,11 @@
 * ``Linear``: a drop-in ``torch.nn.Linear`` (same parameters and ``state_dict`` keys; it is a subclass)
   whose forward is ``ops.linear``, with an optional fused activation.
 * ``RMSNorm``: a drop-in ``torch.nn.RMSNorm`` (1-D normalized shape) whose forward is ``ops.rms_norm``.
+* ``Fp8Linear``: an inference Linear with FP8 weights (per output channel or per 128x128 block) and
+  activations quantized per token or per 1x128 group at each call, on ``ops.scaled_gemm``.
 * ``convert(model)``: swaps those modules one for one, in place, sharing their parameters, and runs the
-  block recipes of ``ops.recipes`` on the blocks whose class it lists.
+  block recipes of ``ops.recipes`` on the blocks whose class it lists; ``convert(model, fp8=...)``
+  quantizes the Linears instead, keeping the output head in high precision.
 """
 
 import dataclasses
@@ -16,9 +19,9 @@ from typing import List, Optional, Tuple
 import torch
 import torch.fx
 
-from . import _hf_classes, fused, linear as _linear, recipes as _recipes
+from . import _hf_classes, _library, fp8 as _fp8, fused, linear as _linear, recipes as _recipes
 
-__all__ = ["Linear", "RMSNorm", "convert", "ConversionReport"]
+__all__ = ["Linear", "RMSNorm", "Fp8Linear", "convert", "ConversionReport"]
 
 
 class Linear(torch.nn.Linear):
@@ -58,6 +61,64 @@ class Linear(torch.nn.Linear):
         new.train(module.training)
         _copy_instance_attributes(module, new)
         return new
+
+
+class Fp8Linear(torch.nn.Module):
+    """An inference ``Linear``: ``activation(x @ W.T + bias)`` on ``ops.scaled_gemm`` with W in FP8.
+
+    The weight is quantized once (``from_linear``): ``recipe="rowwise"`` keeps one scale per output
+    channel (``weight_scale`` (N, 1)), ``"blockwise"`` one per 128x128 block (``weight_scale``
+    (ceil(N/128), ceil(K/128)), DeepSeek-V3's ``weight_scale_inv`` layout). Each call quantizes the input
+    per token (rowwise) or per 1x128 group (blockwise) with ``ops.quantize_fp8`` and returns the input's
+    dtype (bfloat16, float16 or float32). Buffers: ``weight`` (N, K) ``float8_e4m3fn``, ``weight_scale``
+    float32, ``bias`` (N,) or None. in_features and out_features must be multiples of 16. Not
+    differentiable: call it under ``torch.no_grad()`` / ``torch.inference_mode()`` (an input that
+    requires grad raises).
+    """
+
+    RECIPES = ("rowwise", "blockwise")
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str = "rowwise",
+                 activation: str = "none", device=None, dtype=torch.bfloat16):
+        super().__init__()
+        if recipe not in self.RECIPES:
+            raise ValueError(f"ops.nn.Fp8Linear: recipe must be one of {self.RECIPES}, got {recipe!r}")
+        if activation not in _linear.ACTIVATIONS:
+            raise ValueError(f"ops.nn.Fp8Linear: activation must be one of {_linear.ACTIVATIONS}, got {activation!r}")
+        if in_features % 16 or out_features % 16:
+            raise ValueError(f"ops.nn.Fp8Linear: in_features and out_features must be multiples of 16 (FP8 GEMM rows), "
+                             f"got {in_features} and {out_features}")
+        self.in_features, self.out_features, self.recipe, self.activation = in_features, out_features, recipe, activation
+        scale_shape = (out_features, 1) if recipe == "rowwise" else (-(-out_features // 128), -(-in_features // 128))
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device))
+        self.register_buffer("weight_scale", torch.ones(scale_shape, device=device))
+        self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, recipe: str = "rowwise", activation: str = "none") -> "Fp8Linear":
+        """The Fp8Linear of ``module``'s weight, quantized now (the bias is copied in its dtype)."""
+        new = cls(module.in_features, module.out_features, module.bias is not None, recipe, activation,
+                  module.weight.device, module.weight.dtype)
+        with torch.no_grad():
+            codes, scale = _fp8.quantize_fp8(module.weight.detach(), "row" if recipe == "rowwise" else "block")
+            new.weight.copy_(codes)
+            new.weight_scale.copy_(scale)
+            if module.bias is not None:
+                new.bias.copy_(module.bias)
+        new.train(module.training)
+        return new
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input.reshape(-1, self.in_features)
+        codes, scale = _fp8.quantize_fp8(x, "row" if self.recipe == "rowwise" else "group")
+        bias = None if self.bias is None else self.bias.to(input.dtype)
+        y = _fp8.scaled_gemm(codes, self.weight.t(), scale, self.weight_scale.t(), bias, out_dtype=input.dtype,
+                             activation=self.activation)
+        return y.reshape(*input.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"recipe={self.recipe!r}, activation={self.activation!r}")
 
 
 def _default_eps(dtype: torch.dtype) -> float:
@@ -209,8 +270,19 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     if "weight" not in module._parameters:
         return "its weight is not a Parameter"
     weight = module._parameters["weight"]
-    if weight is not None and weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    if weight is not None and weight.dtype not in _library.GEMM_DTYPES:
         return f"its weight's dtype {weight.dtype} is not one the ops take"
+    return None
+
+
+def _why_kept_high_precision(module: torch.nn.Linear, name: str, head) -> Optional[str]:
+    """Why convert(fp8=...) keeps a Linear in high precision, or None to quantize it."""
+    if module is head or name == "lm_head":
+        return "the output head (its errors reach the logits undamped; vLLM and torchao keep it too)"
+    if module.in_features % 16 or module.out_features % 16:
+        return f"features {module.in_features} -> {module.out_features} are not multiples of 16"
+    if module.weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return f"its dtype {module.weight.dtype} is no FP8 GEMM output dtype"
     return None
 
 
@@ -222,16 +294,22 @@ class ConversionReport:
     rms_norm: List[str] = dataclasses.field(default_factory=list)
     recipes: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (block, recipe name)
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (module, why it was left alone)
+    fp8: List[str] = dataclasses.field(default_factory=list)  # Linears now Fp8Linear (convert(fp8=...))
+    # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
+    kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def __str__(self):
         lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
-                 f"{len(self.recipes)} block recipes, {len(self.skipped)} left alone"]
+                 f"{len(self.recipes)} block recipes, {len(self.skipped)} left alone"
+                 + (f", {len(self.fp8)} FP8 Linear" if self.fp8 else "")]
+        lines += [f"  FP8 {name}" for name in self.fp8]
+        lines += [f"  kept {name} in high precision: {why}" for name, why in self.kept_high_precision]
         lines += [f"  recipe {recipe} on {block}" for block, recipe in self.recipes]
         lines += [f"  left {name} alone: {why}" for name, why in self.skipped]
         return "\n".join(lines)
 
 
-def convert(model: torch.nn.Module, recipes: bool = True) -> ConversionReport:
+def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = None) -> ConversionReport:
     """Swap ``torch.nn.Linear`` for ``ops.nn.Linear`` and RMSNorm modules (``torch.nn.RMSNorm`` over one
     dimension, the transformers classes listed in ``ops._hf_classes``) for ``ops.nn.RMSNorm`` in
     ``model``, in place, sharing parameters (the state_dict is unchanged); then, with ``recipes``, give
@@ -256,14 +334,25 @@ def convert(model: torch.nn.Module, recipes: bool = True) -> ConversionReport:
     computes in float32. A fused CUDA epilogue applies the activation to the float32 accumulator and
     rounds once, where the unfused block rounds the pre-activation first.
 
+    FP8 (opt-in, inference): ``fp8="rowwise"`` or ``"blockwise"`` replaces each Linear with an
+    ``Fp8Linear`` of that recipe (its weight quantized now; the state_dict then holds FP8 codes and
+    scales), except the output head (``get_output_embeddings()`` of a transformers model, or a module
+    named ``lm_head``) and Linears whose features are not multiples of 16 or whose dtype is float64: those
+    become ``ops.nn.Linear`` and are listed in ``report.kept_high_precision``. The block recipes then
+    find FP8 Linears where they expect plain ones and leave those blocks alone.
+
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
 
     Raises:
         TypeError: ``model`` is not a ``torch.nn.Module``.
+        ValueError: ``fp8`` is not None, "rowwise" or "blockwise".
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"ops.nn.convert: expected model to be a torch.nn.Module, got {type(model).__name__}")
+    if fp8 is not None and fp8 not in Fp8Linear.RECIPES:
+        raise ValueError(f"ops.nn.convert: fp8 must be None or one of {Fp8Linear.RECIPES}, got {fp8!r}")
+    head = model.get_output_embeddings() if fp8 and callable(getattr(model, "get_output_embeddings", None)) else None
     report = ConversionReport()
     replaced = {}  # id(original) -> its replacement: a module shared by parents stays shared
     if type(model) is torch.nn.Linear or _is_rms_norm(model):
@@ -288,10 +377,18 @@ def convert(model: torch.nn.Module, recipes: bool = True) -> ConversionReport:
             if (why := _why_not_plain(child)) is not None:
                 report.skipped.append((prefix + name, why))
                 continue
+            quantize = False
+            if is_linear and fp8:
+                keep = _why_kept_high_precision(child, name, head)
+                if keep is None:
+                    quantize = True
+                elif id(child) not in replaced:
+                    report.kept_high_precision.append((prefix + name, keep))
             if id(child) not in replaced:
-                replaced[id(child)] = Linear.from_linear(child) if is_linear else RMSNorm.from_module(child)
+                replaced[id(child)] = (Fp8Linear.from_linear(child, fp8) if quantize else Linear.from_linear(child)
+                                       if is_linear else RMSNorm.from_module(child))
             setattr(parent, name, replaced[id(child)])
-            (report.linear if is_linear else report.rms_norm).append(prefix + name)
+            (report.fp8 if quantize else report.linear if is_linear else report.rms_norm).append(prefix + name)
     if recipes:
         for name, block in model.named_modules():
             recipe = _recipes.recipe_for(block)
