@@ -173,6 +173,49 @@ def _whole_buffer(value) -> bool:
             and _known(value.untyped_storage().nbytes() == value.numel() * value.element_size()))
 
 
+def _noop_sources(node) -> list:
+    """`node` and every node Inductor's later passes may put in its place as a no-op (+ 0, - 0, * 1, / 1
+    in its joint-graph passes, with the identity a number or a constant tensor; clone, alias, copy, a
+    full slice, a cast to the same dtype and the rest of post_grad's noop_registry): what a rewrite's
+    argument can become after the pass (torch 2.14.1: `view * 1.0` became the view, a chunk's second
+    half, whose storage offset auto_functionalized's copy then dropped). Every candidate, removed or not."""
+    from torch._inductor.fx_passes.post_grad import noop_registry
+
+    aten = torch.ops.aten
+    # (identity element, the operands that can be the result): x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1.
+    arithmetic = {aten.add.Tensor: (0, (0, 1)), aten.sub.Tensor: (0, (0,)), aten.mul.Tensor: (1, (0, 1)),
+                  aten.div.Tensor: (1, (0,))}
+    constants = {aten.full.default, aten.zeros.default, aten.ones.default, aten.full_like.default,
+                 aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default}
+
+    def identity(arg, value):  # the element itself, or a node that may hold it (a constant tensor)
+        if isinstance(arg, torch.fx.Node):
+            return arg.op == "call_function" and arg.target in constants
+        return isinstance(arg, (int, float)) and arg == value
+
+    found, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        if not isinstance(n, torch.fx.Node) or n in found:
+            continue
+        found.append(n)
+        if n.op != "call_function":
+            continue
+        if n.target in arithmetic:
+            value, results = arithmetic[n.target]
+            if len(n.args) == 2:
+                todo.extend(n.args[i] for i in results if identity(n.args[1 - i], value))
+        else:
+            entry = noop_registry.get(n.target) or noop_registry.get(getattr(n.target, "overloadpacket", None))
+            if entry is not None:
+                _, index = entry
+                try:
+                    todo.append(n.args[index] if isinstance(index, int) else index(n.args))
+                except (IndexError, TypeError):
+                    pass
+    return found
+
+
 # ---- the formulas (search functions) and their replacements -----------------------------------------
 
 def _hf_norm(x, w, eps):  # Llama's: the weight multiply after rounding to the input's dtype
@@ -340,16 +383,21 @@ def _register_all(kind: str):
         # The op writes both summands' buffers: each must be all of its storage (not a half, slice or
         # expansion of a tensor: Inductor's copies of such views for auto_functionalized drop their
         # storage offset, torch 2.14.1), and neither may be the other's or the weight's.
-        x, residual, w = (_val(match.kwargs[k]) for k in ("x", "residual", "w"))
-        if not (_whole_buffer(x) and _whole_buffer(residual)):
+        # That holds for whatever Inductor may later put in place of each as a no-op (_noop_sources).
+        sources = {k: [v for v in map(_val, _noop_sources(match.kwargs[k])) if isinstance(v, torch.Tensor)]
+                   for k in ("x", "residual")}
+        if not all(_whole_buffer(v) for k in sources for v in sources[k]
+                   if v.shape == _val(match.kwargs[k]).shape):
             return False
+        x, residual, w = (_val(match.kwargs[k]) for k in ("x", "residual", "w"))
         sx, sr = _storage(x), _storage(residual)
         return sx != sr and _storage(w) not in (sx, sr)
 
     def input_not_written_back(match):
         # The op writes the norm into its `input`: where that is a graph input the graph writes back to
         # (r.add_(x) in the model), Inductor's re-inplacing would leave the norm in the caller's tensor.
-        return not any(user.target is torch.ops.aten.copy_.default for user in match.kwargs["x"].users)
+        return not any(user.target is torch.ops.aten.copy_.default
+                       for source in _noop_sources(match.kwargs["x"]) for user in source.users)
 
     def linear_shapes(match):
         x, w = _val(match.kwargs["x"]), _val(match.kwargs["w"])

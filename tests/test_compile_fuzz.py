@@ -14,6 +14,18 @@ GRAPHS = int(os.environ.get("OPS_COMPILE_FUZZ_GRAPHS", "60"))
 
 # Programs the fuzzer reported (the pass wrong, or the fuzzer's comparison), each with the rewrites the pass makes.
 FOUND = [
+    # `t13 = t11 * 1.0; t13.add_(i12)` with t11 the second half of a chunk: the pass checked that t13 is a
+    # buffer of its own, then Inductor removed the `* 1.0` and fused_add_rms_norm wrote into the half,
+    # whose storage offset Inductor's copy for auto_functionalized dropped: the norm of the first half
+    # (max error 3.15). The buffers are now checked through the no-ops Inductor may remove.
+    (Program(source="def program(i1, i5, i9, i12, i14):\n    t2, t3 = i1.chunk(2, dim=-1)\n"
+                    "    t4 = F.silu(t2) * t3\n    t6 = i5 * 0.5\n    t7 = F.linear(t4, t6)\n    t8 = F.relu(t7)\n"
+                    "    t10, t11 = i9.chunk(2, dim=-1)\n    t13 = t11 * 1.0\n    t13.add_(i12)\n    t15 = 1.0 + i14\n"
+                    "    t16 = F.rms_norm(t13, (8,), t15, 1e-06)\n    return (t16, t7,)",
+             inputs=[Input("i1", (1, 8), False), Input("i5", (8, 4), False), Input("i9", (1, 16), False),
+                     Input("i12", (1, 8), False), Input("i14", (8,), False, "positive")],
+             dtype=torch.float32, dynamic="static", training=False),
+     {"rms_norm": 1, "silu_and_mul": 1}),
     # `x * 0.5 + 0.25` matched the residual sum `x + residual` with the number as the residual: the
     # re-traced match holds no residual (KeyError from the pass).
     (Program(source="def program(i1, i3):\n    t2 = i1 * 0.5 + 0.25\n    t4 = 1.0 + i3\n"
