@@ -273,6 +273,36 @@ def test_summands_that_are_views_of_one_tensor_are_not_written_in_place():
         assert only(_same_as_eager(f, x, p, w), rms_norm=1), f.__name__
 
 
+NOOPS = {"* 1.0": lambda v: v * 1.0, "1.0 *": lambda v: 1.0 * v, "+ 0": lambda v: v + 0, "- 0": lambda v: v - 0,
+         "/ 1": lambda v: v / 1, "clone": lambda v: v.clone(), "to same dtype": lambda v: v.to(v.dtype),
+         "* ones": lambda v: v * torch.ones_like(v)}
+
+
+@pytest.mark.parametrize("noop", list(NOOPS))
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_summand_that_inductor_may_turn_back_into_a_view_is_not_written_in_place(noop, in_place):
+    # Inductor removes these no-ops after the pass; the summand is then the half itself.
+    torch.manual_seed(0)
+    x, r, w = torch.randn(16, 1024), torch.randn(16, 512), torch.rand(512) + 0.5
+
+    def f(x, r, w):
+        _, b = x.chunk(2, -1)
+        h = NOOPS[noop](b)
+        if in_place:
+            h.add_(r)
+        else:
+            h = h + r
+        return F.rms_norm(h, (512,), w, 1e-6), h
+
+    fn, backend = compiled(f)
+    args = [x.clone(), r, w]
+    got = fn(*args)
+    expected_args = [x.clone(), r, w]
+    torch.testing.assert_close(got, f(*expected_args), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(args[0], expected_args[0])  # `v.to(v.dtype)` is v: add_ writes into x
+    assert backend.counts["fused_add_rms_norm"] == 0 and backend.counts["rms_norm"] == 1, backend.counts
+
+
 def test_arguments_the_replacement_does_not_compute_are_left_alone():
     # Inductor's matcher compares only the arguments a pattern spells out: alpha and beta are checked here.
     torch.manual_seed(0)
