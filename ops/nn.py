@@ -108,6 +108,25 @@ class Fp8Linear(torch.nn.Module):
         new.train(module.training)
         return new
 
+    @classmethod
+    def from_fp8(cls, weight: torch.Tensor, weight_scale_inv: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                 activation: str = "none") -> "Fp8Linear":
+        """A blockwise Fp8Linear over a checkpoint's FP8 weight (N, K) ``float8_e4m3fn`` and its float32
+        ``weight_scale_inv`` (ceil(N/128), ceil(K/128)) (DeepSeek-V3's and transformers' fine-grained FP8
+        format; the scale multiplies the codes despite its name), shared, not copied."""
+        n, k = weight.shape
+        expected = (-(-n // 128), -(-k // 128))
+        if weight.dtype != torch.float8_e4m3fn or weight_scale_inv.dtype != torch.float32 or \
+                tuple(weight_scale_inv.shape) != expected:
+            raise ValueError(f"ops.nn.Fp8Linear.from_fp8: expected a float8_e4m3fn weight (N, K) and a float32 "
+                             f"weight_scale_inv {expected}, got {weight.dtype} {list(weight.shape)} and "
+                             f"{weight_scale_inv.dtype} {list(weight_scale_inv.shape)}")
+        new = cls(k, n, bias is not None, "blockwise", activation, device="meta",
+                  dtype=bias.dtype if bias is not None else torch.bfloat16)
+        new.weight, new.weight_scale = weight.detach(), weight_scale_inv.detach()
+        new.bias = None if bias is None else bias.detach()
+        return new
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input.reshape(-1, self.in_features)
         codes, scale = _fp8.quantize_fp8(x, "row" if self.recipe == "rowwise" else "group")
@@ -275,6 +294,26 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     return None
 
 
+_HF_FP8_LINEAR = ("transformers.integrations.finegrained_fp8", "FP8Linear")
+
+
+def _why_not_hf_fp8(module) -> Optional[str]:
+    """None for a transformers FP8Linear that Fp8Linear computes (128x128 float32 block scales, dynamic
+    activations), else why it is left alone."""
+    hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
+    if hooks:
+        return f"has hooks ({', '.join(hooks)})"
+    if tuple(module.block_size or ()) != (128, 128):
+        return f"FP8 with block size {module.block_size}; ops.nn.Fp8Linear takes 128x128 blocks"
+    if module.activation_scheme != "dynamic":
+        return f"static activation scales ({module.activation_scheme}); ops.nn.Fp8Linear quantizes per 1x128 group"
+    if module.weight.dtype != torch.float8_e4m3fn or module.weight_scale_inv.dtype != torch.float32:
+        return f"weight {module.weight.dtype} with {module.weight_scale_inv.dtype} scales"
+    if module.in_features % 16 or module.out_features % 16:
+        return f"features {module.in_features} -> {module.out_features} are not multiples of 16"
+    return None
+
+
 def _why_kept_high_precision(module: torch.nn.Linear, name: str, head) -> Optional[str]:
     """Why convert(fp8=...) keeps a Linear in high precision, or None to quantize it."""
     if module is head or name == "lm_head":
@@ -339,7 +378,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     scales), except the output head (``get_output_embeddings()`` of a transformers model, or a module
     named ``lm_head``) and Linears whose features are not multiples of 16 or whose dtype is float64: those
     become ``ops.nn.Linear`` and are listed in ``report.kept_high_precision``. The block recipes then
-    find FP8 Linears where they expect plain ones and leave those blocks alone.
+    find FP8 Linears where they expect plain ones and leave those blocks alone. A model already in
+    transformers' fine-grained FP8 format (its ``FP8Linear`` modules, 128x128 block scales: DeepSeek-V3,
+    Qwen3 FP8 checkpoints) has those modules replaced by ``Fp8Linear.from_fp8`` sharing their weights,
+    with or without ``fp8``; they are listed in ``report.fp8``.
 
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
@@ -370,6 +412,16 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             if type(child) is torch.nn.RMSNorm and len(child.normalized_shape) != 1:
                 report.skipped.append((prefix + name, f"normalizes over {len(child.normalized_shape)} dimensions; "
                                                       "ops.rms_norm normalizes over the last one"))
+                continue
+            if child is not None and _hf_classes.class_key(child) == _HF_FP8_LINEAR:
+                if id(child) not in replaced:
+                    why = _why_not_hf_fp8(child)
+                    if why is not None:
+                        report.skipped.append((prefix + name, why))
+                        continue
+                    replaced[id(child)] = Fp8Linear.from_fp8(child.weight, child.weight_scale_inv, child.bias)
+                setattr(parent, name, replaced[id(child)])
+                report.fp8.append(prefix + name)
                 continue
             is_linear = type(child) is torch.nn.Linear
             if not is_linear and (child is None or not _is_rms_norm(child)):

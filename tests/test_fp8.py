@@ -466,3 +466,41 @@ def test_a_tiny_llama_in_fp8_keeps_its_logits_and_generates(recipe):
     assert (F.cosine_similarity(got, ref, dim=-1) > 0.98).all()
     out = fp8_model.generate(ids[:1, :4], max_new_tokens=5, do_sample=False)
     assert out.shape == (1, 9) and torch.equal(out[:, :4], ids[:1, :4])
+
+
+def test_a_checkpoint_in_transformers_fine_grained_fp8_format_runs_on_ops_kernels(tmp_path):
+    """A tiny Llama's Linears saved as FP8 codes + 128x128 `weight_scale_inv` (DeepSeek-V3's format) and loaded
+    into transformers' FP8Linear modules: convert gives them ops' Fp8Linear, sharing the checkpoint's tensors,
+    and the logits match the dequantized model (transformers' own CPU path dequantizes at load)."""
+    import copy
+
+    safetensors = pytest.importorskip("safetensors.torch")
+    fg = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    from transformers import FineGrainedFP8Config
+    from conftest import tiny_hf_decoder
+
+    model = tiny_hf_decoder("Llama").eval()
+    dequantized = copy.deepcopy(model)
+    checkpoint = {}
+    for name, m in model.named_modules():
+        if type(m) is torch.nn.Linear and name != "lm_head":
+            codes, scale = ops.quantize_fp8(m.weight.detach(), "block")
+            checkpoint[name + ".weight"], checkpoint[name + ".weight_scale_inv"] = codes, scale
+            expanded = scale.repeat_interleave(128, 0)[:codes.shape[0]].repeat_interleave(128, 1)[:, :codes.shape[1]]
+            dequantized.get_submodule(name).weight.data = codes.float() * expanded
+    safetensors.save_file(checkpoint, tmp_path / "model.safetensors")
+    fp8_model = fg.replace_with_fp8_linear(copy.deepcopy(model), modules_to_not_convert=["lm_head"],
+                                           quantization_config=FineGrainedFP8Config(weight_block_size=(128, 128)),
+                                           pre_quantized=True)
+    loaded = safetensors.load_file(tmp_path / "model.safetensors")
+    fp8_model.load_state_dict(loaded, strict=False, assign=True)
+    report = ops.nn.convert(fp8_model)
+    assert len(report.fp8) == 14
+    down = fp8_model.model.layers[0].mlp.down_proj
+    assert type(down) is ops.nn.Fp8Linear and down.weight.data_ptr() == loaded["model.layers.0.mlp.down_proj.weight"].data_ptr()
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, ref = fp8_model(ids).logits, dequantized(ids).logits
+    assert F.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.999  # measured 0.9996
+    with pytest.raises(ValueError, match="from_fp8: expected a float8_e4m3fn weight"):
+        ops.nn.Fp8Linear.from_fp8(torch.zeros(32, 32, dtype=E4), torch.ones(2, 2))
