@@ -562,6 +562,58 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& input
   return op.call(input, granularity, dtype, scale, pow2_scale);
 }
 
+constexpr const char* kFp8NoGrad =
+    ": not differentiable (FP8 codes have no gradient), but an argument requires grad. Detach it or run under "
+    "torch.no_grad().";
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_autograd(const at::Tensor& input, const at::Tensor& weight, double eps,
+                                                         c10::string_view granularity,
+                                                         c10::optional<at::ScalarType> dtype,
+                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::rms_norm_fp8", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(
+                                 const at::Tensor&, const at::Tensor&, double, c10::string_view,
+                                 c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
+  static const std::string why = std::string("rms_norm_fp8") + kFp8NoGrad;
+  const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  refuse_grad({input, weight, s}, why.c_str());
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(input, weight, eps, granularity, dtype, scale, pow2_scale);
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fp8_autograd(
+    const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps, c10::string_view granularity,
+    c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::fused_add_rms_norm_fp8", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(
+                                 const at::Tensor&, at::Tensor&, const at::Tensor&, double, c10::string_view,
+                                 c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
+  static const std::string why = std::string("fused_add_rms_norm_fp8") + kFp8NoGrad;
+  const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  std::tuple<at::Tensor, at::Tensor> result;
+  run_inference_inplace({input, residual, weight, s}, {residual}, why.c_str(), [&] {
+    result = op.call(input, residual, weight, eps, granularity, dtype, scale, pow2_scale);
+  });
+  return result;
+}
+
+std::tuple<at::Tensor, at::Tensor> silu_and_mul_fp8_autograd(const at::Tensor& input, c10::string_view granularity,
+                                                             c10::optional<at::ScalarType> dtype,
+                                                             const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::silu_and_mul_fp8", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(
+                                 const at::Tensor&, c10::string_view, c10::optional<at::ScalarType>,
+                                 const c10::optional<at::Tensor>&, bool)>();
+  static const std::string why = std::string("silu_and_mul_fp8") + kFp8NoGrad;
+  const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  refuse_grad({input, s}, why.c_str());
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(input, granularity, dtype, scale, pow2_scale);
+}
+
 void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                               const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
                               c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
@@ -590,6 +642,9 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("scaled_gemm", &ops::scaled_gemm_autograd);
   m.impl("scaled_gemm.out", &ops::scaled_gemm_out_autograd);
   m.impl("quantize_fp8", &ops::quantize_fp8_autograd);
+  m.impl("rms_norm_fp8", &ops::rms_norm_fp8_autograd);
+  m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8_autograd);
+  m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_autograd);
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

@@ -10,21 +10,21 @@
 #include <torch/library.h>
 
 #include "checks.h"
+#include "quantize_fp8.h"
 
 namespace ops {
 namespace {
 
-constexpr const char* kOp = "quantize_fp8";
 constexpr int64_t kBlock = kScaleBlock;
 
 enum class Granularity { Tensor, Row, Group, Block };
 
-Granularity parse_granularity(c10::string_view name) {
+Granularity parse_granularity(const char* op, c10::string_view name) {
   if (name == "tensor") return Granularity::Tensor;
   if (name == "row") return Granularity::Row;
   if (name == "group") return Granularity::Group;
   if (name == "block") return Granularity::Block;
-  TORCH_CHECK_VALUE(false, kOp, ": expected granularity to be one of \"tensor\", \"row\", \"group\" (1x128), "
+  TORCH_CHECK_VALUE(false, op, ": expected granularity to be one of \"tensor\", \"row\", \"group\" (1x128), "
                     "\"block\" (128x128), got \"", std::string(name), "\"");
 }
 
@@ -80,19 +80,21 @@ at::Tensor amax(const at::Tensor& xf, Granularity g) {
   return a;
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& input, c10::string_view granularity,
-                                                c10::optional<at::ScalarType> dtype,
-                                                const c10::optional<at::Tensor>& scale, bool pow2_scale) {
-  TORCH_CHECK(input.defined(), kOp, ": input must be a defined tensor");
-  TORCH_CHECK(input.dim() >= 1, kOp, ": expected input of shape (..., K), got a 0-D tensor");
-  TORCH_CHECK(is_gemm_dtype(input.scalar_type()), kOp, ": expected input's dtype to be ", gemm_dtypes_text(),
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_as(const char* op, const at::Tensor& input,
+                                                   c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                                   const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  TORCH_CHECK(input.defined(), op, ": input must be a defined tensor");
+  TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., K), got a 0-D tensor");
+  TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op, ": expected input's dtype to be ", gemm_dtypes_text(),
               ", got ", torch_dtype_name(input.scalar_type()));
-  TORCH_CHECK(input.layout() == at::kStrided, kOp, ": input must be a dense (strided) tensor");
-  const Granularity g = parse_granularity(granularity);
-  TORCH_CHECK(g != Granularity::Block || input.dim() == 2, kOp,
+  TORCH_CHECK(input.layout() == at::kStrided, op, ": input must be a dense (strided) tensor");
+  const Granularity g = parse_granularity(op, granularity);
+  TORCH_CHECK(g != Granularity::Block || input.dim() == 2, op,
               ": granularity \"block\" (128x128) takes a 2-D matrix, got input of shape ", input.sizes());
   const at::ScalarType out = dtype.value_or(at::kFloat8_e4m3fn);
-  TORCH_CHECK(out == at::kFloat8_e4m3fn || out == at::kFloat8_e5m2, kOp,
+  TORCH_CHECK(out == at::kFloat8_e4m3fn || out == at::kFloat8_e5m2, op,
               ": expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, got ", torch_dtype_name(out));
   const double max = out == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
   const std::vector<int64_t> shape = scale_shape(input.sizes(), g);
@@ -100,12 +102,12 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& input, c10::st
   const at::Tensor xf = input.to(at::kFloat);
   at::Tensor s;
   if (scale.has_value() && scale->defined()) {
-    TORCH_CHECK(!pow2_scale, kOp, ": pow2_scale rounds computed scales; a given scale is used as it is");
-    TORCH_CHECK(scale->scalar_type() == at::kFloat, kOp, ": expected scale to be torch.float32, got ",
+    TORCH_CHECK(!pow2_scale, op, ": pow2_scale rounds computed scales; a given scale is used as it is");
+    TORCH_CHECK(scale->scalar_type() == at::kFloat, op, ": expected scale to be torch.float32, got ",
                 torch_dtype_name(scale->scalar_type()));
-    TORCH_CHECK(scale->device() == input.device(), kOp, ": expected scale on ", input.device(),
+    TORCH_CHECK(scale->device() == input.device(), op, ": expected scale on ", input.device(),
                 " (input's device), got ", scale->device());
-    TORCH_CHECK(scale->sizes().vec() == shape || (g == Granularity::Tensor && scale->numel() == 1), kOp,
+    TORCH_CHECK(scale->sizes().vec() == shape || (g == Granularity::Tensor && scale->numel() == 1), op,
                 ": expected scale of shape ", at::IntArrayRef(shape), " for granularity \"", std::string(granularity),
                 "\" and input of shape ", input.sizes(), ", got ", scale->sizes());
     s = scale->reshape(shape).clone();  // an output of its own (the schema's outputs alias no input)
@@ -115,6 +117,14 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& input, c10::st
   }
   const at::Tensor q = xf.div(expand(s, input.sizes(), g)).clamp_(-max, max).to(out);
   return {q, s};
+}
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& input, c10::string_view granularity,
+                                                c10::optional<at::ScalarType> dtype,
+                                                const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  return quantize_fp8_as("quantize_fp8", input, granularity, dtype, scale, pow2_scale);
 }
 
 }  // namespace

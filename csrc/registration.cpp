@@ -37,6 +37,16 @@ TORCH_LIBRARY(ops, m) {
   ops::define(m, "quantize_fp8(Tensor input, str granularity=\"row\", ScalarType? dtype=None, Tensor? scale=None, "
                  "bool pow2_scale=False) -> (Tensor, Tensor)");
 
+  // quantize_fp8(op(...)) of rms_norm, fused_add_rms_norm (residual += input in place; input unchanged)
+  // and silu_and_mul, in one op each. fp8_fused.cpp
+  ops::define(m, "rms_norm_fp8(Tensor input, Tensor weight, float eps=1e-6, str granularity=\"row\", "
+                 "ScalarType? dtype=None, Tensor? scale=None, bool pow2_scale=False) -> (Tensor, Tensor)");
+  ops::define(m, "fused_add_rms_norm_fp8(Tensor input, Tensor(a!) residual, Tensor weight, float eps=1e-6, "
+                 "str granularity=\"row\", ScalarType? dtype=None, Tensor? scale=None, bool pow2_scale=False) "
+                 "-> (Tensor, Tensor)");
+  ops::define(m, "silu_and_mul_fp8(Tensor input, str granularity=\"row\", ScalarType? dtype=None, "
+                 "Tensor? scale=None, bool pow2_scale=False) -> (Tensor, Tensor)");
+
   m.set_python_module("ops.fused");
   // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
   ops::define(m, "rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");

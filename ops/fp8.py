@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from . import _library
+from . import _library, _overlap, fused as _fused
 from .gemm import _check_gemm_out
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -152,7 +152,11 @@ def _scale_shape(shape, granularity):
 
 @torch.library.register_fake("ops::quantize_fp8")
 def _quantize_fp8_fake(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
-    op = "quantize_fp8"
+    return _quantize_as("quantize_fp8", input, granularity, dtype, scale, pow2_scale)
+
+
+def _quantize_as(op, input, granularity, dtype, scale, pow2_scale):
+    """csrc/quantize_fp8.cpp's quantize_fp8_as for fake tensors: (codes, scale) of input's shape."""
     torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., K), got a 0-D tensor")
     torch._check(input.dtype in _library.GEMM_DTYPES, lambda: f"{op}: expected input's dtype to be "
                  f"{_library.GEMM_DTYPES_TEXT}, got {input.dtype}")
@@ -195,3 +199,50 @@ def quantize_fp8(input: torch.Tensor, granularity: str = "row", dtype: Optional[
         clamped to +-max(dtype), rounded once. Not differentiable.
     """
     return torch.ops.ops.quantize_fp8(input, granularity, dtype, scale, pow2_scale)
+
+
+# ---- Fused forms: quantize_fp8 of what rms_norm, fused_add_rms_norm and silu_and_mul compute --------
+
+
+@torch.library.register_fake("ops::rms_norm_fp8")
+def _rms_norm_fp8_fake(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    _fused._check_norm("rms_norm_fp8", input, weight)
+    return _quantize_as("rms_norm_fp8", input, granularity, dtype, scale, pow2_scale)
+
+
+@torch.library.register_fake("ops::fused_add_rms_norm_fp8")
+def _fused_add_rms_norm_fp8_fake(input, residual, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
+                                 pow2_scale=False):
+    op = "fused_add_rms_norm_fp8"
+    _fused._check_norm(op, input, weight)
+    _fused._check_residual(op, input, residual)
+    _overlap.check_written_in_place(op, "residual", residual)
+    _overlap.check_no_shared_memory(op, "residual", residual, "input", input)
+    _overlap.check_no_shared_memory(op, "residual", residual, "weight", weight)
+    return _quantize_as(op, input, granularity, dtype, scale, pow2_scale)
+
+
+@torch.library.register_fake("ops::silu_and_mul_fp8")
+def _silu_and_mul_fp8_fake(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    op = "silu_and_mul_fp8"
+    _fused._check_silu_and_mul(op, input)
+    half = input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
+    return _quantize_as(op, half, granularity, dtype, scale, pow2_scale)
+
+
+def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    """``quantize_fp8(rms_norm(input, weight, eps), granularity, dtype, scale, pow2_scale)`` in one op: the
+    norm rounded to input's dtype, then its FP8 codes and scales (those of the two ops, exactly)."""
+    return torch.ops.ops.rms_norm_fp8(input, weight, eps, granularity, dtype, scale, pow2_scale)
+
+
+def fused_add_rms_norm_fp8(input, residual, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
+                           pow2_scale=False):
+    """``residual += input`` in place (the residual stream goes on), then ``rms_norm_fp8(residual, ...)``;
+    input is not written (unlike ``fused_add_rms_norm``)."""
+    return torch.ops.ops.fused_add_rms_norm_fp8(input, residual, weight, eps, granularity, dtype, scale, pow2_scale)
+
+
+def silu_and_mul_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    """``quantize_fp8(silu_and_mul(input), ...)`` in one op: the down projection's FP8 input."""
+    return torch.ops.ops.silu_and_mul_fp8(input, granularity, dtype, scale, pow2_scale)

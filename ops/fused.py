@@ -14,6 +14,23 @@ def _check_floating(op, name, t):
                  f"got {t.dtype}")
 
 
+def _check_residual(op, input, residual):
+    """The C++ kernels' check_same_as, message for message."""
+    torch._check(residual.shape == input.shape, lambda: f"{op}: expected residual of input's "
+                 f"shape {list(input.shape)}, got {list(residual.shape)}")
+    torch._check(residual.dtype == input.dtype, lambda: f"{op}: expected residual's dtype to be "
+                 f"{input.dtype} (input's dtype), got {residual.dtype}")
+    torch._check(residual.device == input.device, lambda: f"{op}: expected residual on "
+                 f"{input.device} (input's device), got {residual.device}")
+
+
+def _check_silu_and_mul(op, input):
+    torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., 2 * d), got a 0-D tensor")
+    _check_floating(op, "input", input)
+    torch._check(input.shape[-1] % 2 == 0, lambda: f"{op}: expected input's last dimension to be even "
+                 f"(2 * d: the gate half, then the up half), got {input.shape[-1]}")
+
+
 def _check_norm(op, input, weight):
     torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., hidden), got a 0-D tensor")
     _check_floating(op, "input", input)
@@ -81,13 +98,7 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
 @torch.library.register_fake("ops::fused_add_rms_norm")
 def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
     _check_norm("fused_add_rms_norm", input, weight)
-    # The C++ kernels' check_same_as, message for message.
-    torch._check(residual.shape == input.shape, lambda: "fused_add_rms_norm: expected residual of input's "
-                 f"shape {list(input.shape)}, got {list(residual.shape)}")
-    torch._check(residual.dtype == input.dtype, lambda: "fused_add_rms_norm: expected residual's dtype to be "
-                 f"{input.dtype} (input's dtype), got {residual.dtype}")
-    torch._check(residual.device == input.device, lambda: "fused_add_rms_norm: expected residual on "
-                 f"{input.device} (input's device), got {residual.device}")
+    _check_residual("fused_add_rms_norm", input, residual)
     _overlap.check_written_in_place("fused_add_rms_norm", "input", input)
     _overlap.check_written_in_place("fused_add_rms_norm", "residual", residual)
     _overlap.check_no_shared_memory("fused_add_rms_norm", "input", input, "residual", residual)
@@ -124,10 +135,7 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
 
 @torch.library.register_fake("ops::silu_and_mul")
 def _silu_and_mul_fake(input):
-    torch._check(input.dim() >= 1, lambda: "silu_and_mul: expected input of shape (..., 2 * d), got a 0-D tensor")
-    _check_floating("silu_and_mul", "input", input)
-    torch._check(input.shape[-1] % 2 == 0, lambda: "silu_and_mul: expected input's last dimension to be even "
-                 f"(2 * d: the gate half, then the up half), got {input.shape[-1]}")
+    _check_silu_and_mul("silu_and_mul", input)
     return torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
 
 

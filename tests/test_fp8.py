@@ -504,3 +504,72 @@ def test_a_checkpoint_in_transformers_fine_grained_fp8_format_runs_on_ops_kernel
     assert F.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.999  # measured 0.9996
     with pytest.raises(ValueError, match="from_fp8: expected a float8_e4m3fn weight"):
         ops.nn.Fp8Linear.from_fp8(torch.zeros(32, 32, dtype=E4), torch.ones(2, 2))
+
+
+# ---- the fused forms -----------------------------------------------------------------------------
+
+FUSED_GRANULARITIES = ["tensor", "row", "group"]
+
+
+def same_codes(a, b):
+    return torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("granularity", FUSED_GRANULARITIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("pow2", [False, True])
+def test_fused_forms_equal_the_unfused_formula(granularity, dtype, pow2):
+    torch.manual_seed(0)
+    x, r = torch.randn(3, 5, 320).to(dtype), torch.randn(3, 5, 320).to(dtype)
+    w = (torch.rand(320) + 0.5).to(dtype)
+    kw = dict(granularity=granularity, pow2_scale=pow2)
+    assert same_codes(ops.rms_norm_fp8(x, w, 1e-5, **kw), ops.quantize_fp8(ops.rms_norm(x, w, 1e-5), **kw))
+    residual, expected_residual = r.clone(), r.clone()
+    got = ops.fused_add_rms_norm_fp8(x, residual, w, 1e-5, **kw)
+    expected_residual += x
+    assert torch.equal(residual, expected_residual)
+    assert same_codes(got, ops.quantize_fp8(ops.rms_norm(expected_residual, w, 1e-5), **kw))
+    gate_up = torch.randn(3, 5, 640).to(dtype)
+    assert same_codes(ops.silu_and_mul_fp8(gate_up, **kw), ops.quantize_fp8(ops.silu_and_mul(gate_up), **kw))
+
+
+def test_fused_forms_static_scale_errors_and_modes():
+    x, w = torch.randn(4, 32), torch.ones(32)
+    s = torch.tensor(0.01)
+    assert same_codes(ops.rms_norm_fp8(x, w, granularity="tensor", scale=s),
+                      ops.quantize_fp8(ops.rms_norm(x, w), "tensor", scale=s))
+    for fn, args, pattern in [
+        (ops.rms_norm_fp8, (x, torch.ones(16)), r"rms_norm_fp8: expected weight of shape \(hidden,\) = \(32,\)"),
+        (ops.rms_norm_fp8, (x, w, 1e-6, "channel"), r'rms_norm_fp8: expected granularity to be one of "tensor"'),
+        (ops.fused_add_rms_norm_fp8, (x, torch.randn(4, 16), w), r"fused_add_rms_norm_fp8: expected residual of "
+                                                                  r"input's shape \[4, 32\], got \[4, 16\]"),
+        (ops.fused_add_rms_norm_fp8, (x, x, w), r"fused_add_rms_norm_fp8: .*residual.*input"),
+        (ops.silu_and_mul_fp8, (torch.randn(4, 31),), r"silu_and_mul_fp8: expected input's last dimension to be even"),
+    ]:
+        messages = []
+        for device in ("cpu", "meta"):
+            moved = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+            if fn is ops.fused_add_rms_norm_fp8 and args[1] is x:
+                moved[1] = moved[0]
+            with pytest.raises((RuntimeError, ValueError), match=pattern) as info:
+                fn(*moved)
+            messages.append(str(info.value).splitlines()[0])
+        assert messages[0] == messages[1], messages
+    with pytest.raises(RuntimeError, match="rms_norm_fp8: not differentiable"):
+        ops.rms_norm_fp8(x, w.clone().requires_grad_())
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch.ops.ops.rms_norm_fp8.default, (x, w), {"granularity": "group"}, test_utils=utils)
+    torch.library.opcheck(torch.ops.ops.fused_add_rms_norm_fp8.default, (x, torch.randn(4, 32), w), test_utils=utils)
+    torch.library.opcheck(torch.ops.ops.silu_and_mul_fp8.default, (torch.randn(4, 64),), test_utils=utils)
+
+    def block(x, r, w):  # a pre-norm step feeding an FP8 projection
+        codes, scale = ops.fused_add_rms_norm_fp8(x, r, w)
+        return codes.float() * scale, r
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, dynamic=True)
+    for n in (3, 7):
+        x, r = torch.randn(n, 32), torch.randn(n, 32)
+        r1, r2 = r.clone(), r.clone()
+        torch.testing.assert_close(compiled(x, r1, w), block(x, r2, w))
+        assert torch.equal(r1, r2)
