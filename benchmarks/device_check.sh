@@ -23,7 +23,7 @@
 # call cut off at its time limit still returns the stages that ended (the device tool returns at most
 # 8 files per call: one archive fits any number of reports).
 #
-# STAGES picks what runs (default: all): build sm80 gemm sweep tests sanitizer diag ops model overhead allocator
+# STAGES picks what runs (default: all): build sm80 gemm sweep tests sanitizer diag ops fp8 model overhead allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
 # 9-minute device call, and a 15-minute device lease includes the machine's start: run two
 # calls on one warm machine (benchmarks/README.md gives the commands and which stages each lease runs),
@@ -120,7 +120,7 @@ if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cu
   fi
 fi
 
-STAGES="${STAGES:-build sm80 gemm sweep tests sanitizer diag ops model overhead allocator}"
+STAGES="${STAGES:-build sm80 gemm sweep tests sanitizer diag ops fp8 model overhead allocator}"
 MORE="$(mktemp -d)"  # every report; packed into $OUT/results.tgz after each stage
 pack() {
   printf '%s\n' "stage	exit status	seconds" "${stage_rows[@]}" > "$MORE/stages.tsv"
@@ -334,6 +334,12 @@ if want ops; then
   # The sweeps in their own process, as for the GEMM (ops_candidates/ also gets its own ops.md).
   stage "benchmark: every fused-linear tactic and rms_norm kernel variant"
   step ops-candidates 120 "$PY" -m benchmarks.ops --candidates --out "$MORE/ops_candidates"
+  pack
+fi
+
+if want fp8; then
+  stage "benchmark: FP8 scaled GEMM vs torch._scaled_mm and bf16 torch.mm; FP8 quantization"
+  step fp8 60 "$PY" -m benchmarks.fp8 --quick --out "$MORE"
   pack
 fi
 

@@ -528,3 +528,20 @@ def test_the_gpu_sweep_covers_every_candidate_configuration_within_its_budget():
         if module == "benchmarks.gemm":
             from benchmarks import gemm
             assert gemm.planned_cases(gemm.parse_args(args.split()), "cuda")
+
+
+def test_fp8_benchmark_reports_every_recipe_and_what_torch_cannot_run(tmp_path):
+    from benchmarks import fp8
+
+    assert fp8.main(["--quick", "--nk", "32x256", "--tokens", "4", "--hidden", "256", "--no-compile",
+                     "--out", str(tmp_path)]) == 0
+    gemm = json.loads((tmp_path / "fp8_gemm.json").read_text())["results"]
+    assert [r["recipe"] for r in gemm] == ["tensorwise", "rowwise", "block128"]
+    for r in gemm:
+        assert r["ops_error"] < 1e-2 and r["ops_tflops"] > 0 and r["vs_bf16_mm"] > 0
+    assert "vs_torch" in gemm[1] and "torch_unavailable" in gemm[2]  # torch runs no blockwise recipe on CPU
+    quant = json.loads((tmp_path / "fp8_quant.json").read_text())["results"]
+    assert {r["op"] for r in quant} == {"quantize row", "quantize group", "rms_norm_fp8", "silu_and_mul_fp8"}
+    assert "n/a" in (tmp_path / "fp8_gemm.md").read_text()
+    with pytest.raises(SystemExit):
+        fp8.main(["--nk", "30x256"])
