@@ -120,3 +120,33 @@ def test_convert_after_parallelize_says_it_must_run_first(mesh):
     with pytest.warns(UserWarning, match="run ops.nn.convert before parallelizing"):
         report = ops.nn.convert(model)
     assert report.linear == [] and "run ops.nn.convert before parallelizing" in dict(report.skipped)["0"]
+
+
+def test_scaled_gemm_and_quantize_fp8_shards_carry_their_scales(mesh):
+    # FP8 tensors cannot cross gloo ("Invalid scalar type"): DTensors from local tensors, each call on
+    # placements a rule takes as they are (no redistribution), checked against the local op.
+    def d(t, placement):
+        return DTensor.from_local(t, mesh, [placement], run_check=False)
+
+    x, w = torch.randn(8, 256), torch.randn(32, 256)
+    xq, xs = ops.quantize_fp8(x, "row")
+    wq, ws = ops.quantize_fp8(w, "row")
+    local = ops.scaled_gemm(xq, wq.t(), xs, ws.t(), out_dtype=torch.float32)
+    out = ops.scaled_gemm(d(xq, Shard(0)), d(wq.t(), Replicate()), d(xs, Shard(0)), d(ws.t(), Replicate()),
+                          out_dtype=torch.float32)
+    assert out.placements == (Shard(0),) and torch.equal(out.to_local(), local)
+    out = ops.scaled_gemm(d(xq, Replicate()), d(wq.t(), Shard(1)), d(xs, Replicate()), d(ws.t(), Shard(1)),
+                          out_dtype=torch.float32)
+    assert out.placements == (Shard(1),) and torch.equal(out.to_local(), local)
+    one = torch.tensor(1.0)
+    out = ops.scaled_gemm(d(xq, Shard(1)), d(wq.t(), Shard(0)), d(one, Replicate()), d(one, Replicate()),
+                          out_dtype=torch.float32)
+    assert out.placements == (Partial(),)
+    gq, gs = ops.quantize_fp8(x, "group")
+    bq, bs = ops.quantize_fp8(w, "block")
+    out = ops.scaled_gemm(d(gq, Shard(0)), d(bq.t(), Replicate()), d(gs, Shard(0)), d(bs.t(), Replicate()),
+                          out_dtype=torch.float32)
+    assert out.placements == (Shard(0),)
+    codes, scale = ops.quantize_fp8(d(x, Shard(0)), "row")
+    assert codes.placements == scale.placements == (Shard(0),)
+    assert torch.equal(codes.to_local().view(torch.uint8), xq.view(torch.uint8)) and torch.equal(scale.to_local(), xs)
