@@ -573,3 +573,21 @@ def test_fused_forms_static_scale_errors_and_modes():
         r1, r2 = r.clone(), r.clone()
         torch.testing.assert_close(compiled(x, r1, w), block(x, r2, w))
         assert torch.equal(r1, r2)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_agrees_with_torch_scaled_mm_on_the_gpu(recipe, out_dtype):
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("torch._scaled_mm needs sm89+")
+    M, K, N = 64, 512, 256
+    A, B = fp8(M, K, device="cuda"), fp8(N, K, seed=1, device="cuda").t()  # B column-major, as cuBLAS takes it
+    sa, sb, ea, eb = recipe_scales(recipe, M, K, N, device="cuda")
+    bias = torch.randn(N, device="cuda").to(out_dtype) if out_dtype != torch.float32 else None
+    ours = ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype).double()
+    theirs = torch._scaled_mm(A, B, sa, sb, bias=bias, out_dtype=out_dtype).double()
+    reference = (A.double() * ea) @ (B.double() * eb) + (0 if bias is None else bias.double())
+    eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[out_dtype]
+    scale = reference.abs().max()
+    assert (ours - reference).abs().max() <= eps * scale and (theirs - reference).abs().max() <= eps * scale
