@@ -591,3 +591,22 @@ def test_agrees_with_torch_scaled_mm_on_the_gpu(recipe, out_dtype):
     eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[out_dtype]
     scale = reference.abs().max()
     assert (ours - reference).abs().max() <= eps * scale and (theirs - reference).abs().max() <= eps * scale
+
+
+@pytest.mark.cuda
+def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
+    """transformers' own fine-grained FP8 path (its Triton or DeepGEMM kernels) against ops' on one layer."""
+    fg = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 needs sm89+")
+    w = torch.randn(512, 1024, device="cuda") / 32
+    codes, scale = ops.quantize_fp8(w, "block")
+    theirs = fg.FP8Linear(1024, 512, block_size=(128, 128)).cuda()
+    with torch.no_grad():
+        theirs.weight.copy_(codes)
+        theirs.weight_scale_inv.copy_(scale)
+    ours = ops.nn.Fp8Linear.from_fp8(codes, scale)
+    x = torch.randn(3, 40, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        a, b = ours(x).float(), theirs(x).float()
+    assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.999
