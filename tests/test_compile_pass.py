@@ -275,7 +275,9 @@ def test_summands_that_are_views_of_one_tensor_are_not_written_in_place():
 
 NOOPS = {"* 1.0": lambda v: v * 1.0, "1.0 *": lambda v: 1.0 * v, "+ 0": lambda v: v + 0, "- 0": lambda v: v - 0,
          "/ 1": lambda v: v / 1, "clone": lambda v: v.clone(), "to same dtype": lambda v: v.to(v.dtype),
-         "* ones": lambda v: v * torch.ones_like(v)}
+         "* ones": lambda v: v * torch.ones_like(v), "float64 round trip": lambda v: v.double().float(),
+         "repeat 1": lambda v: v.repeat(1, 1), "cat of one": lambda v: torch.cat([v]), "pow 1": lambda v: v.pow(1),
+         "pad 0": lambda v: F.pad(v, (0, 0))}
 
 
 @pytest.mark.parametrize("noop", list(NOOPS))
