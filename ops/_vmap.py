@@ -10,8 +10,9 @@ implemented". With these rules:
   ``fused_add_rms_norm`` (in place, on views of the batched tensors) and ``silu_and_mul`` over input,
   ``linear`` over input, ``cutlass_gemm`` over A (one (batch*M, K) x (K, N) GEMM) or over B (one
   (M, K) x (K, batch*N) GEMM);
-- per-sample parameters (a batched weight or bias, or both GEMM operands batched) run one call per
-  sample, stacked: the same work as the fallback, without its warning.
+- ``scaled_gemm`` over A with per-row scales (rowwise, blockwise) runs one GEMM of batch * M rows;
+- per-sample parameters (a batched weight or bias, or both GEMM operands batched; scaled_gemm's other
+  batchings) run one call per sample, stacked: the same work as the fallback, without its warning.
 
 Each rule computes what the op computes per sample, through the registered ops, so ``grad(vmap(op))`` and
 ``vmap(grad(op))`` differentiate through the ops' own autograd (csrc/autograd.cpp).
@@ -57,8 +58,8 @@ def _per_sample(info, in_dims, fn, *args):
     the meta device (which raises the same errors)."""
     if info.batch_size == 0:
         like = next(a for a, d in zip(args, in_dims) if d is not None)
-        shape = fn(*(_meta_sample(a, d) for a, d in zip(args, in_dims))).shape
-        out = torch.empty((0, *shape), dtype=like.dtype, device=like.device)
+        sample = fn(*(_meta_sample(a, d) for a, d in zip(args, in_dims)))
+        out = torch.empty((0, *sample.shape), dtype=sample.dtype, device=like.device)
         tracked = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         if tracked:
             # Keep the empty result in its inputs' autograd graph, as the op's own result would be:
@@ -89,6 +90,26 @@ def _cutlass_gemm_vmap(info, in_dims, A, B):
         C = _ops.cutlass_gemm(A, B.transpose(0, 1).reshape(K, batch * N))
         return C.view(A.shape[0], batch, N), 1
     return _per_sample(info, in_dims, _ops.cutlass_gemm, A, B)
+
+
+@torch.library.register_vmap("ops::scaled_gemm")
+def _scaled_gemm_vmap(info, in_dims, A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="none",
+                      use_fast_accum=False):
+    in_dims = _pad(in_dims, 8)
+    a_dim, b_dim, sa_dim, sb_dim, bias_dim = in_dims[:5]
+    merge = (a_dim is not None and sa_dim is not None and b_dim is None and sb_dim is None and bias_dim is None
+             and A.dim() == 3 and scale_a.dim() == 3 and B.dim() == 2 and scale_b.numel() > 1)
+    if merge:
+        A, sa = _front(A, a_dim), _front(scale_a, sa_dim)
+        batch, M, K = A.shape
+        # Per-row scales (rowwise, blockwise: one row of scale_a per row of A) stack like A's rows: one GEMM
+        # with batch * M rows. A tensorwise sample (scale_b of one element) has no per-row scale.
+        if sa.shape[:2] == (batch, M) and B.shape[0] == K:
+            out = _ops.scaled_gemm(A.reshape(batch * M, K), B, sa.reshape(batch * M, sa.shape[2]), scale_b, bias,
+                                   out_dtype, activation, use_fast_accum)
+            return out.view(batch, M, B.shape[1]), 0
+    return _per_sample(info, in_dims, _ops.scaled_gemm, A, B, scale_a, scale_b, bias, out_dtype, activation,
+                       use_fast_accum)
 
 
 @torch.library.register_vmap("ops::linear")

@@ -610,3 +610,30 @@ def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
     with torch.no_grad():
         a, b = ours(x).float(), theirs(x).float()
     assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.999
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_vmap_equals_a_loop_over_samples(recipe):
+    batch, M, K, N = 3, 5, 256, 32
+    A = torch.stack([fp8(M, K, seed=s) for s in range(batch)])
+    B = fp8(K, N, seed=9)
+    samples = [recipe_scales(recipe, M, K, N)[:2] for _ in range(batch)]
+    sa = torch.stack([s[0] * (i + 1) for i, s in enumerate(samples)])
+    sb = samples[0][1]
+
+    def loop(As, sas, Bs=None, sbs=None):
+        return torch.stack([ops.scaled_gemm(As[i], B if Bs is None else Bs[i], sas[i], sb if sbs is None else sbs[i],
+                                            out_dtype=torch.float32) for i in range(batch)])
+
+    f = lambda a, s: ops.scaled_gemm(a, B, s, sb, out_dtype=torch.float32)  # noqa: E731
+    # One GEMM of batch * M rows: BLAS may sum in another order than for M rows.
+    torch.testing.assert_close(torch.vmap(f)(A, sa), loop(A, sa), rtol=1e-4, atol=1e-3)
+    # batched B and scale_b, batch dimension last: one call per sample
+    Bs = torch.stack([fp8(K, N, seed=20 + i) for i in range(batch)], -1)
+    sbs = torch.stack([sb] * batch, -1)
+    g = lambda b, s: ops.scaled_gemm(A[0], b, sa[0], s, out_dtype=torch.float32)  # noqa: E731
+    expected = torch.stack([ops.scaled_gemm(A[0], Bs[..., i], sa[0], sbs[..., i], out_dtype=torch.float32)
+                            for i in range(batch)])
+    assert torch.equal(torch.vmap(g, in_dims=(-1, -1))(Bs, sbs), expected)
+    empty = torch.vmap(f)(A[:0], sa[:0])
+    assert empty.shape == (0, M, N) and empty.dtype == torch.float32
