@@ -333,7 +333,7 @@ class ConversionReport:
     rms_norm: List[str] = dataclasses.field(default_factory=list)
     recipes: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (block, recipe name)
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (module, why it was left alone)
-    fp8: List[str] = dataclasses.field(default_factory=list)  # Linears now Fp8Linear (convert(fp8=...))
+    fp8: List[str] = dataclasses.field(default_factory=list)  # Linears replaced by Fp8Linear
     # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
     kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
 
