@@ -105,14 +105,18 @@ void check_gemm_defined(const char* op, const at::Tensor& A, const at::Tensor& B
   TORCH_CHECK(B.defined(), op, ": B must be a defined tensor (K, N), got an undefined tensor (None)");
 }
 
-void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B) {
-  check_gemm_defined(op, A, B);
+void check_gemm_shapes(const char* op, const at::Tensor& A, const at::Tensor& B) {
   TORCH_CHECK(A.dim() == 2, op, ": expected A to be a 2-D matrix (M, K), got a ", A.dim(),
               "-D tensor of shape ", A.sizes());
   TORCH_CHECK(B.dim() == 2, op, ": expected B to be a 2-D matrix (K, N), got a ", B.dim(),
               "-D tensor of shape ", B.sizes());
   TORCH_CHECK(A.size(1) == B.size(0), op, ": A (M, K) and B (K, N) must agree on K, got A of shape ",
               A.sizes(), " and B of shape ", B.sizes());
+}
+
+void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B) {
+  check_gemm_defined(op, A, B);
+  check_gemm_shapes(op, A, B);
   TORCH_CHECK(is_gemm_dtype(A.scalar_type()), op,
               ": expected A's dtype to be ", gemm_dtypes_text(), ", got ", torch_dtype_name(A.scalar_type()));
   TORCH_CHECK(A.scalar_type() == B.scalar_type(), op,
@@ -202,12 +206,7 @@ ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const 
                                      const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
   check_gemm_defined(op, A, B);
   TORCH_CHECK(scale_a.defined() && scale_b.defined(), op, ": scale_a and scale_b must be defined tensors");
-  TORCH_CHECK(A.dim() == 2, op, ": expected A to be a 2-D matrix (M, K), got a ", A.dim(),
-              "-D tensor of shape ", A.sizes());
-  TORCH_CHECK(B.dim() == 2, op, ": expected B to be a 2-D matrix (K, N), got a ", B.dim(),
-              "-D tensor of shape ", B.sizes());
-  TORCH_CHECK(A.size(1) == B.size(0), op, ": A (M, K) and B (K, N) must agree on K, got A of shape ",
-              A.sizes(), " and B of shape ", B.sizes());
+  check_gemm_shapes(op, A, B);
   TORCH_CHECK(is_fp8(A.scalar_type()) && is_fp8(B.scalar_type()), op,
               ": expected A and B to be torch.float8_e4m3fn or torch.float8_e5m2, got A ",
               torch_dtype_name(A.scalar_type()), " and B ", torch_dtype_name(B.scalar_type()));

@@ -23,6 +23,9 @@ std::string torch_dtype_name(at::ScalarType t);
 // call it, and reading sizes there would specialize symbolic shapes under torch.export / compile).
 void check_gemm_defined(const char* op, const at::Tensor& A, const at::Tensor& B);
 
+// A (M, K) and B (K, N): 2-D matrices agreeing on K (any dtype).
+void check_gemm_shapes(const char* op, const at::Tensor& A, const at::Tensor& B);
+
 // A (M, K) and B (K, N): 2-D, same dtype (kGemmDtypes), same device.
 void check_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B);
 
@@ -56,6 +59,11 @@ void check_silu_and_mul_input(const char* op, const at::Tensor& input);
 enum class ScaleRecipe : int8_t { Tensorwise, Rowwise, Block128, Block1x128 };
 const char* scale_recipe_name(ScaleRecipe recipe);
 inline constexpr int64_t kScaleBlock = 128;
+
+// A block scale (one value per kScaleBlock elements along `dim`) repeated to `size` elements along it.
+inline at::Tensor expand_block_scale(const at::Tensor& scale, int64_t dim, int64_t size) {
+  return scale.repeat_interleave(kScaleBlock, dim).narrow(dim, 0, size);
+}
 
 // scaled_gemm: A (M, K) and B (K, N) float8_e4m3fn or float8_e5m2 (not both e5m2), K and N multiples
 // of 16; float32 scales of a recipe; bias (N,) of out_dtype; out_dtype bfloat16, float16 or float32; one

@@ -48,9 +48,9 @@ at::Tensor expand(const at::Tensor& scale, at::IntArrayRef sizes, Granularity g)
   switch (g) {
     case Granularity::Tensor:
     case Granularity::Row: return scale;
-    case Granularity::Group: return scale.repeat_interleave(kBlock, last).narrow(last, 0, sizes[last]);
+    case Granularity::Group: return expand_block_scale(scale, last, sizes[last]);
     case Granularity::Block:
-      return scale.repeat_interleave(kBlock, 0).narrow(0, 0, sizes[0]).repeat_interleave(kBlock, 1).narrow(1, 0, sizes[1]);
+      return expand_block_scale(expand_block_scale(scale, 0, sizes[0]), 1, sizes[1]);
   }
   return scale;
 }

@@ -20,7 +20,7 @@ at::Tensor expand_scale_a(const at::Tensor& s, ScaleRecipe recipe, int64_t K) {
     case ScaleRecipe::Tensorwise: return s.reshape({1, 1});
     case ScaleRecipe::Rowwise: return s;
     case ScaleRecipe::Block128:
-    case ScaleRecipe::Block1x128: return s.repeat_interleave(kScaleBlock, 1).narrow(1, 0, K);
+    case ScaleRecipe::Block1x128: return expand_block_scale(s, 1, K);
   }
   return s;
 }
@@ -30,8 +30,8 @@ at::Tensor expand_scale_b(const at::Tensor& s, ScaleRecipe recipe, int64_t K, in
     case ScaleRecipe::Tensorwise: return s.reshape({1, 1});
     case ScaleRecipe::Rowwise: return s;
     case ScaleRecipe::Block128:
-      return s.repeat_interleave(kScaleBlock, 0).narrow(0, 0, K).repeat_interleave(kScaleBlock, 1).narrow(1, 0, N);
-    case ScaleRecipe::Block1x128: return s.repeat_interleave(kScaleBlock, 0).narrow(0, 0, K);
+      return expand_block_scale(expand_block_scale(s, 0, K), 1, N);
+    case ScaleRecipe::Block1x128: return expand_block_scale(s, 0, K);
   }
   return s;
 }
