@@ -9,11 +9,11 @@ ranks. The in-place ``fused_add_rms_norm`` keeps its inputs' placements or raise
 written argument would be a copy, and the write lost).
 """
 
-import math
-
 import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
+
+from .fp8 import recipe_of
 
 R, P = Replicate(), Partial()
 
@@ -51,15 +51,6 @@ def _linear(input, weight, bias=None, activation="none"):
     return rules
 
 
-def _scale_recipe(A, B, scale_a, scale_b):
-    """The recipe of scaled_gemm's scales (csrc/checks.cpp check_scaled_gemm_inputs), from their shapes."""
-    if math.prod(scale_a.shape) == 1 and math.prod(scale_b.shape) == 1:
-        return "tensorwise"
-    if len(scale_a.shape) == 2 and scale_a.shape[1] == 1 and len(scale_b.shape) == 2 and scale_b.shape[0] == 1:
-        return "rowwise"
-    return "block1x128" if len(scale_b.shape) == 2 and scale_b.shape[1] == B.shape[1] else "block128"
-
-
 @register_sharding(torch.ops.ops.scaled_gemm.default)
 def _scaled_gemm(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="none", use_fast_accum=False):
     # The scales go with the rows of A and the columns of B they scale: rows of A with scale_a's rows (all
@@ -67,11 +58,11 @@ def _scaled_gemm(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="
     # scale would need shard edges on block edges, so B's columns are not offered there). K split: Partial
     # sums only where the scales do not depend on k (tensorwise, rowwise) and no activation follows.
     b = (lambda placement: None if bias is None else placement)
-    recipe = _scale_recipe(A, B, scale_a, scale_b)
+    recipe = recipe_of(A.shape[0], A.shape[1], B.shape[1], scale_a.shape, scale_b.shape)
     tensorwise = recipe == "tensorwise"
     rules = [([R], [R, R, R, R, b(R)]),
              ([Shard(0)], [Shard(0), R, R if tensorwise else Shard(0), R, b(R)])]
-    if recipe != "block128":
+    if recipe != "blockwise 1x128 x 128x128":
         rules.append(([Shard(1)], [R, Shard(1), R, R if tensorwise else Shard(1), b(Shard(0))]))
     if activation == "none" and recipe in ("tensorwise", "rowwise"):
         rules.append(([P], [Shard(1), Shard(0), R, R, b(P)]))

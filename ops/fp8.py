@@ -2,26 +2,39 @@
 schema in csrc/registration.cpp, checks in csrc/checks.cpp (``check_scaled_gemm_inputs``), kernels in
 cutlass_gemm/scaled_gemm.cpp, the refusal of autograd in csrc/autograd.cpp."""
 
+import math
 from typing import Optional
 
 import torch
 
 from . import _library, _overlap, fused as _fused
-from .gemm import _check_gemm_out
+from .gemm import _check_gemm_out, _check_gemm_shapes
+from .linear import _check_activation
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCK = 128  # the blockwise recipes' group length along K (and N for 128x128 blocks of B)
 
 
+def recipe_of(m, k, n, scale_a_shape, scale_b_shape):
+    """The recipe that scales of these shapes give A (m, k) and B (k, n) (csrc/checks.cpp
+    check_scaled_gemm_inputs), or None."""
+    kb, nb = -(-k // BLOCK), -(-n // BLOCK)
+    sa, sb = tuple(scale_a_shape), tuple(scale_b_shape)
+    if math.prod(sa) == 1 and math.prod(sb) == 1:
+        return "tensorwise"
+    if sa == (m, 1) and sb == (1, n):
+        return "rowwise"
+    if sa == (m, kb) and sb == (kb, nb):
+        return "blockwise 1x128 x 128x128"
+    if sa == (m, kb) and sb == (kb, n):
+        return "blockwise 1x128 x 1x128"
+    return None
+
+
 def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype):
     """The checks of csrc/checks.cpp (check_scaled_gemm_inputs), for fake tensors; returns the recipe."""
-    torch._check(A.dim() == 2, lambda: f"{op}: expected A to be a 2-D matrix (M, K), got a {A.dim()}-D tensor "
-                 f"of shape {list(A.shape)}")
-    torch._check(B.dim() == 2, lambda: f"{op}: expected B to be a 2-D matrix (K, N), got a {B.dim()}-D tensor "
-                 f"of shape {list(B.shape)}")
-    torch._check(A.shape[1] == B.shape[0], lambda: f"{op}: A (M, K) and B (K, N) must agree on K, got A of "
-                 f"shape {list(A.shape)} and B of shape {list(B.shape)}")
+    _check_gemm_shapes(op, A, B)
     torch._check(A.dtype in _FP8 and B.dtype in _FP8, lambda: f"{op}: expected A and B to be torch.float8_e4m3fn "
                  f"or torch.float8_e5m2, got A {A.dtype} and B {B.dtype}")
     torch._check(not (A.dtype == B.dtype == torch.float8_e5m2), lambda: f"{op}: A and B cannot both be "
@@ -37,19 +50,8 @@ def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype):
     torch._check(scale_a.dtype == torch.float32 and scale_b.dtype == torch.float32, lambda: f"{op}: expected "
                  f"scale_a and scale_b to be torch.float32, got {scale_a.dtype} and {scale_b.dtype}")
     kb, nb = -(-K // BLOCK), -(-N // BLOCK)
-
-    def is_(t, rows, cols):
-        return t.dim() == 2 and t.shape[0] == rows and t.shape[1] == cols
-
-    if scale_a.numel() == 1 and scale_b.numel() == 1:
-        recipe = "tensorwise"
-    elif is_(scale_a, M, 1) and is_(scale_b, 1, N):
-        recipe = "rowwise"
-    elif is_(scale_a, M, kb) and is_(scale_b, kb, nb):
-        recipe = "blockwise 1x128 x 128x128"
-    elif is_(scale_a, M, kb) and is_(scale_b, kb, N):
-        recipe = "blockwise 1x128 x 1x128"
-    else:
+    recipe = recipe_of(M, K, N, scale_a.shape, scale_b.shape)
+    if recipe is None:
         torch._check(False, lambda: f"{op}: scale_a of shape {list(scale_a.shape)} and scale_b of shape "
                      f"{list(scale_b.shape)} are no recipe for A (M, K) = ({M}, {K}) and B (K, N) = ({K}, {N}); "
                      f"expected tensorwise: one element each; rowwise: (M, 1) = ({M}, 1) and (1, N) = (1, {N}); "
@@ -63,11 +65,6 @@ def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype):
         torch._check(bias.device == A.device, lambda: f"{op}: expected bias on {A.device} (A's device), got "
                      f"{bias.device}")
     return recipe
-
-
-def _check_activation(op, activation):
-    torch._check_value(activation in _library.ACTIVATIONS, lambda: f"{op}: expected activation to be one of "
-                       + ", ".join(f'"{a}"' for a in _library.ACTIVATIONS) + f', got "{activation}"')
 
 
 @torch.library.register_fake("ops::scaled_gemm")

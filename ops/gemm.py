@@ -16,14 +16,19 @@ from . import _overlap
 _GEMM_DTYPES = _library.GEMM_DTYPES
 
 
-def _check_gemm_args(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
-    """The same checks as csrc/checks.cpp, for fake tensors (torch._check keeps them symbolic)."""
+def _check_gemm_shapes(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
+    """csrc/checks.cpp's check_gemm_shapes, for fake tensors (torch._check keeps them symbolic)."""
     torch._check(A.dim() == 2, lambda: f"{op}: expected A to be a 2-D matrix (M, K), got a {A.dim()}-D "
                  f"tensor of shape {list(A.shape)}")
     torch._check(B.dim() == 2, lambda: f"{op}: expected B to be a 2-D matrix (K, N), got a {B.dim()}-D "
                  f"tensor of shape {list(B.shape)}")
     torch._check(A.shape[1] == B.shape[0], lambda: f"{op}: A (M, K) and B (K, N) must agree on K, got A of "
                  f"shape {list(A.shape)} and B of shape {list(B.shape)}")
+
+
+def _check_gemm_args(op: str, A: torch.Tensor, B: torch.Tensor) -> None:
+    """The same checks as csrc/checks.cpp's check_gemm_inputs, for fake tensors."""
+    _check_gemm_shapes(op, A, B)
     torch._check(A.dtype in _GEMM_DTYPES, lambda: f"{op}: expected A's dtype to be {_library.GEMM_DTYPES_TEXT}, "
                  f"got {A.dtype}")
     torch._check(A.dtype == B.dtype, lambda: f"{op}: A and B must have the same dtype, got A {A.dtype} "

@@ -20,6 +20,12 @@ if tuple(ACTIVATION_FUNCTIONS) != ACTIVATIONS:
                       f"table {ACTIVATIONS} (csrc/activation.h): give every activation its formula")
 
 
+def _check_activation(op, activation):
+    """csrc/activation_ops.cpp's parse_activation, for fake kernels."""
+    torch._check_value(activation in ACTIVATIONS, lambda: f"{op}: expected activation to be one of "
+                       + ", ".join(f'"{a}"' for a in ACTIVATIONS) + f', got "{activation}"')
+
+
 @torch.library.register_fake("ops::linear")
 def _linear_fake(input, weight, bias=None, activation="none"):
     torch._check(input.dim() >= 1, lambda: "linear: expected input of shape (..., in_features), got a 0-D tensor")
@@ -40,8 +46,7 @@ def _linear_fake(input, weight, bias=None, activation="none"):
                      f"(input's dtype), got {bias.dtype}")
         torch._check(bias.device == input.device, lambda: f"linear: expected bias on {input.device} "
                      f"(input's device), got {bias.device}")
-    torch._check_value(activation in ACTIVATIONS, lambda: "linear: expected activation to be one of "
-                       + ", ".join(f'"{a}"' for a in ACTIVATIONS) + f', got "{activation}"')
+    _check_activation("linear", activation)
     return torch.empty((*input.shape[:-1], weight.shape[0]), dtype=input.dtype, device=input.device)
 
 

@@ -89,7 +89,7 @@ class Fp8Linear(torch.nn.Module):
             raise ValueError(f"ops.nn.Fp8Linear: in_features and out_features must be multiples of 16 (FP8 GEMM rows), "
                              f"got {in_features} and {out_features}")
         self.in_features, self.out_features, self.recipe, self.activation = in_features, out_features, recipe, activation
-        scale_shape = (out_features, 1) if recipe == "rowwise" else (-(-out_features // 128), -(-in_features // 128))
+        scale_shape = _fp8._scale_shape((out_features, in_features), "row" if recipe == "rowwise" else "block")
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device))
         self.register_buffer("weight_scale", torch.ones(scale_shape, device=device))
         self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
@@ -115,7 +115,7 @@ class Fp8Linear(torch.nn.Module):
         ``weight_scale_inv`` (ceil(N/128), ceil(K/128)) (DeepSeek-V3's and transformers' fine-grained FP8
         format; the scale multiplies the codes despite its name), shared, not copied."""
         n, k = weight.shape
-        expected = (-(-n // 128), -(-k // 128))
+        expected = _fp8._scale_shape((n, k), "block")
         if weight.dtype != torch.float8_e4m3fn or weight_scale_inv.dtype != torch.float32 or \
                 tuple(weight_scale_inv.shape) != expected:
             raise ValueError(f"ops.nn.Fp8Linear.from_fp8: expected a float8_e4m3fn weight (N, K) and a float32 "
@@ -267,6 +267,12 @@ def _has_dtensor_parameters(module: torch.nn.Module) -> bool:
     return dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in module._parameters.values())
 
 
+def _why_hooked(module: torch.nn.Module) -> Optional[str]:
+    """The hooks a module has, as a reason to leave it alone, or None."""
+    hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
+    return f"has hooks ({', '.join(hooks)})" if hooks else None
+
+
 def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     """None for a module convert may replace: no hooks, only its own ``weight``/``bias`` Parameters (a
     pruned or old-style weight-normed module computes its weight in a forward pre-hook from other
@@ -274,9 +280,8 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     alone."""
     if _has_dtensor_parameters(module):
         return _DTENSOR_PARAMS
-    hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
-    if hooks:
-        return f"has hooks ({', '.join(hooks)})"
+    if (why := _why_hooked(module)) is not None:
+        return why
     if "forward" in vars(module):
         return "has a forward of its own (set on the instance)"
     if getattr(module, "_compiled_call_impl", None) is not None:  # module.compile(): runs that code instead
@@ -297,20 +302,24 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
 _HF_FP8_LINEAR = ("transformers.integrations.finegrained_fp8", "FP8Linear")
 
 
+def _why_unaligned(module) -> Optional[str]:
+    """Why a Linear's features do not fit the FP8 GEMM (multiples of 16), or None."""
+    if module.in_features % 16 or module.out_features % 16:
+        return f"features {module.in_features} -> {module.out_features} are not multiples of 16"
+    return None
+
+
 def _why_not_hf_fp8(module) -> Optional[str]:
     """None for a transformers FP8Linear that Fp8Linear computes (128x128 float32 block scales, dynamic
     activations), else why it is left alone."""
-    hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
-    if hooks:
-        return f"has hooks ({', '.join(hooks)})"
+    if (why := _why_hooked(module) or _why_unaligned(module)) is not None:
+        return why
     if tuple(module.block_size or ()) != (128, 128):
         return f"FP8 with block size {module.block_size}; ops.nn.Fp8Linear takes 128x128 blocks"
     if module.activation_scheme != "dynamic":
         return f"static activation scales ({module.activation_scheme}); ops.nn.Fp8Linear quantizes per 1x128 group"
     if module.weight.dtype != torch.float8_e4m3fn or module.weight_scale_inv.dtype != torch.float32:
         return f"weight {module.weight.dtype} with {module.weight_scale_inv.dtype} scales"
-    if module.in_features % 16 or module.out_features % 16:
-        return f"features {module.in_features} -> {module.out_features} are not multiples of 16"
     return None
 
 
@@ -318,9 +327,9 @@ def _why_kept_high_precision(module: torch.nn.Linear, name: str, head) -> Option
     """Why convert(fp8=...) keeps a Linear in high precision, or None to quantize it."""
     if module is head or name == "lm_head":
         return "the output head (its errors reach the logits undamped; vLLM and torchao keep it too)"
-    if module.in_features % 16 or module.out_features % 16:
-        return f"features {module.in_features} -> {module.out_features} are not multiples of 16"
-    if module.weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+    if (why := _why_unaligned(module)) is not None:
+        return why
+    if module.weight.dtype not in _fp8._OUT_DTYPES:
         return f"its dtype {module.weight.dtype} is no FP8 GEMM output dtype"
     return None
 

@@ -3,6 +3,8 @@ rowwise), and to a float64 dequantized reference for every recipe; bad inputs gi
 from the fake kernel; opcheck, torch.compile, torch.export and TorchScript; not differentiable.
 ops.quantize_fp8: codes and scales equal the formula's for every granularity, and feed scaled_gemm."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -49,6 +51,9 @@ def recipe_scales(recipe, M, K, N, device="cpu"):
 
 
 RECIPES = ["tensorwise", "rowwise", "block128", "block1x128"]
+# opcheck's test_schema compares tensors with arithmetic FP8 has none of on CPU ("mul_cpu_reduced_float" not
+# implemented for 'Float8_e4m3fn'): the other tests.
+OPCHECK_UTILS = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
 
 
 def torch_scaled_mm_on_cpu(A, B, sa, sb, bias, out_dtype):
@@ -228,14 +233,12 @@ SAMPLES = [
 def test_opcheck(sample):
     _, make, kwargs = sample
     args = make()
-    # opcheck's test_schema compares tensors with arithmetic FP8 has none of on CPU ("mul_cpu_reduced_float"
-    # not implemented for 'Float8_e4m3fn'); the schema's claim that no input is written is checked below.
-    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    # The schema's claim that no input is written, which opcheck's test_schema cannot check (OPCHECK_UTILS).
     before = [a.view(torch.uint8).clone() if a.dtype in (E4, E5) else a.clone() for a in args]
-    torch.library.opcheck(torch.ops.ops.scaled_gemm.default, args, kwargs, test_utils=utils)
+    torch.library.opcheck(torch.ops.ops.scaled_gemm.default, args, kwargs, test_utils=OPCHECK_UTILS)
     out_dtype = kwargs.get("out_dtype") or torch.bfloat16
     out = torch.empty(args[0].shape[0], args[1].shape[1], dtype=out_dtype)
-    torch.library.opcheck(torch.ops.ops.scaled_gemm.out, args, {**kwargs, "out": out}, test_utils=utils)
+    torch.library.opcheck(torch.ops.ops.scaled_gemm.out, args, {**kwargs, "out": out}, test_utils=OPCHECK_UTILS)
     after = [a.view(torch.uint8) if a.dtype in (E4, E5) else a for a in args]
     assert all(torch.equal(x, y) for x, y in zip(before, after))
 
@@ -403,12 +406,11 @@ def test_quantize_bad_inputs_and_the_fake_kernel_says_the_same(case):
 
 
 def test_quantize_opcheck_compile_and_no_grad():
-    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
     for granularity in ("tensor", "row", "group", "block"):
         x = torch.randn(5, 200)
-        torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (x, granularity), test_utils=utils)
+        torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (x, granularity), test_utils=OPCHECK_UTILS)
     torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (torch.randn(3, 16), "row"),
-                          {"scale": torch.ones(3, 1)}, test_utils=utils)
+                          {"scale": torch.ones(3, 1)}, test_utils=OPCHECK_UTILS)
 
     def f(x):
         q, s = ops.quantize_fp8(x, "group", pow2_scale=True)
@@ -570,10 +572,10 @@ def test_fused_forms_static_scale_errors_and_modes():
         assert messages[0] == messages[1], messages
     with pytest.raises(RuntimeError, match="rms_norm_fp8: not differentiable"):
         ops.rms_norm_fp8(x, w.clone().requires_grad_())
-    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
-    torch.library.opcheck(torch.ops.ops.rms_norm_fp8.default, (x, w), {"granularity": "group"}, test_utils=utils)
-    torch.library.opcheck(torch.ops.ops.fused_add_rms_norm_fp8.default, (x, torch.randn(4, 32), w), test_utils=utils)
-    torch.library.opcheck(torch.ops.ops.silu_and_mul_fp8.default, (torch.randn(4, 64),), test_utils=utils)
+    opcheck = functools.partial(torch.library.opcheck, test_utils=OPCHECK_UTILS)
+    opcheck(torch.ops.ops.rms_norm_fp8.default, (x, w), {"granularity": "group"})
+    opcheck(torch.ops.ops.fused_add_rms_norm_fp8.default, (x, torch.randn(4, 32), w))
+    opcheck(torch.ops.ops.silu_and_mul_fp8.default, (torch.randn(4, 64),))
 
     def block(x, r, w):  # a pre-norm step feeding an FP8 projection
         codes, scale = ops.fused_add_rms_norm_fp8(x, r, w)
