@@ -18,6 +18,7 @@ static shapes, dynamic=True, or a dynamic first dimension (mark_dynamic).
 import argparse
 import collections
 import dataclasses
+import itertools
 import math
 import os
 import signal
@@ -500,48 +501,106 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
     return dict(backend.counts)
 
 
+def _write_json(path, obj):
+    """Writes obj to path through a temporary file in the same folder: a cut write leaves the last one."""
+    import json
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".compile_fuzz.", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _total(chunks, args, seconds):
+    results = [c.get("result") for c in chunks]
+    done = sum(c.get("graphs", 0) for c in chunks if c.get("result") == "agreed")
+    result = ("disagreement" if "disagreement" in results or "no report" in results else
+              "agreed" if done >= args.graphs else "interrupted")
+    total = {"result": result, "seconds": seconds, "torch": torch.__version__, "graphs target": args.graphs,
+             "first seed": args.seed or 0, "chunk": args.chunk, "chunks": sorted(chunks, key=lambda c: c["seed"])}
+    for key in ("graphs", "skipped (eager raised)", "skipped (Inductor without the pass raised)"):
+        total[key] = sum(c.get(key, 0) for c in chunks)
+    for key in ("graphs rewritten per pattern", "rewrites per pattern"):
+        total[key] = {name: sum(c.get(key, {}).get(name, 0) for c in chunks) for name in ops.compile.PATTERNS}
+    return total
+
+
 def _jobs(args):
-    """Runs args.jobs processes of args.graphs / jobs graphs each, with seeds seed, seed + 1, ...;
-    writes their summed tally to args.out. Returns the exit status (1 if any process disagreed)."""
+    """Runs chunks of args.chunk graphs, chunk i with seed seed + i, args.jobs processes at a time, until
+    args.graphs graphs agreed or one disagrees; the summed tally goes to args.out after every chunk. With
+    args.resume, the chunks args.out records as agreed are kept and the others run again (a chunk's
+    programs follow from its seed alone). Returns the exit status (1 if a graph disagreed)."""
     import json
     import subprocess
     import tempfile
 
     seed = args.seed or 0
-    t0 = time.time()
+    chunks, seconds = {}, 0
+    if args.resume and args.out and os.path.exists(args.out):
+        with open(args.out) as f:
+            old = json.load(f)
+        if (old.get("first seed"), old.get("chunk"), old.get("torch")) != (seed, args.chunk, torch.__version__):
+            sys.exit(f"compile_fuzz: --resume: {args.out} records first seed {old.get('first seed')}, chunk "
+                     f"{old.get('chunk')}, torch {old.get('torch')}; this run has {seed}, {args.chunk}, "
+                     f"{torch.__version__}")
+        chunks = {c["seed"]: c for c in old.get("chunks", []) if c.get("result") == "agreed"}
+        seconds = old.get("seconds", 0)
+    t0 = time.time() - seconds
+
+    def agreed():
+        return sum(c["graphs"] for c in chunks.values() if c.get("result") == "agreed")
+
+    running = {}  # seed -> (process, report path)
+    failed = False
     with tempfile.TemporaryDirectory() as tmp:
-        outs = [os.path.join(tmp, f"job{i}.json") for i in range(args.jobs)]
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--seed", str(seed + i), "--out", out,
-                                   "--graphs", str(args.graphs // args.jobs + (i < args.graphs % args.jobs))])
-                 for i, out in enumerate(outs)]
         try:
-            codes = [p.wait() for p in procs]
-        except KeyboardInterrupt:  # each job reports the graphs it ran
-            for p in procs:
+            while True:
+                while not failed and len(running) < args.jobs and agreed() + args.chunk * len(running) < args.graphs:
+                    s = next(s for s in itertools.count(seed) if s not in chunks and s not in running)
+                    out = os.path.join(tmp, f"seed{s}.json")
+                    running[s] = (subprocess.Popen([sys.executable, os.path.abspath(__file__), "--seed", str(s),
+                                                    "--graphs", str(args.chunk), "--out", out]), out)
+                if not running:
+                    break
+                pid, _ = os.wait()
+                s = next(s for s, (p, _) in running.items() if p.pid == pid)
+                p, out = running.pop(s)
+                p.returncode = 0  # reaped by os.wait
+                try:
+                    with open(out) as f:
+                        chunks[s] = json.load(f)
+                except (OSError, ValueError):
+                    chunks[s] = {"seed": s, "result": "no report"}
+                if chunks[s]["result"] != "agreed" and not failed:  # stop the others: they report their graphs
+                    failed = True
+                    for q, _ in running.values():
+                        q.send_signal(signal.SIGINT)
+                print(f"[{time.time() - t0:.0f} s] seed {s}: {chunks[s]['result']}, {chunks[s].get('graphs', 0)} "
+                      f"graphs; {agreed()} of {args.graphs} agreed", flush=True)
+                if args.out:
+                    _write_json(args.out, _total(list(chunks.values()), args, round(time.time() - t0)))
+        except KeyboardInterrupt:  # each running chunk reports the graphs it ran
+            for p, _ in running.values():
                 p.send_signal(signal.SIGINT)
-            codes = [p.wait() for p in procs]
-        parts = []
-        for out in outs:
-            try:
-                with open(out) as f:
-                    parts.append(json.load(f))
-            except (OSError, ValueError):
-                parts.append({"result": "no report"})
-    results = [p.get("result") for p in parts]
-    result = ("disagreement" if "disagreement" in results or "no report" in results else
-              "interrupted" if "interrupted" in results else "agreed")
-    total = {"result": result, "seconds": round(time.time() - t0), "torch": torch.__version__,
-             "seeds": [seed + i for i in range(args.jobs)], "jobs": parts}
-    for key in ("graphs", "skipped (eager raised)", "skipped (Inductor without the pass raised)"):
-        total[key] = sum(p.get(key, 0) for p in parts)
-    for key in ("graphs rewritten per pattern", "rewrites per pattern"):
-        total[key] = {name: sum(p.get(key, {}).get(name, 0) for p in parts) for name in ops.compile.PATTERNS}
+            for s, (p, out) in running.items():
+                p.wait()
+                try:
+                    with open(out) as f:
+                        chunks[s] = json.load(f)
+                except (OSError, ValueError):
+                    pass
+    total = _total(list(chunks.values()), args, round(time.time() - t0))
     print(f"{total['result']} in {total['seconds']} s: {total['graphs']} graphs, rewritten per pattern "
           f"{total['graphs rewritten per pattern']}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(total, f, indent=1)
-    return 0 if result == "agreed" else 1
+        _write_json(args.out, total)
+    return {"agreed": 0, "interrupted": 130}.get(total["result"], 1)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main(argv=None):
@@ -549,12 +608,20 @@ def main(argv=None):
     parser.add_argument("--graphs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: derandomized)")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="processes, each of graphs / jobs graphs with seeds seed, seed + 1, ... (default 1)")
+                        help="processes running chunks of --chunk graphs, seeds seed, seed + 1, ... (default 1)")
+    parser.add_argument("--chunk", type=int, default=250, help="graphs per process with --jobs (default 250)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --jobs: keep the chunks --out records as agreed, run the rest")
     parser.add_argument("--show", action="store_true", help="print every program")
     parser.add_argument("--out", help="write the tally (JSON) here, also after a disagreement")
     args = parser.parse_args(argv)
-    if args.graphs < 1 or args.jobs < 1:
-        parser.error("--graphs and --jobs must be at least 1")
+    # SIGINT or SIGTERM stop a run with its report, also in the background (where a shell ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    if args.graphs < 1 or args.jobs < 1 or args.chunk < 1:
+        parser.error("--graphs, --jobs and --chunk must be at least 1")
+    if args.resume and not (args.out and args.jobs > 1):
+        parser.error("--resume needs --jobs (2 or more) and --out")
     if args.jobs > 1:
         sys.exit(_jobs(args))
     tally = Tally()
@@ -584,9 +651,7 @@ def main(argv=None):
                    "seed": args.seed, **tally.summary()}
         print(f"{result} in {summary['seconds']} s: {tally.summary()}")
         if args.out:
-            import json
-            with open(args.out, "w") as f:
-                json.dump(summary, f, indent=1)
+            _write_json(args.out, summary)
     if result == "interrupted":
         sys.exit(130)
 
