@@ -1,6 +1,6 @@
 // Autograd kernels registered in C++.
 //
-// Every differentiable op (cutlass_gemm, linear, rms_norm, silu_and_mul) has its formulas here rather
+// Every differentiable op (cutlass_gemm, linear, rms_norm, silu_and_mul, grouped_gemm) has its formulas here rather
 // than in Python (torch.library.register_autograd), for two reasons: a Python autograd kernel costs a
 // round trip through the interpreter on every call, with or without grad (~4-5 us, more than a
 // 64x64x64 GEMM on a CPU), and C++ programs that load the library (tests/cpp) get differentiable ops
@@ -628,6 +628,81 @@ void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at
                         [&] { op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out); });
 }
 
+// ---- grouped_gemm: out = A B per group (checks.h GroupedMode), offs fixed -------------------------------
+//   dA = grouped_gemm(dout, B^T, offs), dB = grouped_gemm(A^T, dout, offs) in every mode (the transposes
+//   move each mode to another: 2D x 3D's dB is a 2D x 2D over M, 2D x 2D's dA a 3D x 2D, ...);
+//   forward: dout = grouped_gemm(dA, B, offs) + grouped_gemm(A, dB, offs). With out_dtype float32 for
+//   half inputs the gradients are in the inputs' dtype.
+
+using GroupedGemmOp = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
+                                 c10::optional<at::ScalarType>);
+
+const c10::TypedOperatorHandle<GroupedGemmOp>& grouped_gemm_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("ops::grouped_gemm", "").typed<GroupedGemmOp>();
+  return op;
+}
+
+c10::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
+  return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
+}
+
+struct GroupedGemmBackward : BackwardNode<GroupedGemmBackward> {
+  static constexpr const char* kName = "GroupedGemmBackward";
+  static constexpr size_t kNumSaved = 3;       // A (when B needs a gradient), B (when A does), offs
+  static constexpr size_t kNumAttributes = 1;  // the inputs' dtype (int)
+
+  static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
+                            const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs) {
+    variable_list result(2);
+    if (!grads[0].defined()) return result;
+    const at::Tensor g = grads[0].to(static_cast<at::ScalarType>(attributes[0].toInt()));
+    const c10::optional<at::Tensor> offs = optional_tensor(saved[2]);
+    if (needs[0]) result[0] = grouped_gemm_op().call(g, saved[1].transpose(-2, -1), offs, c10::nullopt);
+    if (needs[1]) result[1] = grouped_gemm_op().call(saved[0].transpose(-2, -1), g, offs, c10::nullopt);
+    return result;
+  }
+};
+
+at::Tensor grouped_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                                 c10::optional<at::ScalarType> out_dtype) {
+  check_gemm_defined("grouped_gemm", A, B);
+  const at::Tensor o = offs.has_value() ? *offs : at::Tensor();
+  const auto grad_fn = make_backward<GroupedGemmBackward>(A, B);
+  if (grad_fn) {
+    if (grad_fn->should_compute_output(1)) save(grad_fn, 0, A);
+    if (grad_fn->should_compute_output(0)) save(grad_fn, 1, B);
+    save(grad_fn, 2, o);
+    grad_fn->attributes_ = {c10::IValue(static_cast<int64_t>(A.scalar_type()))};
+  }
+  at::Tensor out = call_and_record(grad_fn, [&] { return grouped_gemm_op().call(A, B, offs, out_dtype); });
+  const at::Tensor dA = A._fw_grad(/*level=*/0), dB = B._fw_grad(/*level=*/0);
+  if (dA.defined() || dB.defined()) {
+    at::Tensor dout;
+    if (dA.defined()) dout = grouped_gemm_op().call(dA, B._fw_primal(0), offs, out_dtype);
+    if (dB.defined()) {
+      const at::Tensor term = grouped_gemm_op().call(A._fw_primal(0), dB, offs, out_dtype);
+      dout = dout.defined() ? dout + term : term;
+    }
+    out._set_fw_grad(dout, /*level=*/0, /*is_inplace_op=*/false);
+  }
+  return out;
+}
+
+void grouped_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                               c10::optional<at::ScalarType> out_dtype, at::Tensor& out) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::grouped_gemm", "out")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
+                                         c10::optional<at::ScalarType>, at::Tensor&)>();
+  run_inference_inplace(
+      {A, B, out}, {out},
+      "grouped_gemm: the out= variant does not support automatic differentiation, but one of the arguments "
+      "requires grad. Call ops.grouped_gemm(A, B, offs) without out= to differentiate, or run under "
+      "torch.no_grad().",
+      [&] { op.call(A, B, offs, out_dtype, out); });
+}
+
 }  // namespace
 }  // namespace ops
 
@@ -645,6 +720,8 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("rms_norm_fp8", &ops::rms_norm_fp8_autograd);
   m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8_autograd);
   m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_autograd);
+  m.impl("grouped_gemm", &ops::grouped_gemm_autograd);
+  m.impl("grouped_gemm.out", &ops::grouped_gemm_out_autograd);
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

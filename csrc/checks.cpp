@@ -143,17 +143,118 @@ bool check_gemm_out(const char* op, const at::Tensor& A, const at::Tensor& B, co
               torch_dtype_name(dtype), " (", dtype_origin, "), got ", torch_dtype_name(out.scalar_type()));
   TORCH_CHECK(out.device() == A.device(), op, ": expected out on ", A.device(),
               " (the device of A and B), got ", out.device());
+  return check_out_memory(op, out, {{"A", &A}, {"B", &B}});
+}
+
+bool check_out_memory(const char* op, const at::Tensor& out,
+                      std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs) {
   TORCH_CHECK(out.layout() == at::kStrided, op, ": out must be a dense (strided) tensor");
   check_written_in_place(op, "out", out);
   bool undecided = false;
-  for (const auto& [name, input] : {std::pair<const char*, const at::Tensor&>{"A", A}, {"B", B}}) {
-    const auto status = overlap_status(out, input);
+  for (const auto& [name, input] : inputs) {
+    if (!input->defined()) continue;
+    const auto status = overlap_status(out, *input);
     TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, op,
                 ": out overlaps ", name,
                 " in memory; the result would overwrite its own input. Pass a separate out tensor.");
-    undecided = undecided || (status == at::MemOverlapStatus::TooHard && storages_intersect(out, input));
+    undecided = undecided || (status == at::MemOverlapStatus::TooHard && storages_intersect(out, *input));
   }
   return undecided;
+}
+
+const char* grouped_mode_name(GroupedMode mode) {
+  switch (mode) {
+    case GroupedMode::RaggedM: return "2D x 3D";
+    case GroupedMode::RaggedK: return "2D x 2D";
+    case GroupedMode::Batched: return "3D x 3D";
+    case GroupedMode::RaggedN: return "3D x 2D";
+  }
+  return "";
+}
+
+GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype) {
+  check_gemm_defined(op, A, B);
+  TORCH_CHECK(A.dim() == 2 || A.dim() == 3, op, ": expected A to be 2-D (M, K) or 3-D (G, M, K), got a ", A.dim(),
+              "-D tensor of shape ", A.sizes());
+  TORCH_CHECK(B.dim() == 2 || B.dim() == 3, op, ": expected B to be 2-D (K, N) or 3-D (G, K, N), got a ", B.dim(),
+              "-D tensor of shape ", B.sizes());
+  TORCH_CHECK(is_gemm_dtype(A.scalar_type()), op, ": expected A's dtype to be ", gemm_dtypes_text(), ", got ",
+              torch_dtype_name(A.scalar_type()));
+  TORCH_CHECK(A.scalar_type() == B.scalar_type(), op, ": A and B must have the same dtype, got A ",
+              torch_dtype_name(A.scalar_type()), " and B ", torch_dtype_name(B.scalar_type()));
+  TORCH_CHECK(A.device() == B.device(), op, ": A and B must be on the same device, got A on ", A.device(),
+              " and B on ", B.device());
+  TORCH_CHECK(A.layout() == at::kStrided && B.layout() == at::kStrided, op,
+              ": A and B must be dense (strided) tensors, got ", A.layout(), " and ", B.layout());
+  const bool half = A.scalar_type() == at::kHalf || A.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(out_dtype == A.scalar_type() || (half && out_dtype == at::kFloat), op, ": expected out_dtype to be ",
+              torch_dtype_name(A.scalar_type()), " (A's dtype)", half ? " or torch.float32" : "", ", got ",
+              torch_dtype_name(out_dtype));
+  TORCH_CHECK(A.size(-1) == B.size(-2), op, ": A and B must agree on K (A's last dimension, B's second to last), "
+              "got A of shape ", A.sizes(), " and B of shape ", B.sizes());
+  GroupedProblem p;
+  const bool a2 = A.dim() == 2, b2 = B.dim() == 2;
+  p.mode = a2 ? (b2 ? GroupedMode::RaggedK : GroupedMode::RaggedM) : (b2 ? GroupedMode::RaggedN : GroupedMode::Batched);
+  const bool has_offs = offs.has_value() && offs->defined();
+  TORCH_CHECK(has_offs == (a2 || b2), op, ": ",
+              has_offs ? "offs must be None when A and B are both 3-D (one GEMM per batch entry), got a tensor"
+                       : "offs is required when A or B is 2-D (int32 cumulative ends of the groups), got None");
+  switch (p.mode) {
+    case GroupedMode::RaggedM:
+      p.groups = B.size(0), p.extent = A.size(0), p.cut = "M", p.out_sizes = {A.size(0), B.size(2)};
+      break;
+    case GroupedMode::RaggedK:
+      p.groups = offs->numel(), p.extent = A.size(1), p.cut = "K", p.out_sizes = {p.groups, A.size(0), B.size(1)};
+      break;
+    case GroupedMode::Batched:
+      TORCH_CHECK(A.size(0) == B.size(0), op, ": A (G, M, K) and B (G, K, N) must agree on G, got A of shape ",
+                  A.sizes(), " and B of shape ", B.sizes());
+      p.groups = A.size(0), p.extent = 0, p.cut = "", p.out_sizes = {A.size(0), A.size(1), B.size(2)};
+      break;
+    case GroupedMode::RaggedN:
+      p.groups = A.size(0), p.extent = B.size(1), p.cut = "N", p.out_sizes = {A.size(1), B.size(1)};
+      break;
+  }
+  if (has_offs) {
+    TORCH_CHECK(offs->dim() == 1, op, ": expected offs to be 1-D (G,), got a ", offs->dim(), "-D tensor of shape ",
+                offs->sizes());
+    TORCH_CHECK(offs->scalar_type() == at::kInt, op, ": expected offs to be torch.int32 (as torch._grouped_mm), got ",
+                torch_dtype_name(offs->scalar_type()));
+    TORCH_CHECK(offs->device() == A.device(), op, ": expected offs on ", A.device(), " (A's device), got ",
+                offs->device());
+    TORCH_CHECK(offs->layout() == at::kStrided && offs->is_contiguous(), op, ": offs must be a contiguous tensor");
+    TORCH_CHECK(offs->numel() == p.groups, op, ": expected offs of G = ", p.groups, " elements (",
+                p.mode == GroupedMode::RaggedM ? "B's first dimension" : "A's first dimension", " in ",
+                grouped_mode_name(p.mode), "), got ", offs->numel());
+  }
+  return p;
+}
+
+void check_group_offsets(const char* op, const GroupedProblem& p, const int32_t* offs) {
+  int64_t previous = 0;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    TORCH_CHECK(offs[g] >= previous, op, ": expected offs to be non-negative and non-decreasing (cumulative ends of ",
+                "the groups along ", p.cut, "), got offs[", g, "] = ", offs[g],
+                g ? " after offs[" + std::to_string(g - 1) + "] = " + std::to_string(previous) : std::string());
+    previous = offs[g];
+  }
+  TORCH_CHECK(previous <= p.extent, op, ": offs's last end must be at most ", p.cut, " = ", p.extent,
+              " (in ", grouped_mode_name(p.mode), "), got ", previous);
+}
+
+bool check_grouped_gemm_out(const char* op, const GroupedProblem& p, const at::Tensor& A, const at::Tensor& B,
+                            const c10::optional<at::Tensor>& offs, const at::Tensor& out, at::ScalarType dtype,
+                            const char* dtype_origin) {
+  TORCH_CHECK(out.defined(), op, ": out must be a defined tensor");
+  TORCH_CHECK(out.sizes() == at::IntArrayRef(p.out_sizes), op, ": expected out of shape ", at::IntArrayRef(p.out_sizes),
+              " (", grouped_mode_name(p.mode), "), got ", out.sizes());
+  TORCH_CHECK(out.scalar_type() == dtype, op, ": expected out's dtype to be ", torch_dtype_name(dtype), " (",
+              dtype_origin, "), got ", torch_dtype_name(out.scalar_type()));
+  TORCH_CHECK(out.device() == A.device(), op, ": expected out on ", A.device(), " (the device of A and B), got ",
+              out.device());
+  const at::Tensor o = offs.has_value() ? *offs : at::Tensor();
+  return check_out_memory(op, out, {{"A", &A}, {"B", &B}, {"offs", &o}});
 }
 
 void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,

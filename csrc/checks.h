@@ -4,7 +4,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ops {
 
@@ -71,6 +74,40 @@ inline at::Tensor expand_block_scale(const at::Tensor& scale, int64_t dim, int64
 ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
                                      const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype);
+
+// grouped_gemm's modes, torch._grouped_mm's, named by what offs (int32 cumulative group ends) cuts:
+//   RaggedM  A (M, K), B (G, K, N), offs (G,) over M; out (M, N)     the MoE forward
+//   RaggedK  A (M, K), B (K, N), offs (G,) over K; out (G, M, N)     the weight gradient
+//   Batched  A (G, M, K), B (G, K, N), no offs; out (G, M, N)
+//   RaggedN  A (G, M, K), B (K, N), offs (G,) over N; out (M, N)
+// Output rows (RaggedM) or columns (RaggedN) past the last offset are zero.
+enum class GroupedMode : int8_t { RaggedM, RaggedK, Batched, RaggedN };
+struct GroupedProblem {
+  GroupedMode mode;
+  int64_t groups;                  // G
+  int64_t extent;                  // the size offs cuts (M, K or N); 0 for Batched
+  const char* cut;                 // "M", "K", "N" or ""
+  std::vector<int64_t> out_sizes;  // (M, N) or (G, M, N)
+};
+const char* grouped_mode_name(GroupedMode mode);  // "2D x 3D", ...
+
+// grouped_gemm: A and B 2-D or 3-D of one kGemmDtypes dtype and device, dense, agreeing on K (the
+// contraction) and on G; offs given exactly where a side is 2-D: 1-D int32 of G elements, contiguous, on
+// A's device; out_dtype A's dtype, or float32 for half types. Reads no offsets' values (on CUDA that is a host sync).
+GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype);
+// offs's values, on the host: non-negative, non-decreasing, at most the extent they cut.
+void check_group_offsets(const char* op, const GroupedProblem& problem, const int32_t* offs);
+// grouped_gemm.out's out: problem.out_sizes, `dtype` (named as dtype_origin), A's device, and what
+// check_out_memory checks against A, B and offs.
+bool check_grouped_gemm_out(const char* op, const GroupedProblem& problem, const at::Tensor& A, const at::Tensor& B,
+                            const c10::optional<at::Tensor>& offs, const at::Tensor& out, at::ScalarType dtype,
+                            const char* dtype_origin);
+
+// An out tensor: dense, no internal overlap, overlapping none of `inputs`. Returns true where the overlap
+// analysis cannot decide (check_gemm_out).
+bool check_out_memory(const char* op, const at::Tensor& out,
+                      std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs);
 
 // Whether torch's float32 matmul precision allows TF32 on CUDA, as torch.mm (cuBLAS) reads it: the
 // per-backend setting (torch.backends.cuda.matmul.fp32_precision, inheriting from

@@ -47,6 +47,15 @@ TORCH_LIBRARY(ops, m) {
   ops::define(m, "silu_and_mul_fp8(Tensor input, str granularity=\"row\", ScalarType? dtype=None, "
                  "Tensor? scale=None, bool pow2_scale=False) -> (Tensor, Tensor)");
 
+  m.set_python_module("ops.grouped");
+  // torch._grouped_mm's modes (checks.h GroupedMode): 2-D x 3-D (offs cuts M: the MoE forward), 2-D x 2-D
+  // (offs cuts K: out (G, M, N)), 3-D x 3-D (batched, no offs), 3-D x 2-D (offs cuts N); offs int32
+  // cumulative group ends; out_dtype A's dtype (None) or float32.
+  ops::define(m, "grouped_gemm(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
+  // Out variant: out of the mode's shape and out_dtype (None: out's dtype).
+  ops::define(m, "grouped_gemm.out(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None, *, "
+                 "Tensor(a!) out) -> ()");
+
   m.set_python_module("ops.fused");
   // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
   ops::define(m, "rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");

@@ -69,6 +69,32 @@ def _scaled_gemm(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="
     return rules
 
 
+@register_sharding(torch.ops.ops.grouped_gemm.default)
+def _grouped_gemm(A, B, offs=None, out_dtype=None):
+    # torch's rules for aten._grouped_mm (torch/distributed/tensor/_ops/_matrix_ops.py): the M, N or K that
+    # offs does not cut, sharded with the operand that holds it, and linearity in each operand; offs whole.
+    o = None if offs is None else R
+    rules = [([R], [R, R, o]), ([P], [P, R, o]), ([P], [R, P, o])]
+    mode = (A.ndim, B.ndim)
+    if mode == (2, 3):  # offs cuts M: N (B's columns) or K
+        rules += [([Shard(1)], [R, Shard(2), o]), ([P], [Shard(1), Shard(1), o])]
+    elif mode == (3, 2):  # offs cuts N: M (A's rows) or K
+        rules += [([Shard(0)], [Shard(1), R, o]), ([P], [Shard(2), Shard(0), o])]
+    elif mode == (2, 2):  # offs cuts K: M or N, each out (G, M, N)
+        rules += [([Shard(1)], [Shard(0), R, o]), ([Shard(2)], [R, Shard(1), o])]
+    else:  # batched: G, M, N or K
+        rules += [([Shard(0)], [Shard(0), Shard(0), o]), ([Shard(1)], [Shard(1), R, o]),
+                  ([Shard(2)], [R, Shard(2), o]), ([P], [Shard(2), Shard(1), o])]
+    return rules
+
+
+@register_sharding(torch.ops.ops.grouped_gemm.out)
+def _grouped_gemm_out(A, B, offs=None, out_dtype=None, out=None):
+    raise RuntimeError(
+        f"grouped_gemm: the out variant does not take DTensors (got A {list(A.placements)}, B {list(B.placements)}); "
+        "call ops.grouped_gemm(A, B, offs) without out")
+
+
 @register_sharding(torch.ops.ops.quantize_fp8.default)
 def _quantize_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
     # Codes and scales of rows (per row or per 1x128 group of a row) shard with the rows; a tensor's or a

@@ -10,7 +10,7 @@ message, at no cost to any other call. (rms_norm also needs a check in its Pytho
 
 import torch
 
-CATALOGUE = ("cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul")
+CATALOGUE = ("cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "grouped_gemm")
 
 
 def message(op: str, name: str) -> str:

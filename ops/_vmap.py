@@ -11,8 +11,11 @@ implemented". With these rules:
   ``linear`` over input, ``cutlass_gemm`` over A (one (batch*M, K) x (K, N) GEMM) or over B (one
   (M, K) x (K, batch*N) GEMM);
 - ``scaled_gemm`` over A with per-row scales (rowwise, blockwise) runs one GEMM of batch * M rows;
-- per-sample parameters (a batched weight or bias, or both GEMM operands batched; scaled_gemm's other
-  batchings) run one call per sample, stacked: the same work as the fallback, without its warning.
+- ``grouped_gemm`` 3D x 3D over A, B or both runs one 3D x 3D of batch * G entries, and 2D x 3D over B
+  (per-sample weights) one 2D x 3D of batch * N columns;
+- per-sample parameters (a batched weight or bias, or both GEMM operands batched; scaled_gemm's and
+  grouped_gemm's other batchings, batched offsets among them) run one call per sample, stacked: the same
+  work as the fallback, without its warning.
 
 Each rule computes what the op computes per sample, through the registered ops, so ``grad(vmap(op))`` and
 ``vmap(grad(op))`` differentiate through the ops' own autograd (csrc/autograd.cpp).
@@ -158,3 +161,25 @@ def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
         for i in range(info.batch_size):
             _ops.fused_add_rms_norm(input[i], residual[i], weight if weights is None else weights[i], eps)
     return None, None
+
+
+@torch.library.register_vmap("ops::grouped_gemm")
+def _grouped_gemm_vmap(info, in_dims, A, B, offs=None, out_dtype=None):
+    a_dim, b_dim, offs_dim, _ = _pad(in_dims, 4)
+    if offs is None and A.dim() - (a_dim is not None) == 3 and B.dim() - (b_dim is not None) == 3:
+        # 3D x 3D per sample: one batched GEMM of batch * G entries.
+        a = _front(A, a_dim) if a_dim is not None else A.expand(info.batch_size, *A.shape)
+        b = _front(B, b_dim) if b_dim is not None else B.expand(info.batch_size, *B.shape)
+        if a.shape[1] == b.shape[1] and a.shape[3] == b.shape[2]:
+            batch, G, M, K = a.shape
+            out = _ops.grouped_gemm(a.reshape(batch * G, M, K), b.reshape(batch * G, K, b.shape[3]), None, out_dtype)
+            return out.view(batch, G, M, b.shape[3]), 0
+    if offs_dim is None and a_dim is None and b_dim is not None and A.dim() == 2 and B.dim() == 4:
+        # 2D x 3D with per-sample weights: the samples' columns side by side, one 2D x 3D of batch * N columns.
+        b = _front(B, b_dim)
+        batch, G, K, N = b.shape
+        if A.shape[1] == K:
+            out = _ops.grouped_gemm(A, b.permute(1, 2, 0, 3).reshape(G, K, batch * N), offs, out_dtype)
+            return out.view(A.shape[0], batch, N), 1
+    return _per_sample(info, (a_dim, b_dim, offs_dim), lambda a, b, o: _ops.grouped_gemm(a, b, o, out_dtype),
+                       A, B, offs)

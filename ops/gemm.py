@@ -48,11 +48,17 @@ def _check_gemm_out(op: str, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor
                  f"got {out.dtype}")
     torch._check(out.device == A.device, lambda: f"{op}: expected out on {A.device} (the device of A and "
                  f"B), got {out.device}")
+    _check_out_memory(op, out, {"A": A, "B": B})
+
+
+def _check_out_memory(op: str, out: torch.Tensor, inputs) -> None:
+    """csrc/checks.cpp's check_out_memory: out has no internal overlap and overlaps none of `inputs`
+    (name: tensor or None)."""
     _overlap.check_written_in_place(op, "out", out)
-    for name, t in (("A", A), ("B", B)):
-        torch._check(_overlap.overlap_status(out, t) not in (_overlap.FULL, _overlap.PARTIAL), lambda: f"{op}: "
-                     f"out overlaps {name} in memory; the result would overwrite its own input. Pass a separate "
-                     "out tensor.")
+    for name, t in inputs.items():
+        torch._check(t is None or _overlap.overlap_status(out, t) not in (_overlap.FULL, _overlap.PARTIAL),
+                     lambda: f"{op}: out overlaps {name} in memory; the result would overwrite its own input. "
+                     "Pass a separate out tensor.")
 
 
 @torch.library.register_fake("ops::cutlass_gemm")

@@ -110,4 +110,18 @@ def run(world_size, seconds):
         close(dx, x, case)
         close(dr, r, case)
 
+    @fuzz(st.tuples(st.sampled_from([(2, 3), (2, 2), (3, 3), (3, 2)]), st.lists(st.integers(0, 4), min_size=3,
+                                                                             max_size=3), st.data()), 40)
+    def grouped_gemm(case):
+        mode, sizes, data = case
+        ends = torch.tensor(sizes).cumsum(0).to(torch.int32)
+        total = int(ends[-1]) + 1  # a tail in no group
+        A = torch.randn(*{(2, 3): (total, 6), (2, 2): (4, total), (3, 3): (3, 4, 6), (3, 2): (3, 4, 6)}[mode])
+        B = torch.randn(*{(2, 3): (3, 6, 8), (2, 2): (total, 8), (3, 3): (3, 6, 8), (3, 2): (6, total)}[mode])
+        offs = None if mode == (3, 3) else ends
+        pa, pb = data.draw(placements(A.dim(), m)), data.draw(placements(B.dim(), m))
+        po = None if offs is None else data.draw(placements(1, m, partial=False))
+        got = ops.grouped_gemm(dt(A, mesh, pa), dt(B, mesh, pb), None if offs is None else dt(offs, mesh, po))
+        close(got, ops.grouped_gemm(A, B, offs), (mode, sizes, pa, pb, po))
+
     return failures

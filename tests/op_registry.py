@@ -33,6 +33,13 @@ class OpSpec:
     module_input: Callable[[int], torch.Tensor]  # an input of batch size n for that model
     out_overload: Optional[object] = None       # e.g. torch.ops.ops.cutlass_gemm.out
     out_samples: Optional[Callable[[str, torch.dtype], List[Sample]]] = None
+    # Positions of integer index arguments (grouped_gemm's offs): kept as they are where the tests
+    # perturb, convert, batch or differentiate the data arguments.
+    index_args: Tuple[int, ...] = ()
+
+    def data_positions(self, sample: "Sample") -> List[int]:
+        """The positions of the sample's tensor arguments that carry data (not index_args)."""
+        return [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor) and i not in self.index_args]
 
 
 def _randn(*shape, dtype, device, requires_grad=False, seed=0):
@@ -180,6 +187,80 @@ class LinearMLP(torch.nn.Module):
         return torch.ops.ops.linear(h, self.w2, self.b2, "none")
 
 
+def _offsets(ends, device):
+    return torch.tensor(ends, dtype=torch.int32, device=device)
+
+
+def _grouped_samples(device, dtype, requires_grad):
+    t, r = _makers(device, dtype, requires_grad)
+    return [
+        Sample((t(r(7, 4)), t(r(3, 4, 5, seed=1)), _offsets([2, 2, 7], device)), name="2Dx3D"),
+        Sample((t(r(7, 4)), t(r(3, 5, 4, seed=1).transpose(1, 2)), _offsets([0, 3, 5], device)), name="2Dx3D-Bt-tail"),
+        Sample((t(r(3, 9)), t(r(9, 4, seed=1)), _offsets([4, 4, 9], device)), name="2Dx2D"),
+        Sample((t(r(2, 3, 8)[..., ::2]), t(r(2, 4, 3, seed=1))), name="3Dx3D-sliced"),
+        Sample((t(r(3, 3, 4)), t(r(9, 4, seed=1).t()), _offsets([3, 3, 7], device)), name="3Dx2D-tail"),
+        Sample((t(r(1, 4).expand(6, 4)), t(r(2, 4, 3, seed=1)), _offsets([1, 6], device)), name="expanded"),
+        Sample((t(r(0, 4)), t(r(2, 4, 3, seed=1)), _offsets([0, 0], device)), name="empty-m"),
+    ]
+
+
+def _grouped_out_samples(device, dtype):
+    _, r = _makers(device, dtype, False)
+    A, B, offs = r(7, 4), r(3, 4, 5, seed=1), _offsets([2, 2, 7], device)
+    return [
+        Sample((A, B, offs), {"out": torch.empty(7, 5, dtype=dtype, device=device)}, "row"),
+        Sample((A, B, offs), {"out": torch.empty(5, 7, dtype=dtype, device=device).t()}, "col"),
+        Sample((A, B, offs), {"out": torch.empty(7, 10, dtype=dtype, device=device)[:, ::2]}, "strided"),
+    ]
+
+
+def grouped_reference(A, B, offs=None):
+    """grouped_gemm's definition (ops/grouped.py), group by group, in float64; zero past the last end."""
+    A, B = A.double(), B.double()
+    if A.dim() == 3 and B.dim() == 3:
+        return torch.einsum("gmk,gkn->gmn", A, B)
+    ends = [0] + [int(e) for e in offs]
+    if A.dim() == 2 and B.dim() == 3:
+        parts = [A[ends[g]:ends[g + 1]] @ B[g] for g in range(B.shape[0])]
+        return torch.cat(parts + [A.new_zeros(A.shape[0] - ends[-1], B.shape[2])])
+    if A.dim() == 2:
+        return torch.stack([A[:, ends[g]:ends[g + 1]] @ B[ends[g]:ends[g + 1]] for g in range(len(ends) - 1)]) \
+            if len(ends) > 1 else A.new_zeros(0, A.shape[0], B.shape[1])
+    parts = [A[g] @ B[:, ends[g]:ends[g + 1]] for g in range(A.shape[0])]
+    return torch.cat(parts + [A.new_zeros(A.shape[1], B.shape[1] - ends[-1])], dim=1)
+
+
+class TinyMoE(torch.nn.Module):
+    """Top-1 routing, tokens sorted by expert, a gated MLP per expert on ops.grouped_gemm + silu_and_mul."""
+
+    def __init__(self, hidden=16, width=8, experts=4):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("router", torch.randn(hidden, experts, generator=g))  # argmax: no gradient
+        self.gate_up = torch.nn.Parameter(torch.randn(experts, 2 * width, hidden, generator=g) / hidden ** 0.5)
+        self.down = torch.nn.Parameter(torch.randn(experts, hidden, width, generator=g) / width ** 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        expert = (x @ self.router).argmax(-1)
+        order = torch.argsort(expert, stable=True)
+        counts = (expert.unsqueeze(1) == torch.arange(self.router.shape[1], device=x.device)).sum(0)
+        offs = counts.cumsum(0).to(torch.int32)
+        h = torch.ops.ops.silu_and_mul(torch.ops.ops.grouped_gemm(x[order], self.gate_up.transpose(1, 2), offs, None))
+        y = torch.ops.ops.grouped_gemm(h, self.down.transpose(1, 2), offs, None)
+        return torch.empty_like(y).index_copy(0, order, y)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The same layer as a loop over experts in float64."""
+        x = x.double()
+        expert = (x @ self.router.double()).argmax(-1)
+        out = torch.zeros_like(x)
+        for e in range(self.router.shape[1]):
+            rows = expert == e
+            a, b = (x[rows] @ self.gate_up[e].double().t()).chunk(2, -1)
+            out[rows] = (torch.nn.functional.silu(a) * b) @ self.down[e].double().t()
+        return out
+
+
 _input16 = lambda n: torch.randn(n, 16, generator=torch.Generator().manual_seed(n))  # noqa: E731
 
 OPS = [
@@ -228,6 +309,20 @@ OPS = [
         differentiable=True,
         module=SwiGLUModel,
         module_input=_input16,
+    ),
+    OpSpec(
+        name="grouped_gemm",
+        overload=torch.ops.ops.grouped_gemm.default,
+        call=ops.grouped_gemm,
+        reference=grouped_reference,
+        samples=_grouped_samples,
+        dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        differentiable=True,
+        module=TinyMoE,
+        module_input=_input16,
+        out_overload=torch.ops.ops.grouped_gemm.out,
+        out_samples=_grouped_out_samples,
+        index_args=(2,),
     ),
 ]
 

@@ -30,6 +30,19 @@ def test_gemm_ops_follow_autocast_like_torch(device, dtype):
                                atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_gemm_follows_autocast(device):
+    # A float32 activation (a norm's output) and bfloat16 experts, as in transformers' MoE layers under
+    # autocast: both run in the region's dtype (torch._grouped_mm raises here, pytorch#174763).
+    x, experts = torch.randn(10, 32, device=device), torch.randn(3, 32, 8, device=device, dtype=torch.bfloat16)
+    offs = torch.tensor([2, 2, 10], dtype=torch.int32, device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        got = ops.grouped_gemm(x, experts, offs)
+        wide = ops.grouped_gemm(x, experts, offs, out_dtype=torch.float32)
+    assert got.dtype == torch.bfloat16 and wide.dtype == torch.float32
+    assert torch.equal(got, ops.grouped_gemm(x.bfloat16(), experts, offs))
+
+
 def test_autocast_backward_gives_float32_gradients():
     A = torch.randn(16, 32, requires_grad=True)
     W = torch.randn(8, 32, requires_grad=True)

@@ -101,6 +101,15 @@ def test_placements_the_rules_give(mesh):
     assert ops.cutlass_gemm(d(x, Shard(1)), d(w.t().contiguous(), Shard(0))).placements == (Partial(),)
     assert ops.rms_norm(d(x, Shard(0)), d(w[0], Replicate())).placements == (Shard(0),)
     assert ops.silu_and_mul(d(torch.randn(4, 8), Shard(0))).placements == (Shard(0),)
+    # Experts' weights sharded on N (column parallel) or on K with the tokens' features (row parallel), as
+    # torch's rules for aten._grouped_mm.
+    tokens, experts, offs = torch.randn(6, 8), torch.randn(3, 8, 4), torch.tensor([2, 2, 6], dtype=torch.int32)
+    expected = ops.grouped_gemm(tokens, experts, offs)
+    out = ops.grouped_gemm(d(tokens, Replicate()), d(experts, Shard(2)), d(offs, Replicate()))
+    assert out.placements == (Shard(1),) and torch.equal(out.full_tensor(), expected)
+    out = ops.grouped_gemm(d(tokens, Shard(1)), d(experts, Shard(1)), d(offs, Replicate()))
+    assert out.placements == (Partial(),)
+    torch.testing.assert_close(out.full_tensor(), expected)
 
 
 def test_clear_errors(mesh):

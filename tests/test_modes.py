@@ -39,11 +39,11 @@ def test_backward_matches_reference_and_no_registration_warning(spec, device):
             # "autograd kernel was not registered" would mean a silent no-grad path: make it an error.
             warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
             out = spec.call(*sample.args, **sample.kwargs)
-            tensors = [a for a in sample.args if isinstance(a, torch.Tensor)]
+            data = spec.data_positions(sample)
+            tensors = [sample.args[i] for i in data]
             grads = torch.autograd.grad(out.sum(), tensors, allow_unused=True)
-        ref_args = [a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a
-                    for a in sample.args]
-        ref_tensors = [a for a in ref_args if isinstance(a, torch.Tensor)]
+        ref_args = [a.detach().double().requires_grad_() if i in data else a for i, a in enumerate(sample.args)]
+        ref_tensors = [ref_args[i] for i in data]
         ref_grads = torch.autograd.grad(spec.reference(*ref_args).sum(), ref_tensors, allow_unused=True)
         for g, rg in zip(grads, ref_grads):
             torch.testing.assert_close(g.double(), rg, atol=1e-4, rtol=1e-4)
@@ -68,7 +68,8 @@ def test_out_variant_rejects_requires_grad(spec, device):
     if spec.out_overload is None:
         pytest.skip("no out variant")
     sample = spec.out_samples(device, torch.float32)[0]
-    args = [a.detach().requires_grad_() for a in sample.args]
+    data = spec.data_positions(sample)
+    args = [a.detach().requires_grad_() if i in data else a for i, a in enumerate(sample.args)]
     with pytest.raises(RuntimeError, match="the out= variant does not support automatic differentiation"):
         spec.out_overload(*args, **sample.kwargs)
     with torch.no_grad():
@@ -131,7 +132,8 @@ def test_non_strided_argument_gets_an_error_naming_op_and_argument(spec, layout)
     for op_name, overload, sample in calls:  # through the Python API, each tensor argument in turn
         names = [a.name for a in overload._schema.arguments]
         for i, value in enumerate(list(sample.args) + list(sample.kwargs.values())):
-            converted = convert(value.detach()) if isinstance(value, torch.Tensor) else None
+            quantizable = isinstance(value, torch.Tensor) and (value.is_floating_point() or layout != "quantized")
+            converted = convert(value.detach()) if quantizable else None
             if converted is None:
                 continue
             args, kwargs = list(sample.args), dict(sample.kwargs)
@@ -227,8 +229,9 @@ def test_compile_out_variant(spec, device):
         pytest.skip("no out variant")
     torch._dynamo.reset()
 
-    def f(a, b, out):
-        spec.out_overload(a, b, out=out)
+    def f(*args):
+        *inputs, out = args
+        spec.out_overload(*inputs, out=out)
         return out * 2
 
     for sample in spec.out_samples(device, torch.float32):

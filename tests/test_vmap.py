@@ -25,9 +25,9 @@ def _batched(t, bdim):
     return torch.stack([t * s for s in (1.0, -0.5, 2.0)], dim=bdim % (t.dim() + 1))
 
 
-def _batchings(sample):
+def _batchings(spec, sample):
     """(name, which argument positions are batched, bdim) for a sample."""
-    tensors = [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor)]
+    tensors = spec.data_positions(sample)
     choices = [(f"arg{i}", (i,)) for i in tensors] + [("all", tuple(tensors))]
     return [(f"{name}@{bdim}", positions, bdim) for (name, positions), bdim
             in itertools.product(choices, (0, -1))]
@@ -38,7 +38,7 @@ def _batchings(sample):
 def test_vmap_equals_per_sample_and_reference(spec, device):
     checked = 0
     for sample in spec.samples(device, torch.float64, False):
-        for name, positions, bdim in _batchings(sample):
+        for name, positions, bdim in _batchings(spec, sample):
             args = [_batched(a, bdim) if i in positions else a for i, a in enumerate(sample.args)]
             in_dims = tuple(bdim if i in positions else None for i in range(len(args)))
             out = torch.vmap(spec.call, in_dims=in_dims)(*args)
@@ -84,7 +84,7 @@ def test_per_sample_weights_with_empty_batch_use_the_fake_kernel_shape(device):
 @pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
 def test_grad_of_vmap_and_vmap_of_grad(spec, device):
     sample = spec.samples(device, torch.float64, False)[0]
-    positions = [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor)]
+    positions = spec.data_positions(sample)
     args = [_batched(a, 0) if i == 0 else a for i, a in enumerate(sample.args)]
     in_dims = (0,) + (None,) * (len(args) - 1)
 

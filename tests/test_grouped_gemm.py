@@ -1,0 +1,295 @@
+"""ops.grouped_gemm: torch._grouped_mm's four modes against torch._grouped_mm itself (bit for bit on CPU) and a
+float64 loop of torch.mm, every edge of the group offsets, errors the fake kernel repeats, the out variant,
+autograd (gradcheck, any gradient layout, forward mode), opcheck, torch.compile, torch.export, TorchScript."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import ops
+from conftest import DEVICES
+from op_registry import TinyMoE, grouped_reference as loop_reference
+
+OPCHECK_UTILS = ("test_schema", "test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+
+
+def randn(*shape, dtype=torch.float32, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+
+
+def offsets(ends, device="cpu"):
+    return torch.tensor(ends, dtype=torch.int32, device=device)
+
+
+# (name, A shape, B shape, offs): every mode with empty groups, groups of one and uneven boundaries.
+CASES = [
+    ("2Dx3D", (13, 32), (4, 32, 24), [3, 3, 4, 13]),
+    ("2Dx3D tail", (13, 32), (3, 32, 16), [0, 5, 9]),  # rows 9-12 in no group: zero
+    ("2Dx2D", (8, 40), (40, 16), [16, 16, 17, 40]),
+    ("3Dx3D", (3, 5, 16), (3, 16, 8), None),
+    ("3Dx2D", (3, 8, 16), (16, 40), [8, 8, 32]),  # columns 32-39 in no group: zero
+]
+
+
+def make(case, dtype=torch.float32, device="cpu", b_transposed=False):
+    _, a_shape, b_shape, ends = case
+    A = randn(*a_shape, dtype=dtype, device=device)
+    if b_transposed:  # weights stored (G, N, K), as nn.Linear's, passed transposed
+        B = randn(*b_shape[:-2], b_shape[-1], b_shape[-2], dtype=dtype, seed=1, device=device).transpose(-2, -1)
+    else:
+        B = randn(*b_shape, dtype=dtype, seed=1, device=device)
+    return A, B, None if ends is None else offsets(ends, device)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
+def test_equals_torch_grouped_mm_on_cpu(case, dtype, b_transposed):
+    A, B, offs = make(case, dtype, b_transposed=b_transposed)
+    got = ops.grouped_gemm(A, B, offs)
+    expected = torch._grouped_mm(A, B, offs)
+    covered = loop_reference(torch.ones_like(A), torch.ones_like(B), offs) != 0  # torch leaves the rest unwritten
+    assert got.dtype == dtype and got.shape == expected.shape
+    assert torch.equal(got[covered], expected[covered])
+    assert not got[~covered].any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_every_mode_against_a_float64_loop(device, case, dtype):
+    A, B, offs = make(case, dtype, device)
+    got = ops.grouped_gemm(A, B, offs)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+    torch.testing.assert_close(got.double().cpu(), loop_reference(A.cpu(), B.cpu(), offs), atol=tol * 32,
+                               rtol=tol)
+    if dtype in (torch.float16, torch.bfloat16):
+        wide = ops.grouped_gemm(A, B, offs, out_dtype=torch.float32)
+        assert wide.dtype == torch.float32
+        torch.testing.assert_close(wide.cpu(), loop_reference(A.cpu(), B.cpu(), offs).float(), atol=1e-4, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.data())
+def test_any_group_sizes(data):
+    """Random group sizes (empty, one row, anything) and all four modes, against the float64 loop."""
+    mode = data.draw(st.sampled_from(["2Dx3D", "2Dx2D", "3Dx3D", "3Dx2D"]))
+    G = data.draw(st.integers(0 if mode != "3Dx2D" else 1, 5))
+    sizes = data.draw(st.lists(st.integers(0, 7), min_size=G, max_size=G))
+    tail = data.draw(st.integers(0, 3))
+    ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0).tolist()
+    total = (ends[-1] if ends else 0) + tail
+    m, k, n = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 9)), data.draw(st.integers(1, 6))
+    shapes = {"2Dx3D": ((total, k), (G, k, n)), "2Dx2D": ((m, total), (total, n)),
+              "3Dx3D": ((G, m, k), (G, k, n)), "3Dx2D": ((G, m, k), (k, total))}[mode]
+    A, B = randn(*shapes[0], dtype=torch.float64), randn(*shapes[1], dtype=torch.float64, seed=1)
+    offs = None if mode == "3Dx3D" else offsets(ends)
+    if mode == "3Dx3D":
+        A, B = randn(G, m, k, dtype=torch.float64), randn(G, k, n, dtype=torch.float64, seed=1)
+    torch.testing.assert_close(ops.grouped_gemm(A, B, offs), loop_reference(A, B, offs), atol=1e-12, rtol=1e-12)
+
+
+def _bad(**changes):
+    args = {"A": randn(10, 16), "B": randn(3, 16, 8), "offs": offsets([2, 2, 10])}
+    args.update(changes)
+    return args
+
+
+BAD = [
+    ("1-d A", _bad(A=randn(16)), r"grouped_gemm: expected A to be 2-D \(M, K\) or 3-D \(G, M, K\), got a 1-D tensor"),
+    ("4-d B", _bad(B=randn(1, 3, 16, 8)), r"grouped_gemm: expected B to be 2-D \(K, N\) or 3-D \(G, K, N\), got a 4-D"),
+    ("int A", _bad(A=torch.ones(10, 16, dtype=torch.int32)),
+     r"grouped_gemm: expected A's dtype to be float16, bfloat16, float32 or float64, got torch.int32"),
+    ("dtypes differ", _bad(B=randn(3, 16, 8, dtype=torch.float64)),
+     r"grouped_gemm: A and B must have the same dtype, got A torch.float32 and B torch.float64"),
+    ("K", _bad(B=randn(3, 12, 8)), r"grouped_gemm: A and B must agree on K \(A's last dimension, B's second to last\)"),
+    ("G 3Dx3D", _bad(A=randn(2, 4, 16), offs=None), r"grouped_gemm: A \(G, M, K\) and B \(G, K, N\) must agree on G"),
+    ("no offs", _bad(offs=None), r"grouped_gemm: offs is required when A or B is 2-D"),
+    ("offs for 3Dx3D", _bad(A=randn(3, 4, 16)), r"grouped_gemm: offs must be None when A and B are both 3-D"),
+    ("offs int64", _bad(offs=torch.tensor([2, 2, 10])),
+     r"grouped_gemm: expected offs to be torch.int32 \(as torch._grouped_mm\), got torch.int64"),
+    ("offs 2-d", _bad(offs=offsets([[2, 2, 10]])), r"grouped_gemm: expected offs to be 1-D \(G,\), got a 2-D"),
+    ("offs count", _bad(offs=offsets([2, 10])),
+     r"grouped_gemm: expected offs of G = 3 elements \(B's first dimension in 2D x 3D\), got 2"),
+    ("offs count 3Dx2D", _bad(A=randn(2, 4, 16), B=randn(16, 8), offs=offsets([8])),
+     r"grouped_gemm: expected offs of G = 2 elements \(A's first dimension in 3D x 2D\), got 1"),
+    ("out_dtype", _bad(out_dtype=torch.float16),
+     r"grouped_gemm: expected out_dtype to be torch.float32 \(A's dtype\), got torch.float16"),
+    ("out_dtype half", _bad(A=randn(10, 16, dtype=torch.bfloat16), B=randn(3, 16, 8, dtype=torch.bfloat16),
+                            out_dtype=torch.float16),
+     r"grouped_gemm: expected out_dtype to be torch.bfloat16 \(A's dtype\) or torch.float32, got torch.float16"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_inputs_and_the_fake_kernel_says_the_same(case):
+    _, args, pattern = case
+    messages = []
+    for device in ("cpu", "meta"):
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        with pytest.raises(RuntimeError, match=pattern) as info:
+            ops.grouped_gemm(**moved)
+        messages.append(str(info.value).splitlines()[0])
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("ends, pattern", [
+    ([2, 1, 10], r"grouped_gemm: expected offs to be non-negative and non-decreasing \(cumulative ends of the groups "
+                 r"along M\), got offs\[1\] = 1 after offs\[0\] = 2"),
+    ([-1, 2, 10], r"got offs\[0\] = -1$"),
+    ([2, 4, 11], r"grouped_gemm: offs's last end must be at most M = 10 \(in 2D x 3D\), got 11"),
+])
+def test_bad_offset_values_are_errors_on_cpu(ends, pattern):
+    A, B = randn(10, 16), randn(3, 16, 8)
+    with pytest.raises(RuntimeError, match=pattern):
+        ops.grouped_gemm(A, B, offsets(ends))
+    with pytest.raises(RuntimeError, match=r"offs's last end must be at most K = 16 \(in 2D x 2D\), got 17"):
+        ops.grouped_gemm(randn(4, 16), randn(16, 8), offsets([3, 17]))
+
+
+def test_offsets_must_be_contiguous():
+    for device in ("cpu", "meta"):
+        with pytest.raises(RuntimeError, match=r"^grouped_gemm: offs must be a contiguous tensor"):
+            ops.grouped_gemm(randn(10, 16).to(device), randn(3, 16, 8).to(device),
+                             offsets([2, 0, 2, 0, 10, 0], device)[::2])
+
+
+def test_devices_must_agree():
+    with pytest.raises(RuntimeError, match=r"grouped_gemm: expected offs on cpu \(A's device\), got meta"):
+        ops.grouped_gemm(randn(10, 16), randn(3, 16, 8), offsets([2, 2, 10], "meta"))
+
+
+def test_out_variant():
+    A, B, offs = make(CASES[0])
+    expected = ops.grouped_gemm(A, B, offs, out_dtype=torch.float32)
+    for out in (torch.empty(13, 24), torch.empty(24, 13).t(), torch.empty(13, 48)[:, ::2], torch.full((13, 24), 7.)):
+        assert ops.grouped_gemm(A, B, offs, out=out) is out
+        assert torch.equal(out, expected)
+    tail = make(CASES[1])
+    out = torch.full((13, 16), 7.0)
+    ops.grouped_gemm(*tail, out=out)
+    assert not out[9:].any()  # rows in no group are written with zeros, not left as they were
+    with pytest.raises(RuntimeError, match=r"grouped_gemm: expected out of shape \[13, 24\] \(2D x 3D\), got \[13, 16\]"):
+        ops.grouped_gemm(A, B, offs, out=torch.empty(13, 16))
+    with pytest.raises(RuntimeError, match=r"grouped_gemm: expected out's dtype to be torch.float32 \(out_dtype\)"):
+        ops.grouped_gemm(A, B, offs, out_dtype=torch.float32, out=torch.empty(13, 24, dtype=torch.float64))
+    shared = torch.zeros(8, 8)
+    with pytest.raises(RuntimeError, match="grouped_gemm: out overlaps A in memory"):
+        ops.grouped_gemm(shared, randn(2, 8, 8), offsets([3, 8]), out=shared)
+    with pytest.raises(RuntimeError, match="grouped_gemm: out has internally overlapping memory"):
+        ops.grouped_gemm(A, B, offs, out=torch.zeros(1, 24).expand(13, 24))
+    with pytest.raises(RuntimeError, match="grouped_gemm: the out= variant does not support automatic differentiation"):
+        ops.grouped_gemm(A.requires_grad_(), B, offs, out=torch.empty(13, 24))
+
+
+# Small enough for gradgradcheck's numerical second derivatives, the same edges as CASES.
+SMALL = [
+    ("2Dx3D", (7, 4), (4, 4, 3), [2, 2, 3, 7]),
+    ("2Dx3D tail", (7, 4), (2, 4, 3), [0, 5]),
+    ("2Dx2D", (3, 9), (9, 4), [4, 4, 5, 9]),
+    ("3Dx3D", (2, 3, 4), (2, 4, 3), None),
+    ("3Dx2D", (3, 3, 4), (4, 9), [3, 3, 7]),
+]
+
+
+@pytest.mark.parametrize("case", SMALL, ids=[c[0] for c in SMALL])
+def test_gradcheck(case):
+    A, B, offs = make(case, torch.float64)
+    A.requires_grad_(), B.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: ops.grouped_gemm(a, b, offs), (A, B))
+    assert torch.autograd.gradgradcheck(lambda a, b: ops.grouped_gemm(a, b, offs), (A, B))
+    assert torch.autograd.gradcheck(lambda a, b: ops.grouped_gemm(a, b, offs), (A, B), check_forward_ad=True,
+                                    check_backward_ad=False, check_undefined_grad=False)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("grad_layout", ["expanded", "transposed", "contiguous"])
+def test_backward_with_any_gradient_layout(case, grad_layout):
+    """torch._grouped_mm's own CPU backward fails on the expanded gradient of out.sum()."""
+    A, B, offs = make(case, torch.float32)
+    A.requires_grad_(), B.requires_grad_()
+    out = ops.grouped_gemm(A, B, offs)
+    grad = {"expanded": torch.ones(()).expand(out.shape),
+            "transposed": randn(*reversed(out.shape), seed=5).permute(*reversed(range(out.dim()))),
+            "contiguous": randn(*out.shape, seed=5)}[grad_layout]
+    dA, dB = torch.autograd.grad(out, (A, B), grad)
+    A64, B64 = A.detach().double().requires_grad_(), B.detach().double().requires_grad_()
+    rA, rB = torch.autograd.grad(loop_reference(A64, B64, offs), (A64, B64), grad.double())
+    torch.testing.assert_close(dA.double(), rA, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dB.double(), rB, atol=1e-4, rtol=1e-4)
+
+
+def test_backward_equals_torch_grouped_mm_where_it_runs():
+    A, B, offs = make(CASES[0], torch.bfloat16)
+    grad = randn(13, 24, dtype=torch.bfloat16, seed=5)
+    ours = torch.autograd.grad(ops.grouped_gemm(A.requires_grad_(), B.requires_grad_(), offs), (A, B), grad)
+    theirs = torch.autograd.grad(torch._grouped_mm(A, B, offs), (A, B), grad)
+    for x, y in zip(ours, theirs):
+        torch.testing.assert_close(x, y, atol=0, rtol=0)
+
+
+def test_gradients_of_float32_outputs_are_in_the_inputs_dtype():
+    A, B, offs = make(CASES[0], torch.bfloat16)
+    out = ops.grouped_gemm(A.requires_grad_(), B.requires_grad_(), offs, out_dtype=torch.float32)
+    dA, dB = torch.autograd.grad(out.sum(), (A, B))
+    assert dA.dtype == dB.dtype == torch.bfloat16
+    A64, B64 = A.detach().double().requires_grad_(), B.detach().double().requires_grad_()
+    rA, rB = torch.autograd.grad(loop_reference(A64, B64, offs).sum(), (A64, B64))
+    torch.testing.assert_close(dA.double(), rA, atol=0.1, rtol=2e-2)
+    torch.testing.assert_close(dB.double(), rB, atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_opcheck(case):
+    A, B, offs = make(case, torch.float32, b_transposed=True)
+    torch.library.opcheck(torch.ops.ops.grouped_gemm.default, (A, B, offs), test_utils=OPCHECK_UTILS)
+    torch.library.opcheck(torch.ops.ops.grouped_gemm.default, (A.requires_grad_(), B.requires_grad_(), offs),
+                          {"out_dtype": torch.float32}, test_utils=OPCHECK_UTILS)
+    out = torch.empty(ops.grouped_gemm(A, B, offs).shape)
+    torch.library.opcheck(torch.ops.ops.grouped_gemm.out, (A.detach(), B.detach(), offs), {"out": out},
+                          test_utils=OPCHECK_UTILS)
+
+
+def test_a_moe_layer_compiles_without_graph_breaks_exports_and_scripts():
+    model = TinyMoE()
+    x = randn(11, 16)
+    expected = model.reference(x).float()
+    torch.testing.assert_close(model(x), expected)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for n in (3, 11, 20):
+        xn = randn(n, 16, seed=n)
+        torch.testing.assert_close(compiled(xn), model.reference(xn).float())
+    tokens = torch.export.Dim("tokens", min=2)
+    exported = torch.export.export(model, (x,), dynamic_shapes=({0: tokens},))
+    assert any(n.target == torch.ops.ops.grouped_gemm.default for n in exported.graph.nodes)
+    x9 = randn(9, 16, seed=9)
+    torch.testing.assert_close(exported.module()(x9), model.reference(x9).float())
+    scripted = torch.jit.script(model)
+    torch.testing.assert_close(scripted(x9), model.reference(x9).float())
+
+
+def test_a_moe_layer_trains_like_its_loop():
+    model = TinyMoE()
+    x = randn(12, 16)
+    loss = model(x).square().sum()
+    grads = torch.autograd.grad(loss, [model.gate_up, model.down])
+    ref = torch.autograd.grad(model.reference(x).square().sum(), [model.gate_up, model.down])
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_agrees_with_torch_grouped_mm_on_the_gpu(case, dtype):
+    A, B, offs = make(case, dtype, "cuda", b_transposed=True)
+    got = ops.grouped_gemm(A, B, offs)
+    expected = torch._grouped_mm(A, B, offs)
+    covered = loop_reference(torch.ones_like(A), torch.ones_like(B), offs) != 0
+    tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+    torch.testing.assert_close(got[covered].float(), expected[covered].float(), atol=tol * 8, rtol=tol)
+    assert not got[~covered].any()
