@@ -19,7 +19,7 @@ from typing import List, Optional, Tuple
 import torch
 import torch.fx
 
-from . import _hf_classes, _library, fp8 as _fp8, fused, linear as _linear, recipes as _recipes
+from . import _hf_classes, _library, fp8 as _fp8, fused, linear as _linear, moe as _moe, recipes as _recipes
 
 __all__ = ["Linear", "RMSNorm", "Fp8Linear", "convert", "ConversionReport"]
 
@@ -345,11 +345,14 @@ class ConversionReport:
     fp8: List[str] = dataclasses.field(default_factory=list)  # Linears replaced by Fp8Linear
     # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
     kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
+    experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops.grouped_gemm (ops.moe)
 
     def __str__(self):
         lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
                  f"{len(self.recipes)} block recipes, {len(self.skipped)} left alone"
-                 + (f", {len(self.fp8)} FP8 Linear" if self.fp8 else "")]
+                 + (f", {len(self.fp8)} FP8 Linear" if self.fp8 else "")
+                 + (f", {len(self.experts)} MoE experts" if self.experts else "")]
+        lines += [f"  experts {name} on ops.grouped_gemm" for name in self.experts]
         lines += [f"  FP8 {name}" for name in self.fp8]
         lines += [f"  kept {name} in high precision: {why}" for name, why in self.kept_high_precision]
         lines += [f"  recipe {recipe} on {block}" for block, recipe in self.recipes]
@@ -391,6 +394,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     transformers' fine-grained FP8 format (its ``FP8Linear`` modules, 128x128 block scales: DeepSeek-V3,
     Qwen3 FP8 checkpoints) has those modules replaced by ``Fp8Linear.from_fp8`` sharing their weights,
     with or without ``fp8``; they are listed in ``report.fp8``.
+
+    MoE experts (transformers' experts modules: Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) run
+    on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``; the
+    config is shared by the model's experts), listed in ``report.experts``.
 
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
@@ -463,6 +470,11 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 continue
             _recipes.apply(block, recipe)
             report.recipes.append((name or "(model)", recipe.name))
+    for name, module in model.named_modules():
+        if _moe.is_experts(module):
+            _moe.register()
+            module.config._experts_implementation = _moe.NAME  # the experts dispatch on their config
+            report.experts.append(name or "(model)")
     parallelized = [name for name, why in report.skipped if why == _DTENSOR_PARAMS]
     if parallelized:
         warnings.warn(f"ops.nn.convert left {len(parallelized)} modules alone ({', '.join(parallelized[:3])}"
