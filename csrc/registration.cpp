@@ -92,6 +92,8 @@ TORCH_LIBRARY(ops, m) {
         "float[] timing_ms) -> ()");
   // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. cutlass_gemm/gemm_cuda.cpp
   m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
+  // JSON of the path grouped_gemm takes for these arguments (mode, path, host_sync, offsets). cutlass_gemm/grouped_gemm.cpp
+  m.def("_grouped_gemm_plan(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> str");
   // Which build of the fused CPU kernels runs: "default", "avx2" or "avx512". fused_cpu.cpp
   m.def("_fused_cpu_isa() -> str");
 #if OPS_WITH_CUDA

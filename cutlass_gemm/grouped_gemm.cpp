@@ -1,8 +1,7 @@
-// ops::grouped_gemm (torch._grouped_mm's modes, checks.h GroupedMode) on CPU, and on CUDA until its CUTLASS
-// kernel lands: one ATen mm per group on slices of A, B and out, in A's dtype, or in float32 for
-// out_dtype float32 (each operand converted, one rounding). That is torch._grouped_mm's own CPU path
-// (equal bit for bit: tests/test_grouped_gemm.py). The group ends are read on the host: on CUDA a copy of
-// offs (a host sync), which is why this path does not capture in a CUDA graph.
+// ops::grouped_gemm (torch._grouped_mm's modes, checks.h GroupedMode) on CPU: one ATen mm per group on slices
+// of A, B and out, in A's dtype, or in float32 for out_dtype float32 (each operand converted, one rounding).
+// That is torch._grouped_mm's own CPU path (equal bit for bit: tests/test_grouped_gemm.py). The CUDA kernel
+// (grouped_gemm_cuda.cpp) falls back to the same loop where torch's grouped kernel cannot run.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
@@ -10,6 +9,8 @@
 #include <vector>
 
 #include "../csrc/checks.h"
+#include "../csrc/json.h"
+#include "grouped_gemm.h"
 
 namespace ops::cutlass_gemm {
 namespace {
@@ -24,8 +25,6 @@ std::vector<int32_t> group_ends(const GroupedProblem& p, const c10::optional<at:
   return ends;
 }
 
-// out: a fresh tensor of p.out_sizes and out_dtype. Rows (RaggedM) or columns (RaggedN) past the last
-// group end are zeroed.
 void grouped_gemm_into(const at::Tensor& A, const at::Tensor& B, const GroupedProblem& p,
                        const std::vector<int32_t>& ends, at::Tensor& out) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
@@ -58,14 +57,37 @@ void grouped_gemm_into(const at::Tensor& A, const at::Tensor& B, const GroupedPr
   }
 }
 
-at::Tensor grouped_gemm(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
-                        c10::optional<at::ScalarType> out_dtype) {
-  const at::ScalarType dtype = out_dtype.value_or(A.scalar_type());
-  const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
+}  // namespace
+
+at::Tensor grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                             const GroupedProblem& p, at::ScalarType dtype) {
   const std::vector<int32_t> ends = group_ends(p, offs);
   at::Tensor out = at::empty(p.out_sizes, A.options().dtype(dtype));
   grouped_gemm_into(A, B, p, ends, out);
   return out;
+}
+
+std::string grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                              c10::optional<at::ScalarType> out_dtype) {
+  const at::ScalarType dtype = out_dtype.value_or(A.scalar_type());
+#if OPS_WITH_CUDA
+  if (A.is_cuda()) return grouped_gemm_cuda_path(A, B, offs, dtype);
+#endif
+  const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
+  JsonObject plan;
+  plan.add("mode", grouped_mode_name(p.mode));
+  plan.add("path", "loop");
+  plan.add("host_sync", false);
+  plan.add("offsets", "checked on the host");
+  return plan.str();
+}
+
+namespace {
+
+at::Tensor grouped_gemm(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                        c10::optional<at::ScalarType> out_dtype) {
+  const at::ScalarType dtype = out_dtype.value_or(A.scalar_type());
+  return grouped_gemm_loop(A, B, offs, check_grouped_gemm_inputs(kOp, A, B, offs, dtype), dtype);
 }
 
 void grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
@@ -75,10 +97,8 @@ void grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const c10::optio
   const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());
   const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
   check_grouped_gemm_out(kOp, p, A, B, offs, out, dtype, "out_dtype");
-  const std::vector<int32_t> ends = group_ends(p, offs);
   // Computed apart from out and copied in last: out never feeds its own computation, any strides.
-  at::Tensor result = at::empty(p.out_sizes, A.options().dtype(dtype));
-  grouped_gemm_into(A, B, p, ends, result);
+  const at::Tensor result = grouped_gemm_loop(A, B, offs, p, dtype);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   out.copy_(result);
 }
@@ -86,12 +106,11 @@ void grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const c10::optio
 }  // namespace
 }  // namespace ops::cutlass_gemm
 
-TORCH_LIBRARY_IMPL(ops, CPU, m) {
-  m.impl("grouped_gemm", &ops::cutlass_gemm::grouped_gemm);
-  m.impl("grouped_gemm.out", &ops::cutlass_gemm::grouped_gemm_out);
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
+  m.impl("_grouped_gemm_plan", &ops::cutlass_gemm::grouped_gemm_plan);
 }
 
-TORCH_LIBRARY_IMPL(ops, CUDA, m) {
+TORCH_LIBRARY_IMPL(ops, CPU, m) {
   m.impl("grouped_gemm", &ops::cutlass_gemm::grouped_gemm);
   m.impl("grouped_gemm.out", &ops::cutlass_gemm::grouped_gemm_out);
 }

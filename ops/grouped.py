@@ -3,6 +3,7 @@ experts of mixture-of-experts models). Python API and fake kernels; schema in cs
 checks in csrc/checks.cpp (``check_grouped_gemm_inputs``), kernels in cutlass_gemm/grouped_gemm.cpp,
 autograd in csrc/autograd.cpp."""
 
+import json
 from typing import Optional
 
 import torch
@@ -107,8 +108,11 @@ def grouped_gemm(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] 
         out: optional output of the mode's shape and ``out_dtype`` to write into (any strides, not
             overlapping the inputs); not differentiable.
 
-    Computation: on CPU one ATen ``mm`` per group, ``torch._grouped_mm``'s own CPU path (equal bit for bit);
-    on CUDA the same until the CUTLASS grouped kernel lands (it reads offs on the host: a synchronization).
+    Computation: on CPU one ATen ``mm`` per group, ``torch._grouped_mm``'s own CPU path (equal bit for bit).
+    On CUDA, until the CUTLASS grouped kernel lands: ``torch._grouped_mm`` where it runs the problem (its
+    CUTLASS kernel for bfloat16 on SM90/SM100 reads offs on the device: no synchronization), on offs
+    clamped to [0, extent] and made non-decreasing on the device (bad offsets are not errors there, and
+    never read out of bounds); else the loop (offs read and checked on the host). ``plan`` says which.
 
     Autograd: differentiable in A and B (offs is an index): the input gradient is a grouped GEMM against
     the transposed weights, the weight gradient a grouped GEMM over the cut dimension; any gradient layout.
@@ -122,3 +126,12 @@ def grouped_gemm(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] 
         return torch.ops.ops.grouped_gemm(A, B, offs, out_dtype)
     torch.ops.ops.grouped_gemm(A, B, offs, out_dtype, out=out)
     return out
+
+
+def plan(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] = None,
+         out_dtype: Optional[torch.dtype] = None) -> dict:
+    """The path ``grouped_gemm(A, B, offs, out_dtype)`` takes on A's device: ``mode`` ("2D x 3D", ...),
+    ``path`` ("loop": one ATen mm per group, offs read and checked on the host; "torch._grouped_mm": torch's
+    grouped kernel on offs clamped on the device), ``host_sync`` (whether the call waits for the device to
+    read offs: then it cannot be captured in a CUDA graph) and ``offsets`` (how they are treated)."""
+    return json.loads(torch.ops.ops._grouped_gemm_plan(A, B, offs, out_dtype))

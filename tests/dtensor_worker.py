@@ -1,5 +1,5 @@
-"""Worker of tests/test_dtensor.py: one rank of a tensor parallel, FSDP2 or placement-fuzzing run on
-gloo. Kept in its own module so that spawned processes can import it. Each case writes what rank 0
+"""Worker of tests/test_dtensor.py and tests/test_moe.py: one rank of a tensor parallel, FSDP2,
+placement-fuzzing or expert-parallel run on gloo. Kept in its own module so that spawned processes can import it. Each case writes what rank 0
 computed to out_dir; the test compares it with one process."""
 
 import datetime
@@ -197,7 +197,54 @@ def case_fuzz(rank, world_size, out_dir, seconds):
         torch.save({"failures": failures}, os.path.join(out_dir, "fuzz.pt"))
 
 
-CASES = {"tp": case_tp, "fsdp": case_fsdp, "fuzz": case_fuzz, "sequence_parallel_norms": case_sequence_parallel_norms}
+def case_expert_parallel(rank, world_size, out_dir):
+    """A MoE layer's experts sharded over the ranks (expert parallelism, as transformers runs it): every rank
+    holds E / world_size experts and all tokens, marks picks of other ranks' experts with the sentinel id
+    E / world_size, runs ops.moe.experts_forward, and the outputs are summed across ranks. Saves the summed
+    output, the input's gradient (summed) and each rank's expert gradients next to one process's."""
+    import transformers
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    config = transformers.Qwen3MoeConfig(hidden_size=32, moe_intermediate_size=16, num_experts=8)
+    torch.manual_seed(0)
+    full_experts = Qwen3MoeExperts(config)
+    for p in full_experts.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(12, 32, generator=g)
+    weights, index = torch.rand(12, 8, generator=g).topk(2, dim=-1)
+    grad = torch.randn(12, 32, generator=g)
+
+    def run(experts, index):
+        xl = x.clone().requires_grad_()
+        out = ops.moe.experts_forward(experts, xl, index, weights)
+        return out, xl
+
+    expected, x_full = run(full_experts, index)
+    expected_grads = torch.autograd.grad(expected, [x_full, *full_experts.parameters()], grad)
+
+    local_count = config.num_experts // world_size
+    first = rank * local_count
+    local = Qwen3MoeExperts(config)
+    with torch.no_grad():
+        for p, full_p in zip(local.parameters(), full_experts.parameters()):
+            p.data = full_p[first:first + local_count].clone()
+    local.num_experts, local._is_expert_parallel = local_count, True
+    mine = (index >= first) & (index < first + local_count)
+    out, x_local = run(local, torch.where(mine, index - first, torch.full_like(index, local_count)))
+    total = out.detach().clone()
+    dist.all_reduce(total)
+    grads = torch.autograd.grad(out, [x_local, *local.parameters()], grad)
+    x_grad = grads[0].clone()
+    dist.all_reduce(x_grad)
+    result = {"out": total, "x_grad": x_grad, "expert_grads": [g.clone() for g in grads[1:]], "first": first,
+              "count": local_count, "expected": expected.detach(), "expected_x_grad": expected_grads[0],
+              "expected_expert_grads": list(expected_grads[1:])}
+    torch.save(result, os.path.join(out_dir, f"expert_parallel_{rank}.pt"))
+
+
+CASES = {"tp": case_tp, "fsdp": case_fsdp, "fuzz": case_fuzz, "sequence_parallel_norms": case_sequence_parallel_norms,
+         "expert_parallel": case_expert_parallel}
 
 
 def run(rank, world_size, init_file, case, out_dir, *extra):

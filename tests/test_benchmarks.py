@@ -546,3 +546,30 @@ def test_fp8_benchmark_reports_every_recipe_and_what_torch_cannot_run(tmp_path):
     assert "n/a" in (tmp_path / "fp8_gemm.md").read_text()
     with pytest.raises(SystemExit):
         fp8.main(["--nk", "30x256"])
+
+
+def test_grouped_benchmark_times_every_implementation_both_passes_and_the_layer(tmp_path):
+    from benchmarks import grouped
+
+    assert grouped.main(["--models", "tiny", "--tokens", "3,20", "--out", str(tmp_path)]) == 0
+    payload = json.loads((tmp_path / "grouped_gemm.json").read_text())
+    rows = payload["results"]
+    assert len(rows) == 2 * 2 * 2 * 2  # proj x tokens x routing x pass
+    for r in rows:
+        assert r["ops_tflops"] > 0 and r["vs_torch"] > 0 and r["vs_loop"] > 0, r
+        assert r["rows"] == r["tokens"] * 2
+    assert {r["direction"] for r in rows} == {"forward", "backward"}
+    assert max(r["largest_group"] for r in rows if r["routing"] == "skewed") > 20 * 2 / 8  # skewed: uneven
+    assert [r["tokens"] for r in payload["layers"]] == [3, 20]
+    assert all(r["max_diff"] < 1e-1 for r in payload["layers"])
+    with pytest.raises(SystemExit):
+        grouped.main(["--models", "gpt-5"])
+
+
+def test_grouped_benchmark_group_sizes_sum_to_the_picks():
+    from benchmarks.grouped import group_sizes
+
+    for routing in ("balanced", "skewed"):
+        sizes = group_sizes(37, 8, 2, routing)
+        assert sizes.sum() == 74 and len(sizes) == 8 and (sizes >= 0).all()
+    assert group_sizes(37, 8, 2, "balanced").tolist() == [10, 10, 9, 9, 9, 9, 9, 9]

@@ -293,3 +293,44 @@ def test_agrees_with_torch_grouped_mm_on_the_gpu(case, dtype):
     tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
     torch.testing.assert_close(got[covered].float(), expected[covered].float(), atol=tol * 8, rtol=tol)
     assert not got[~covered].any()
+
+
+def test_plan_names_the_path():
+    A, B, offs = make(CASES[0])
+    assert ops.grouped.plan(A, B, offs) == {"mode": "2D x 3D", "path": "loop", "host_sync": False,
+                                            "offsets": "checked on the host"}
+    assert ops.grouped.plan(*make(CASES[3]))["mode"] == "3D x 3D"
+    with pytest.raises(RuntimeError, match="grouped_gemm: offs is required"):
+        ops.grouped.plan(A, B)
+
+
+@pytest.mark.cuda
+def test_cuda_offsets_are_clamped_on_the_device_and_bfloat16_captures_in_a_graph():
+    A, B, _ = make(CASES[0], torch.bfloat16, "cuda", b_transposed=True)
+    plan = ops.grouped.plan(A, B, offsets([3, 3, 4, 13], "cuda"))
+    assert plan["path"] == "torch._grouped_mm" and plan["offsets"] == "clamped on the device"
+    # Decreasing, negative and past-the-end offsets: the groups of the clamped, non-decreasing ends.
+    got = ops.grouped_gemm(A, B, offsets([5, 2, -1, 40], "cuda"))
+    expected = ops.grouped_gemm(A.cpu(), B.cpu(), offsets([5, 5, 5, 13]))
+    torch.testing.assert_close(got.cpu().float(), expected.float(), atol=5e-2, rtol=1e-2)
+    if torch.cuda.get_device_capability()[0] in (9, 10):
+        assert plan["host_sync"] is False
+        offs = offsets([3, 3, 4, 13], "cuda")
+        ops.grouped_gemm(A, B, offs)  # warm-up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = ops.grouped_gemm(A, B, offs)
+        offs.copy_(offsets([0, 6, 6, 10], "cuda"))  # new routing, same graph
+        graph.replay()
+        torch.testing.assert_close(out.cpu().float(), ops.grouped_gemm(A.cpu(), B.cpu(), offsets([0, 6, 6, 10])).float(),
+                                   atol=5e-2, rtol=1e-2)
+
+
+@pytest.mark.cuda
+def test_cuda_float32_out_and_float64_take_the_loop():
+    A, B, offs = make(CASES[0], torch.bfloat16, "cuda")
+    assert ops.grouped.plan(A, B, offs, torch.float32)["path"] == "loop"
+    A64, B64, offs = make(CASES[2], torch.float64, "cuda")
+    assert ops.grouped.plan(A64, B64, offs) == {"mode": "2D x 2D", "path": "loop", "host_sync": True,
+                                                "offsets": "checked on the host"}
+    torch.testing.assert_close(ops.grouped_gemm(A64, B64, offs).cpu(), loop_reference(A64.cpu(), B64.cpu(), offs.cpu()))

@@ -161,3 +161,15 @@ def test_import_ops_registers_the_implementation_where_transformers_interface_is
             "assert moe.ALL_EXPERTS_FUNCTIONS['ops'] is ops.moe.experts_forward\nprint('ok')")
     result = run_python(code, cwd=__import__("os").path.dirname(__import__("os").path.dirname(__file__)))
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_expert_parallel_layer_on_two_gloo_ranks_equals_one_process(tmp_path):
+    import dtensor_worker
+
+    dtensor_worker.spawn("expert_parallel", 2, tmp_path)
+    for rank in range(2):
+        r = torch.load(tmp_path / f"expert_parallel_{rank}.pt")
+        torch.testing.assert_close(r["out"], r["expected"], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(r["x_grad"], r["expected_x_grad"], atol=1e-6, rtol=1e-5)
+        for got, full in zip(r["expert_grads"], r["expected_expert_grads"]):
+            torch.testing.assert_close(got, full[r["first"]:r["first"] + r["count"]], atol=1e-6, rtol=1e-5)

@@ -1,0 +1,212 @@
+"""Grouped GEMM: ops.grouped_gemm against torch._grouped_mm and a Python loop of torch.mm on the experts of
+MoE models, forward and backward, and a MoE layer end to end against transformers' "grouped_mm" experts.
+
+    python -m benchmarks.grouped [--quick|--full] [--models qwen3-30b-a3b,mixtral-8x7b,deepseek-v3]
+                                 [--tokens 1,64,1024] [--out DIR]
+
+Expert rows: each model's up (gate_up: N = 2 * width, K = hidden) and down (N = hidden, K = width)
+projection over T tokens routed to their top-k experts, balanced (every expert gets T * k / E rows, the
+remainder spread) or skewed (experts drawn with probability 1 / (rank + 1)): median time, TFLOP/s
+(2 * T * k * N * K / time; backward: twice that, the input and the weight gradient), and ratios
+(reference time / ops time: above 1 means ops is faster). The loop reads the group sizes on the host, as
+a user's loop would. Layer rows: transformers' sparse MoE block of the model (router, experts, combine)
+with its experts implementation "grouped_mm" and "ops". On CPU a quick suite of the models whose weights
+fit in memory runs by default; deepseek-v3's experts (256 x 4096 x 7168 in bfloat16, 15 GB) run on a GPU.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+import ops
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, first_line, int_list, machine_facts, markdown_table, \
+    write_report
+
+# experts, top-k, hidden, expert width (REFERENCES.md: Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3).
+MODELS = {"qwen3-30b-a3b": (128, 8, 2048, 768), "mixtral-8x7b": (8, 2, 4096, 14336), "deepseek-v3": (256, 8, 7168, 2048),
+          "tiny": (8, 2, 64, 32)}  # tiny: for the tests; run only when named
+DEFAULT_MODELS = ("qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3")
+CPU_MODELS = ("qwen3-30b-a3b", "mixtral-8x7b")
+
+
+def group_sizes(tokens, experts, k, routing, seed=0):
+    """Rows per expert for T tokens' top-k picks (each token picks k distinct experts)."""
+    if routing == "balanced":
+        base, extra = divmod(tokens * k, experts)
+        return torch.tensor([base + (e < extra) for e in range(experts)])
+    g = torch.Generator().manual_seed(seed)
+    weights = 1.0 / torch.arange(1, experts + 1, dtype=torch.float64)
+    picks = torch.stack([torch.multinomial(weights, k, generator=g) for _ in range(tokens)])
+    return torch.bincount(picks.reshape(-1), minlength=experts)
+
+
+def loop_mm(x, w, sizes):
+    """The Python loop a user writes: one torch.mm per expert with rows (the sizes read on the host), then
+    one concatenation; differentiable. The experts come from one unbind (indexing w[e] in the loop would
+    materialize a full-size weight gradient per expert in the backward)."""
+    parts, start = [], 0
+    for e, (n, we) in enumerate(zip(sizes.tolist(), w.unbind(0))):
+        if n:
+            parts.append(torch.mm(x[start:start + n], we))
+        start += n
+    return torch.cat(parts) if parts else x.new_zeros(0, w.shape[2])
+
+
+_WEIGHTS = {}
+
+
+def expert_weights(experts, n, kdim, device, dtype):
+    """(E, N, K) weights as transformers' experts hold them, passed transposed; made once per shape."""
+    key = (experts, n, kdim, device, dtype)
+    if key not in _WEIGHTS:
+        _WEIGHTS.clear()  # one model's projection at a time: the largest are gigabytes
+        g = torch.Generator().manual_seed(n + kdim)
+        _WEIGHTS[key] = (torch.randn(experts, n, kdim, generator=g, dtype=dtype) / kdim ** 0.5).to(device)
+    return _WEIGHTS[key].transpose(1, 2)
+
+
+def measure_experts(case, device, timed, dtype):
+    model, proj, tokens, routing, direction = case
+    experts, k, hidden, width = MODELS[model]
+    n, kdim = (2 * width, hidden) if proj == "up" else (hidden, width)
+    sizes = group_sizes(tokens, experts, k, routing)
+    offs = sizes.cumsum(0).to(torch.int32).to(device)
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(int(sizes.sum()), kdim, generator=g).to(device=device, dtype=dtype)
+    w = expert_weights(experts, n, kdim, device, dtype)
+    flops = 2 * x.shape[0] * n * kdim * (2 if direction == "backward" else 1)
+    row = {"model": model, "proj": proj, "tokens": tokens, "rows": x.shape[0], "n": n, "k": kdim,
+           "routing": routing, "direction": direction, "largest_group": int(sizes.max())}
+    impls = {"ops": lambda a, b: ops.grouped_gemm(a, b, offs), "torch": lambda a, b: torch._grouped_mm(a, b, offs),
+             "loop": lambda a, b: loop_mm(a, b, sizes)}
+    for name, fn in impls.items():
+        try:
+            if direction == "forward":
+                call = lambda fn=fn: fn(x, w)  # noqa: E731
+            else:
+                xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+                out = fn(xg, wg)
+                grad = torch.randn_like(out)
+                call = lambda out=out, xg=xg, wg=wg, grad=grad: torch.autograd.grad(  # noqa: E731
+                    out, (xg, wg), grad, retain_graph=True)
+            call()
+            t = timed(call)
+            row[f"{name}_ms"], row[f"{name}_tflops"] = t * 1e3, flops / t / 1e12
+        except (RuntimeError, NotImplementedError) as e:
+            row[f"{name}_unavailable"] = first_line(e)
+    for name in ("torch", "loop"):
+        if f"{name}_ms" in row and "ops_ms" in row:
+            row[f"vs_{name}"] = row[f"{name}_ms"] / row["ops_ms"]
+    return row
+
+
+def measure_layer(model, tokens, device, timed, dtype):
+    """transformers' Qwen3-MoE sparse block at `model`'s sizes (qwen3-30b-a3b, tiny), experts "grouped_mm" vs "ops"."""
+    import transformers
+
+    experts, k, hidden, width = MODELS[model]
+    if model not in ("qwen3-30b-a3b", "tiny"):
+        return None
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+    config = transformers.Qwen3MoeConfig(hidden_size=hidden, moe_intermediate_size=width, num_experts=experts,
+                                         num_experts_per_tok=k)
+    torch.manual_seed(0)
+    block = Qwen3MoeSparseMoeBlock(config).to(device=device, dtype=dtype).eval()
+    torch.nn.init.normal_(block.experts.gate_up_proj, std=hidden ** -0.5)
+    torch.nn.init.normal_(block.experts.down_proj, std=width ** -0.5)
+    x = torch.randn(1, tokens, hidden, device=device, dtype=dtype)
+    ops.moe.register()
+    row = {"model": model, "tokens": tokens}
+    results = {}
+    for name in ("grouped_mm", "ops"):
+        config._experts_implementation = name
+        with torch.no_grad():
+            results[name] = block(x)
+            row[f"{name}_ms"] = timed(lambda: block(x)) * 1e3
+    row["vs_grouped_mm"] = row["grouped_mm_ms"] / row["ops_ms"]
+    row["max_diff"] = (results["ops"].float() - results["grouped_mm"].float()).abs().max().item()
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true")
+    mode.add_argument("--full", action="store_true")
+    parser.add_argument("--models", default=None, help=f"comma-separated of {', '.join(MODELS)}")
+    parser.add_argument("--tokens", type=int_list, default=None, help="comma-separated token counts")
+    parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
+    args = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    quick = args.quick or (device == "cpu" and not args.full)
+    models = [m.strip() for m in args.models.split(",")] if args.models else list(
+        CPU_MODELS if device == "cpu" else DEFAULT_MODELS)
+    if any(m not in MODELS for m in models):
+        parser.error(f"--models: expected comma-separated names of {', '.join(MODELS)}, got {args.models!r}")
+    if args.tokens:
+        tokens = {m: args.tokens for m in models}
+    elif device == "cpu":
+        tokens = {m: ([1, 16, 128] if m == "qwen3-30b-a3b" else [1, 16]) if quick else [1, 16, 128, 512]
+                  for m in models}
+    else:
+        tokens = {m: [1, 64, 1024, 8192] if quick else [1, 16, 64, 256, 1024, 4096, 8192] for m in models}
+    timer = CudaTimer() if device == "cuda" else None
+
+    def timed(fn):
+        return timer(fn) if timer else cpu_time(fn)
+
+    facts = machine_facts(device)
+    dtype = torch.bfloat16
+    if device == "cpu":
+        print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite).", flush=True)
+    rows = []
+    for model in models:
+        for proj in ("up", "down"):
+            for t in tokens[model]:
+                for routing in ("balanced", "skewed"):
+                    for direction in ("forward", "backward"):
+                        r = measure_experts((model, proj, t, routing, direction), device, timed, dtype)
+                        rows.append(r)
+                        print(f"{model} {proj} T={t} {routing} {direction}: {r.get('ops_tflops', float('nan')):.3g} "
+                              f"TFLOP/s, x{r.get('vs_torch', float('nan')):.2f} torch._grouped_mm, "
+                              f"x{r.get('vs_loop', float('nan')):.2f} loop", flush=True)
+
+    def ratio(r, name):
+        return f"{r[f'vs_{name}']:.2f}" if f"vs_{name}" in r else f"n/a ({r.get(f'{name}_unavailable', '')[:50]})"
+
+    table = markdown_table(
+        ["model", "proj", "tokens", "rows", "N", "K", "routing", "largest group", "pass", "ops ms", "ops TFLOP/s",
+         "torch._grouped_mm / ops", "loop of mm / ops"],
+        [[r["model"], r["proj"], r["tokens"], r["rows"], r["n"], r["k"], r["routing"], r["largest_group"],
+          r["direction"], f"{r['ops_ms']:.3f}", f"{r['ops_tflops']:.3g}", ratio(r, "torch"), ratio(r, "loop")]
+         for r in rows])
+    note = (f"torch {facts['torch']}, {facts.get('gpu', facts['cpu'])}, bfloat16, {'quick' if quick else 'full'} "
+            "suite. Ratios above 1: ops faster.")
+    _WEIGHTS.clear()
+    layers = []
+    for model in models:
+        for t in tokens[model]:
+            try:
+                r = measure_layer(model, t, device, timed, dtype)
+            except ImportError as e:
+                print(f"no layer rows: {first_line(e)}", flush=True)
+                break
+            if r is not None:
+                layers.append(r)
+                print(f"{model} layer T={t}: x{r['vs_grouped_mm']:.2f} transformers grouped_mm", flush=True)
+    if layers:
+        table += "\n\nMoE layer (transformers' Qwen3MoeSparseMoeBlock, forward, no grad):\n\n" + markdown_table(
+            ["model", "tokens", "grouped_mm ms", "ops ms", "grouped_mm / ops", "max |ops - grouped_mm|"],
+            [[r["model"], r["tokens"], f"{r['grouped_mm_ms']:.3f}", f"{r['ops_ms']:.3f}", f"{r['vs_grouped_mm']:.2f}",
+              f"{r['max_diff']:.2e}"] for r in layers])
+    write_report(args.out, "grouped_gemm", {"benchmark": "grouped_gemm", "machine": facts, "results": rows,
+                                            "layers": layers}, "Grouped GEMM", note + "\n\n" + table)
+    print(f"wrote {args.out}/grouped_gemm.{{json,md}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

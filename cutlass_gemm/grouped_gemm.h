@@ -1,0 +1,27 @@
+// ops::grouped_gemm's paths (checks.h GroupedMode), shared by its CPU kernel (grouped_gemm.cpp) and its CUDA
+// kernel (grouped_gemm_cuda.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "../csrc/checks.h"
+
+namespace ops::cutlass_gemm {
+
+// One ATen mm per group on slices of A, B and a fresh output of p.out_sizes and `dtype` (A's, or float32 for
+// half inputs: each operand converted, one rounding); rows or columns past the last end zeroed. The group
+// ends are read on the host (on CUDA a copy of offs: a synchronization) and checked (check_group_offsets).
+at::Tensor grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                             const GroupedProblem& p, at::ScalarType dtype);
+
+// JSON of the path a call takes (mode, path, host_sync, offsets): ops.grouped.plan.
+std::string grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                              c10::optional<at::ScalarType> out_dtype);
+#if OPS_WITH_CUDA
+std::string grouped_gemm_cuda_path(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                                   at::ScalarType dtype);  // grouped_gemm_cuda.cpp
+#endif
+
+}  // namespace ops::cutlass_gemm
