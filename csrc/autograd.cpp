@@ -632,7 +632,9 @@ void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at
 //   dA = grouped_gemm(dout, B^T, offs), dB = grouped_gemm(A^T, dout, offs) in every mode (the transposes
 //   move each mode to another: 2D x 3D's dB is a 2D x 2D over M, 2D x 2D's dA a 3D x 2D, ...);
 //   forward: dout = grouped_gemm(dA, B, offs) + grouped_gemm(A, dB, offs). With out_dtype float32 for
-//   half inputs the gradients are in the inputs' dtype.
+//   half inputs the gradients are in the inputs' dtype. For B stored transposed (experts' weights (G, N, K)
+//   passed as B = W^T, as transformers holds them) dB comes in that layout, as torch._grouped_mm's backward
+//   gives it: dB = grouped_gemm(dout^T, A, offs)^T (another mode again), so W's gradient is contiguous.
 
 using GroupedGemmOp = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
                                  c10::optional<at::ScalarType>);
@@ -650,7 +652,7 @@ c10::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
 struct GroupedGemmBackward : BackwardNode<GroupedGemmBackward> {
   static constexpr const char* kName = "GroupedGemmBackward";
   static constexpr size_t kNumSaved = 3;       // A (when B needs a gradient), B (when A does), offs
-  static constexpr size_t kNumAttributes = 1;  // the inputs' dtype (int)
+  static constexpr size_t kNumAttributes = 2;  // the inputs' dtype (int), whether B is stored transposed
 
   static variable_list math(const variable_list& grads, const std::vector<at::Tensor>& saved,
                             const std::vector<c10::IValue>& attributes, const std::vector<bool>& needs) {
@@ -658,11 +660,21 @@ struct GroupedGemmBackward : BackwardNode<GroupedGemmBackward> {
     if (!grads[0].defined()) return result;
     const at::Tensor g = grads[0].to(static_cast<at::ScalarType>(attributes[0].toInt()));
     const c10::optional<at::Tensor> offs = optional_tensor(saved[2]);
-    if (needs[0]) result[0] = grouped_gemm_op().call(g, saved[1].transpose(-2, -1), offs, c10::nullopt);
-    if (needs[1]) result[1] = grouped_gemm_op().call(saved[0].transpose(-2, -1), g, offs, c10::nullopt);
+    const at::Tensor &A = saved[0], &B = saved[1];
+    if (needs[0]) result[0] = grouped_gemm_op().call(g, B.transpose(-2, -1), offs, c10::nullopt);
+    if (needs[1]) {
+      result[1] = attributes[1].toBool()
+                      ? grouped_gemm_op().call(g.transpose(-2, -1), A, offs, c10::nullopt).transpose(-2, -1)
+                      : grouped_gemm_op().call(A.transpose(-2, -1), g, offs, c10::nullopt);
+    }
     return result;
   }
 };
+
+// Whether B's last two dimensions are stored transposed (column-major matrices).
+bool stored_transposed(const at::Tensor& B) {
+  return B.sym_stride(-2) == 1 && B.sym_stride(-1) != 1;
+}
 
 at::Tensor grouped_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                                  c10::optional<at::ScalarType> out_dtype) {
@@ -673,7 +685,8 @@ at::Tensor grouped_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const
     if (grad_fn->should_compute_output(1)) save(grad_fn, 0, A);
     if (grad_fn->should_compute_output(0)) save(grad_fn, 1, B);
     save(grad_fn, 2, o);
-    grad_fn->attributes_ = {c10::IValue(static_cast<int64_t>(A.scalar_type()))};
+    grad_fn->attributes_ = {c10::IValue(static_cast<int64_t>(A.scalar_type())),
+                            c10::IValue(B.dim() >= 2 && stored_transposed(B))};
   }
   at::Tensor out = call_and_record(grad_fn, [&] { return grouped_gemm_op().call(A, B, offs, out_dtype); });
   const at::Tensor dA = A._fw_grad(/*level=*/0), dB = B._fw_grad(/*level=*/0);

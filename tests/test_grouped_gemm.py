@@ -194,8 +194,9 @@ SMALL = [
 
 
 @pytest.mark.parametrize("case", SMALL, ids=[c[0] for c in SMALL])
-def test_gradcheck(case):
-    A, B, offs = make(case, torch.float64)
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
+def test_gradcheck(case, b_transposed):
+    A, B, offs = make(case, torch.float64, b_transposed=b_transposed)
     A.requires_grad_(), B.requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: ops.grouped_gemm(a, b, offs), (A, B))
     assert torch.autograd.gradgradcheck(lambda a, b: ops.grouped_gemm(a, b, offs), (A, B))
@@ -334,3 +335,19 @@ def test_cuda_float32_out_and_float64_take_the_loop():
     assert ops.grouped.plan(A64, B64, offs) == {"mode": "2D x 2D", "path": "loop", "host_sync": True,
                                                 "offsets": "checked on the host"}
     torch.testing.assert_close(ops.grouped_gemm(A64, B64, offs).cpu(), loop_reference(A64.cpu(), B64.cpu(), offs.cpu()))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_weight_gradient_comes_in_the_weights_layout(case):
+    # Experts' weights stored (G, N, K) and passed transposed: their gradient is contiguous in that layout, as
+    # torch._grouped_mm's backward gives it (no copy where autograd accumulates it).
+    A, B, offs = make(case, torch.float32, b_transposed=True)
+    A.requires_grad_(), B.requires_grad_()
+    out = ops.grouped_gemm(A, B, offs)
+    grad = randn(*out.shape, seed=7)
+    dA, dB = torch.autograd.grad(out, (A, B), grad)
+    assert dB.stride() == B.stride() and dB.transpose(-2, -1).is_contiguous()
+    A64, B64 = A.detach().double().requires_grad_(), B.detach().double().requires_grad_()
+    rA, rB = torch.autograd.grad(loop_reference(A64, B64, offs), (A64, B64), grad.double())
+    torch.testing.assert_close(dB.double(), rB, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dA.double(), rA, atol=1e-4, rtol=1e-4)
