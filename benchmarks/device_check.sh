@@ -23,7 +23,8 @@
 # call cut off at its time limit still returns the stages that ended (the device tool returns at most
 # 8 files per call: one archive fits any number of reports).
 #
-# STAGES picks what runs (default: all): build sm80 gemm sweep tests sanitizer diag ops fp8 model overhead allocator
+# STAGES picks what runs (default: all): build sm80 gemm sweep tests sanitizer diag ops fp8 grouped model overhead
+# allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
 # 9-minute device call, and a 15-minute device lease includes the machine's start: run two
 # calls on one warm machine (benchmarks/README.md gives the commands and which stages each lease runs),
@@ -120,7 +121,7 @@ if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cu
   fi
 fi
 
-STAGES="${STAGES:-build sm80 gemm sweep tests sanitizer diag ops fp8 model overhead allocator}"
+STAGES="${STAGES:-build sm80 gemm sweep tests sanitizer diag ops fp8 grouped model overhead allocator}"
 MORE="$(mktemp -d)"  # every report; packed into $OUT/results.tgz after each stage
 pack() {
   printf '%s\n' "stage	exit status	seconds" "${stage_rows[@]}" > "$MORE/stages.tsv"
@@ -340,6 +341,12 @@ fi
 if want fp8; then
   stage "benchmark: FP8 scaled GEMM vs torch._scaled_mm and bf16 torch.mm; FP8 quantization"
   step fp8 60 "$PY" -m benchmarks.fp8 --quick --out "$MORE"
+  pack
+fi
+
+if want grouped; then
+  stage "benchmark: grouped GEMM vs torch._grouped_mm and a loop of mm on MoE experts; transformers' MoE block"
+  step grouped 90 "$PY" -m benchmarks.grouped --quick --out "$MORE"
   pack
 fi
 
