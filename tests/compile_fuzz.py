@@ -513,13 +513,25 @@ def _write_json(path, obj):
     os.replace(tmp, path)
 
 
+def _source_digest():
+    """SHA-256 of the pass and the fuzzer (ops/compile.py, this file): a resumed run must test the same code."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in (ops.compile.__file__, os.path.abspath(__file__)):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
 def _total(chunks, args, seconds):
     results = [c.get("result") for c in chunks]
     done = sum(c.get("graphs", 0) for c in chunks if c.get("result") == "agreed")
     result = ("disagreement" if "disagreement" in results or "no report" in results else
               "agreed" if done >= args.graphs else "interrupted")
-    total = {"result": result, "seconds": seconds, "torch": torch.__version__, "graphs target": args.graphs,
-             "first seed": args.seed or 0, "chunk": args.chunk, "chunks": sorted(chunks, key=lambda c: c["seed"])}
+    total = {"result": result, "seconds": seconds, "torch": torch.__version__, "source sha256": _source_digest(),
+             "graphs target": args.graphs, "first seed": args.seed or 0, "chunk": args.chunk,
+             "chunks": sorted(chunks, key=lambda c: c["seed"])}
     for key in ("graphs", "skipped (eager raised)", "skipped (Inductor without the pass raised)"):
         total[key] = sum(c.get(key, 0) for c in chunks)
     for key in ("graphs rewritten per pattern", "rewrites per pattern"):
@@ -545,6 +557,9 @@ def _jobs(args):
             sys.exit(f"compile_fuzz: --resume: {args.out} records first seed {old.get('first seed')}, chunk "
                      f"{old.get('chunk')}, torch {old.get('torch')}; this run has {seed}, {args.chunk}, "
                      f"{torch.__version__}")
+        if old.get("source sha256", _source_digest()) != _source_digest():
+            sys.exit(f"compile_fuzz: --resume: {args.out} was run with another ops/compile.py or "
+                     "tests/compile_fuzz.py (source sha256); resume from that code (git worktree at its commit)")
         chunks = {c["seed"]: c for c in old.get("chunks", []) if c.get("result") == "agreed"}
         seconds = old.get("seconds", 0)
     t0 = time.time() - seconds
@@ -615,9 +630,6 @@ def main(argv=None):
     parser.add_argument("--show", action="store_true", help="print every program")
     parser.add_argument("--out", help="write the tally (JSON) here, also after a disagreement")
     args = parser.parse_args(argv)
-    # SIGINT or SIGTERM stop a run with its report, also in the background (where a shell ignores SIGINT).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
     if args.graphs < 1 or args.jobs < 1 or args.chunk < 1:
         parser.error("--graphs, --jobs and --chunk must be at least 1")
     if args.resume and not (args.out and args.jobs > 1):
@@ -657,4 +669,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # SIGINT or SIGTERM stop a run with its report, also in the background (where a shell ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     main()

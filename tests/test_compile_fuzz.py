@@ -109,3 +109,30 @@ def test_the_pass_agrees_with_eager_on_fuzzed_programs():
     # The run shows rewrites, not only graphs left alone.
     assert all(tally.graphs_rewritten[name] for name in ops.compile.PATTERNS), summary
     print(summary)
+
+
+def test_the_long_run_runs_in_chunks_and_resumes(tmp_path):
+    import json
+
+    import compile_fuzz
+
+    out = tmp_path / "run.json"
+    argv = ["--graphs", "2", "--jobs", "2", "--chunk", "1", "--seed", "7", "--out", str(out)]
+    with pytest.raises(SystemExit) as exit_:
+        compile_fuzz.main(argv)
+    assert exit_.value.code == 0
+    run = json.loads(out.read_text())
+    assert run["result"] == "agreed" and run["graphs"] >= 2 and [c["seed"] for c in run["chunks"]][:2] == [7, 8]
+    # Resumed with every chunk agreed: nothing runs again; a larger target adds chunks of the next seeds.
+    run["chunks"][0]["graphs"] = 5  # a marker: a chunk that ran again would report its own count
+    out.write_text(json.dumps(run))
+    with pytest.raises(SystemExit) as exit_:
+        compile_fuzz.main(argv + ["--resume"])
+    assert exit_.value.code == 0 and json.loads(out.read_text())["chunks"][0]["graphs"] == 5
+    # Another chunk size, torch or code is another run: refused.
+    with pytest.raises(SystemExit, match="--resume: .* records first seed 7, chunk 1"):
+        compile_fuzz.main(["--graphs", "2", "--jobs", "2", "--chunk", "2", "--seed", "7", "--out", str(out), "--resume"])
+    run["source sha256"] = "0" * 64
+    out.write_text(json.dumps(run))
+    with pytest.raises(SystemExit, match="another ops/compile.py"):
+        compile_fuzz.main(argv + ["--resume"])
