@@ -86,21 +86,12 @@ namespace {
 
 at::Tensor grouped_gemm(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                         c10::optional<at::ScalarType> out_dtype) {
-  const at::ScalarType dtype = out_dtype.value_or(A.scalar_type());
-  return grouped_gemm_loop(A, B, offs, check_grouped_gemm_inputs(kOp, A, B, offs, dtype), dtype);
+  return grouped_gemm_with(A, B, offs, out_dtype, grouped_gemm_loop);
 }
 
 void grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                       c10::optional<at::ScalarType> out_dtype, at::Tensor& out) {
-  TORCH_CHECK(out.defined(), kOp, ": out must be a defined tensor");
-  // Without out_dtype, out's dtype decides.
-  const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());
-  const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
-  check_grouped_gemm_out(kOp, p, A, B, offs, out, dtype, "out_dtype");
-  // Computed apart from out and copied in last: out never feeds its own computation, any strides.
-  const at::Tensor result = grouped_gemm_loop(A, B, offs, p, dtype);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  out.copy_(result);
+  grouped_gemm_out_with(A, B, offs, out_dtype, out, grouped_gemm_loop);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // kernel (grouped_gemm_cuda.cpp).
 #pragma once
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -15,6 +16,27 @@ namespace ops::cutlass_gemm {
 // ends are read on the host (on CUDA a copy of offs: a synchronization) and checked (check_group_offsets).
 at::Tensor grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                              const GroupedProblem& p, at::ScalarType dtype);
+
+// grouped_gemm and grouped_gemm.out around a path `compute(A, B, offs, problem, dtype)` returning a fresh
+// result: the op's checks, and for .out the copy into out last (out never feeds its own computation).
+template <typename Compute>
+at::Tensor grouped_gemm_with(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                             c10::optional<at::ScalarType> out_dtype, Compute&& compute) {
+  const at::ScalarType dtype = out_dtype.value_or(A.scalar_type());
+  return compute(A, B, offs, check_grouped_gemm_inputs("grouped_gemm", A, B, offs, dtype), dtype);
+}
+
+template <typename Compute>
+void grouped_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                           c10::optional<at::ScalarType> out_dtype, at::Tensor& out, Compute&& compute) {
+  TORCH_CHECK(out.defined(), "grouped_gemm: out must be a defined tensor");
+  const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
+  const GroupedProblem p = check_grouped_gemm_inputs("grouped_gemm", A, B, offs, dtype);
+  check_grouped_gemm_out("grouped_gemm", p, A, B, offs, out, dtype, "out_dtype");
+  const at::Tensor result = compute(A, B, offs, p, dtype);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  out.copy_(result);
+}
 
 // JSON of the path a call takes (mode, path, host_sync, offsets): ops.grouped.plan.
 std::string grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,

@@ -69,6 +69,7 @@ void zero_outside_groups(at::Tensor& out, const at::Tensor& ends, const GroupedP
 
 at::Tensor run(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                const GroupedProblem& p, at::ScalarType dtype) {
+  const c10::cuda::CUDAGuard guard(A.device());
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   if (torch_runs(A, B, dtype)) {
     const at::Tensor a = for_torch(A), b = for_torch(B);
@@ -86,22 +87,12 @@ at::Tensor run(const at::Tensor& A, const at::Tensor& B, const c10::optional<at:
 
 at::Tensor grouped_gemm_cuda(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                              c10::optional<at::ScalarType> out_dtype) {
-  const at::ScalarType dtype = out_dtype.value_or(A.scalar_type());
-  const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
-  const c10::cuda::CUDAGuard guard(A.device());
-  return run(A, B, offs, p, dtype);
+  return grouped_gemm_with(A, B, offs, out_dtype, run);
 }
 
 void grouped_gemm_out_cuda(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                            c10::optional<at::ScalarType> out_dtype, at::Tensor& out) {
-  TORCH_CHECK(out.defined(), kOp, ": out must be a defined tensor");
-  const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());
-  const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
-  check_grouped_gemm_out(kOp, p, A, B, offs, out, dtype, "out_dtype");
-  const c10::cuda::CUDAGuard guard(A.device());
-  const at::Tensor result = run(A, B, offs, p, dtype);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  out.copy_(result);
+  grouped_gemm_out_with(A, B, offs, out_dtype, out, run);
 }
 
 }  // namespace
@@ -111,7 +102,8 @@ std::string grouped_gemm_cuda_path(const at::Tensor& A, const at::Tensor& B, con
   const GroupedProblem p = check_grouped_gemm_inputs(kOp, A, B, offs, dtype);
   const c10::cuda::CUDAGuard guard(A.device());
   const bool torch_path = torch_runs(A, B, dtype) && for_torch(A).defined() && for_torch(B).defined();
-  const bool sync = !torch_path || (p.mode != GroupedMode::Batched && !torch_kernel_on_device(A));
+  // 3D x 3D reads no offsets; the others read them on the host unless torch's kernel takes them on the device.
+  const bool sync = p.mode != GroupedMode::Batched && !(torch_path && torch_kernel_on_device(A));
   JsonObject plan;
   plan.add("mode", grouped_mode_name(p.mode));
   plan.add("path", torch_path ? "torch._grouped_mm" : "loop");
