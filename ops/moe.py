@@ -17,6 +17,7 @@ import torch
 
 from . import fused as _fused
 from .grouped import grouped_gemm
+from .recipes import activation_of
 
 NAME = "ops"
 _MOE_MODULE = "transformers.integrations.moe"
@@ -24,12 +25,10 @@ _MOE_MODULE = "transformers.integrations.moe"
 
 def _default_gate(module) -> bool:
     """Whether the module gates with transformers' default (chunk into gate and up, act(gate) * up) and SiLU:
-    then ``ops.silu_and_mul`` computes it."""
-    from transformers.integrations import moe
-
-    from .recipes import activation_of
-
-    return (getattr(type(module), "_apply_gate", None) is getattr(moe, "_default_apply_gate", object())
+    then ``ops.silu_and_mul`` computes it. (By name: no import where torch.compile traces, which torch 2.11
+    refuses.)"""
+    gate = getattr(type(module), "_apply_gate", None)
+    return (getattr(gate, "__module__", None) == _MOE_MODULE and getattr(gate, "__name__", None) == "_default_apply_gate"
             and activation_of(getattr(module, "act_fn", None)) == "silu")
 
 

@@ -70,6 +70,8 @@ def test_converted_moe_model_equals_eager_in_logits_gradients_and_tokens(family)
         logits = model(ids).logits
     torch.testing.assert_close(logits, ref_logits, atol=2e-6, rtol=1e-5)
     assert counted.counts.get("ops.grouped_gemm", 0) == 2 * len(report.experts)  # up and down, every layer
+    # The default SiLU gate fused; GPT-OSS's own clamped gate as the class defines it.
+    assert counted.counts.get("ops.silu_and_mul", 0) == (0 if family == "GptOss" else len(report.experts))
     grads = torch.autograd.grad(model(ids).logits.square().mean(), list(model.parameters()), allow_unused=True)
     for (name, _), g, r in zip(model.named_parameters(), grads, ref_grads):
         assert (g is None) == (r is None), name
