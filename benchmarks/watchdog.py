@@ -81,6 +81,9 @@ def supervise(module, argv, partial_path, limit_s, max_restarts=24, poll_s=0.25)
     """Runs ``python -m module *argv --worker`` and restarts it past each tactic that hangs for more than
     `limit_s` seconds or crashes (at most `max_restarts` times). Returns the last worker's exit status."""
     cmd = [sys.executable, "-m", module, *argv, WORKER_FLAG]
+    # SIGINT (device_check.sh's time limit) must interrupt the wait below, also where the process started
+    # with SIGINT ignored (a background job of a non-interactive shell: Python then installs no handler).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.path.exists(partial_path):
         os.remove(partial_path)  # a fresh run; only this run's workers resume from it
     restarts = 0
