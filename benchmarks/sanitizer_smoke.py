@@ -2,7 +2,9 @@
 checked against float64: cutlass_gemm for each dtype, row/column-major and misaligned operands and an
 out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of two decode shapes and a
 ragged one, and of the fused linear at two M; the fused linear epilogues; rms_norm (one-block-per-row,
-register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes.
+register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes; the FP8
+quantization kernels (rows, 1x128 groups with a ragged last group, a given scale, silu_and_mul_fp8), each
+equal to the CPU formula bit for bit.
 
 A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
 wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
@@ -103,6 +105,33 @@ def fused():
                   F.silu(ud[:, :hidden]) * ud[:, hidden:], 2e-2)
 
 
+def quantize():
+    """quantize_fp8 and silu_and_mul_fp8 (quantize_fp8_kernels.cuh on CUDA) against the CPU formula: the
+    same codes and scales, bit for bit."""
+    def same(name, got, want):
+        for g, w in zip(got, want):
+            if not torch.equal(g.cpu().view(torch.uint8), w.view(torch.uint8)):
+                FAILURES.append(f"{name}: not the CPU formula's bits")
+                print("  WRONG", FAILURES[-1], flush=True)
+                return
+
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows, k in ((1, 4096), (37, 200), (5, 1032)):
+            x = torch.randn(rows, k, dtype=dtype) * 3
+            for granularity in ("row", "group"):
+                for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+                    same(("quantize_fp8", rows, k, granularity, fp8, dtype),
+                         ops.quantize_fp8(x.to(DEVICE), granularity, fp8), ops.quantize_fp8(x, granularity, fp8))
+            given = torch.rand(rows, 1) + 0.1
+            same(("quantize_fp8 given", rows, k, dtype), ops.quantize_fp8(x.to(DEVICE), "row", scale=given.to(DEVICE)),
+                 ops.quantize_fp8(x, "row", scale=given))
+            u = torch.randn(rows, 2 * k, dtype=dtype)
+            for granularity in ("row", "group"):
+                ud = u.to(DEVICE)
+                same(("silu_and_mul_fp8", rows, k, granularity, dtype), ops.silu_and_mul_fp8(ud, granularity),
+                     ops.quantize_fp8(ops.silu_and_mul(ud).cpu(), granularity))
+
+
 def fused_with_packs(packs):
     """fused() with the register-resident rms_norm kernel of `packs` packs per thread (csrc/fused_kernels.h)."""
     previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
@@ -119,6 +148,7 @@ def main():
     if DEVICE == "cuda":
         sections.append(("tactics", tactics))
     sections.append(("fused", fused))
+    sections.append(("fp8 quantization", quantize))
     if DEVICE == "cuda":
         sections += [(f"fused, rms_norm packs {p}", lambda p=p: fused_with_packs(p)) for p in (1, 8)]
     for name, section in sections:

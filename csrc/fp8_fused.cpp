@@ -1,7 +1,8 @@
 // The fused forms that quantize what they compute to FP8, saving the pass over memory that reads the
 // result back: rms_norm_fp8, fused_add_rms_norm_fp8, silu_and_mul_fp8. Their codes and scales are by
 // definition those of the unfused formula, quantize_fp8(op(...)) with the op's output rounded to the
-// input's dtype first; here, on CPU and CUDA, that formula (the op's kernel, then quantize_fp8's).
+// input's dtype first; here that formula (the op's kernel, then quantize_fp8's), on CPU and for the norms
+// on CUDA (silu_and_mul_fp8 on CUDA: quantize_fp8_cuda.cpp).
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -27,7 +28,7 @@ Quantized rms_norm_fp8(const at::Tensor& input, const at::Tensor& weight, double
   constexpr const char* op = "rms_norm_fp8";
   check_norm_inputs(op, input, weight);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return quantize_fp8_as(op, rms_norm_call(input, weight, eps), granularity, dtype, scale, pow2_scale);
+  return quantize_fp8_call(op, rms_norm_call(input, weight, eps), granularity, dtype, scale, pow2_scale);
 }
 
 Quantized fused_add_rms_norm_fp8(const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps,
@@ -41,7 +42,7 @@ Quantized fused_add_rms_norm_fp8(const at::Tensor& input, at::Tensor& residual, 
   check_no_shared_memory(op, "residual", residual, "weight", weight);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   residual.add_(input);
-  return quantize_fp8_as(op, rms_norm_call(residual, weight, eps), granularity, dtype, scale, pow2_scale);
+  return quantize_fp8_call(op, rms_norm_call(residual, weight, eps), granularity, dtype, scale, pow2_scale);
 }
 
 Quantized silu_and_mul_fp8(const at::Tensor& input, c10::string_view granularity, c10::optional<at::ScalarType> dtype,
@@ -52,7 +53,7 @@ Quantized silu_and_mul_fp8(const at::Tensor& input, c10::string_view granularity
                                        .findSchemaOrThrow("ops::silu_and_mul", "")
                                        .typed<at::Tensor(const at::Tensor&)>();
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return quantize_fp8_as(op, silu_and_mul.call(input), granularity, dtype, scale, pow2_scale);
+  return quantize_fp8_call(op, silu_and_mul.call(input), granularity, dtype, scale, pow2_scale);
 }
 
 }  // namespace
@@ -67,5 +68,4 @@ TORCH_LIBRARY_IMPL(ops, CPU, m) {
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {
   m.impl("rms_norm_fp8", &ops::rms_norm_fp8);
   m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8);
-  m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8);
 }

@@ -3,6 +3,7 @@
 // fp32 accumulation (fp64 for double), any row length and number of rows, launched on the caller's
 // stream. No torch headers (see fused_kernels.h).
 #include "fused_kernels.h"
+#include "fused_device.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,25 +15,7 @@
 namespace ops::fused {
 namespace {
 
-template <typename T> struct Acc { using type = float; };
-template <> struct Acc<double> { using type = double; };
-
-__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_acc(float v) { return v; }
-__device__ __forceinline__ double to_acc(double v) { return v; }
-template <typename T> __device__ __forceinline__ T from_acc(float v);
-template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
-template <typename T> __device__ __forceinline__ T from_acc(double v) { return static_cast<T>(v); }
-
-// 16 bytes of T.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
+using namespace device;
 
 template <typename A>
 __device__ A block_sum(A value) {
@@ -204,24 +187,6 @@ __global__ void rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residua
   rms_norm_row<T, kVec, kAdd, LaneGroupSum<kLanes>>(x + r * hidden, kAdd ? residual + r * hidden : nullptr, weight,
                                                     kAdd ? x + r * hidden : y + r * hidden, hidden, eps,
                                                     threadIdx.x % kLanes, kLanes, active);
-}
-
-// silu(a) = a / (1 + exp(-a)), in the accumulation type A of T. For half types (results rounded to 8 or
-// 11 bits) with the fast intrinsics: IEEE division and expf cost more issue slots per byte than the
-// H200's bandwidth leaves (3 x 16 bytes per 8 elements); float and double keep the accurate forms.
-// __fdividef(x, y) returns 0 for 2^126 < |y| < 2^128 (CUDA Math API), i.e. for gates a in (-88.72, -87.34),
-// where silu(a) ~ a e^a ~ -1e-36 is still a normal bfloat16 and a large up-projection value makes the
-// product visible: there both operands are scaled by 2^-4 (exact) first. An infinite
-// exp(-a) (a < -88.72) still gives -0, as a / (1 + exp(-a)) does.
-template <typename T, typename A>
-__device__ __forceinline__ A silu(A a) {
-  if constexpr (sizeof(T) == 2) {
-    const float e = __expf(-a);
-    const float scale = e > 0x1p126f ? 0x1p-4f : 1.0f;
-    return __fdividef(a * scale, (1.0f + e) * scale);
-  } else {
-    return a / (A(1) + exp(-a));
-  }
 }
 
 // out (rows, d) = silu(x[:, :d]) * x[:, d:]; grid-stride over 16-byte packs (kVec) or elements.

@@ -26,4 +26,29 @@ cudaError_t silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int6
 // nothing changes).
 int set_rms_norm_packs_per_thread(int packs);
 
+// FP8 quantization of rows (csrc/quantize_fp8_kernels.cuh).
+struct QuantizeFp8Args {
+  int dtype;  // kF16, kBF16 or kF32
+  bool e5m2;  // else float8_e4m3fn
+  bool groups;  // a scale per 1x128 group, else per row
+  bool silu_and_mul;  // x holds rows of (gate, up), each k wide: quantize silu(gate) * up
+  const void* x;
+  unsigned char* codes;  // (rows, k)
+  float* scales;  // (rows, 1) or (rows, ceil(k / 128)); null with `given`
+  int64_t rows = 0, k = 0;
+  const float* given = nullptr;  // static scales: element row * given_stride + group (stride 0: one scale)
+  int64_t given_stride = 0;
+  bool pow2 = false;  // round computed scales up to a power of two
+};
+
+// Whether quantize_fp8 takes rows of `k` elements of `dtype` at x: 16-byte packs (k and the pointer).
+inline bool quantize_fp8_supported(int dtype, const void* x, int64_t k) {
+  const int64_t pack = dtype == kF32 ? 4 : 8;
+  return (dtype == kF16 || dtype == kBF16 || dtype == kF32) && k % pack == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+// cudaErrorNotSupported (nothing launched) where quantize_fp8_supported() is false.
+cudaError_t quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream);
+
 }  // namespace ops::fused

@@ -1,12 +1,13 @@
 // ops::quantize_fp8: FP8 codes and their float32 scales (value = code * scale) per tensor, per row, per
 // 1x128 group of a row or per 128x128 block of a matrix, from the data (dynamic) or given (static). The
-// formula in ATen, for CPU and CUDA: amax in float32, scale = amax / max(dtype) (at least 1e-12 / max,
+// formula in ATen, the CPU kernel (CUDA: quantize_fp8_cuda.cpp, the same bits): amax in float32, scale = amax / max(dtype) (at least 1e-12 / max,
 // so an all-zero group gives zeros), optionally rounded up to a power of two, code = x / scale clamped to
-// +-max(dtype), cast once. The scales are what ops.scaled_gemm takes for each recipe.
+// +-max(dtype), cast once (round to nearest even). The scales are what ops.scaled_gemm takes.
 #include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include "checks.h"
@@ -17,7 +18,7 @@ namespace {
 
 constexpr int64_t kBlock = kScaleBlock;
 
-enum class Granularity { Tensor, Row, Group, Block };
+using Granularity = Fp8Quantization::Granularity;
 
 Granularity parse_granularity(const char* op, c10::string_view name) {
   if (name == "tensor") return Granularity::Tensor;
@@ -80,43 +81,74 @@ at::Tensor amax(const at::Tensor& xf, Granularity g) {
   return a;
 }
 
+// The smallest power of two >= each (positive) scale, from the bits; NaN and inf stay. exp2(ceil(log2(s)))
+// is not it: float32 log2 rounds 512 * (1 + 2^-23) to 9, a scale below s (the CUDA kernels' pow2_ceil).
+at::Tensor pow2_ceil(const at::Tensor& s) {
+  const at::Tensor bits = s.view(at::kInt);
+  const at::Tensor exponent = bits.bitwise_and(0x7f800000);
+  const at::Tensor keep = bits.bitwise_and(0x007fffff).eq(0).logical_or_(exponent.eq(0x7f800000));
+  return at::where(keep, bits, exponent.add(0x00800000)).view(at::kFloat);
+}
+
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8_as(const char* op, const at::Tensor& input,
-                                                   c10::string_view granularity, c10::optional<at::ScalarType> dtype,
-                                                   const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::IntArrayRef sizes,
+                                   c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                   const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   TORCH_CHECK(input.defined(), op, ": input must be a defined tensor");
   TORCH_CHECK(input.dim() >= 1, op, ": expected input of shape (..., K), got a 0-D tensor");
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op, ": expected input's dtype to be ", gemm_dtypes_text(),
               ", got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(input.layout() == at::kStrided, op, ": input must be a dense (strided) tensor");
-  const Granularity g = parse_granularity(op, granularity);
-  TORCH_CHECK(g != Granularity::Block || input.dim() == 2, op,
-              ": granularity \"block\" (128x128) takes a 2-D matrix, got input of shape ", input.sizes());
-  const at::ScalarType out = dtype.value_or(at::kFloat8_e4m3fn);
-  TORCH_CHECK(out == at::kFloat8_e4m3fn || out == at::kFloat8_e5m2, op,
-              ": expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, got ", torch_dtype_name(out));
-  const double max = out == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
-  const std::vector<int64_t> shape = scale_shape(input.sizes(), g);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: not differentiable
-  const at::Tensor xf = input.to(at::kFloat);
-  at::Tensor s;
-  if (scale.has_value() && scale->defined()) {
+  Fp8Quantization q;
+  q.granularity = parse_granularity(op, granularity);
+  TORCH_CHECK(q.granularity != Granularity::Block || sizes.size() == 2, op,
+              ": granularity \"block\" (128x128) takes a 2-D matrix, got input of shape ", sizes);
+  q.dtype = dtype.value_or(at::kFloat8_e4m3fn);
+  TORCH_CHECK(q.dtype == at::kFloat8_e4m3fn || q.dtype == at::kFloat8_e5m2, op,
+              ": expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, got ", torch_dtype_name(q.dtype));
+  q.max = q.dtype == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
+  q.scale_shape = scale_shape(sizes, q.granularity);
+  q.given = scale.has_value() && scale->defined();
+  if (q.given) {
     TORCH_CHECK(!pow2_scale, op, ": pow2_scale rounds computed scales; a given scale is used as it is");
     TORCH_CHECK(scale->scalar_type() == at::kFloat, op, ": expected scale to be torch.float32, got ",
                 torch_dtype_name(scale->scalar_type()));
     TORCH_CHECK(scale->device() == input.device(), op, ": expected scale on ", input.device(),
                 " (input's device), got ", scale->device());
-    TORCH_CHECK(scale->sizes().vec() == shape || (g == Granularity::Tensor && scale->numel() == 1), op,
-                ": expected scale of shape ", at::IntArrayRef(shape), " for granularity \"", std::string(granularity),
-                "\" and input of shape ", input.sizes(), ", got ", scale->sizes());
-    s = scale->reshape(shape).clone();  // an output of its own (the schema's outputs alias no input)
-  } else {
-    s = amax(xf, g).clamp_min(1e-12).div_(max);
-    if (pow2_scale) s = at::exp2(at::ceil(at::log2(s)));
+    TORCH_CHECK(scale->sizes().vec() == q.scale_shape || (q.granularity == Granularity::Tensor && scale->numel() == 1),
+                op, ": expected scale of shape ", at::IntArrayRef(q.scale_shape), " for granularity \"",
+                std::string(granularity), "\" and input of shape ", sizes, ", got ", scale->sizes());
   }
-  const at::Tensor q = xf.div(expand(s, input.sizes(), g)).clamp_(-max, max).to(out);
-  return {q, s};
+  return q;
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_formula(const Fp8Quantization& q, const at::Tensor& input,
+                                                        const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: not differentiable
+  const at::Tensor xf = input.to(at::kFloat);
+  at::Tensor s;
+  if (q.given) {
+    s = scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous);  // an output of its own
+  } else {
+    s = amax(xf, q.granularity).clamp_min(1e-12).div_(q.max);
+    if (pow2_scale) s = pow2_ceil(s);
+  }
+  const at::Tensor codes = xf.div(expand(s, input.sizes(), q.granularity)).clamp_(-q.max, q.max).to(q.dtype);
+  return {codes, s};
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_call(const char* op, const at::Tensor& input,
+                                                     c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                                     const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
+  static const auto quantize =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("ops::quantize_fp8", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view,
+                                                    c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&,
+                                                    bool)>();
+  return quantize.call(input, granularity, dtype, scale, pow2_scale);
 }
 
 namespace {
@@ -124,11 +156,12 @@ namespace {
 std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& input, c10::string_view granularity,
                                                 c10::optional<at::ScalarType> dtype,
                                                 const c10::optional<at::Tensor>& scale, bool pow2_scale) {
-  return quantize_fp8_as("quantize_fp8", input, granularity, dtype, scale, pow2_scale);
+  const Fp8Quantization q = check_quantize_fp8("quantize_fp8", input, input.sizes(), granularity, dtype, scale,
+                                               pow2_scale);
+  return quantize_fp8_formula(q, input, scale, pow2_scale);
 }
 
 }  // namespace
 }  // namespace ops
 
 TORCH_LIBRARY_IMPL(ops, CPU, m) { m.impl("quantize_fp8", &ops::quantize_fp8); }
-TORCH_LIBRARY_IMPL(ops, CUDA, m) { m.impl("quantize_fp8", &ops::quantize_fp8); }

@@ -1,16 +1,39 @@
-// FP8 quantization as ops::quantize_fp8 computes it (quantize_fp8.cpp), for the ops that quantize
-// what they compute (fp8_fused.cpp): errors name `op`.
+// FP8 quantization as ops::quantize_fp8 computes it (quantize_fp8.cpp): the checks, with errors naming
+// `op`, and the formula in ATen; for the CUDA kernels (quantize_fp8_cuda.cpp) and the ops that quantize
+// what they compute (fp8_fused.cpp).
 #pragma once
 
 #include <tuple>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
 namespace ops {
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8_as(const char* op, const at::Tensor& input,
-                                                   c10::string_view granularity, c10::optional<at::ScalarType> dtype,
-                                                   const c10::optional<at::Tensor>& scale, bool pow2_scale);
+// What a checked call quantizes to.
+struct Fp8Quantization {
+  enum class Granularity { Tensor, Row, Group, Block };
+  Granularity granularity = Granularity::Row;
+  at::ScalarType dtype = at::kFloat8_e4m3fn;
+  double max = 448.0;  // the largest finite code
+  std::vector<int64_t> scale_shape;
+  bool given = false;  // a static scale
+};
+
+// Checks a quantization of `input` (of dtype and device as given; `sizes`: the shape quantized, which is
+// input's own for quantize_fp8).
+Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::IntArrayRef sizes,
+                                   c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                   const c10::optional<at::Tensor>& scale, bool pow2_scale);
+
+// (codes, scales) of a checked quantization of `input`, in ATen.
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_formula(const Fp8Quantization& q, const at::Tensor& input,
+                                                        const c10::optional<at::Tensor>& scale, bool pow2_scale);
+
+// ops::quantize_fp8 through the dispatcher (its CPU or CUDA kernel) after checking with `op`'s name.
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_call(const char* op, const at::Tensor& input,
+                                                     c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                                     const c10::optional<at::Tensor>& scale, bool pow2_scale);
 
 }  // namespace ops

@@ -304,8 +304,9 @@ def quantize_reference(x, granularity, dtype, pow2):
 
     def one(values):
         s = (values.abs().amax() if values.numel() else torch.tensor(0.0)).clamp(min=1e-12) / top
-        if pow2:
-            s = torch.exp2(torch.ceil(torch.log2(s)))
+        if pow2:  # the smallest power of two >= s: s = m 2^e with m in [0.5, 1)
+            m, e = torch.frexp(s)
+            s = torch.where(m == 0.5, s, torch.ldexp(torch.ones(()), e))
         return s, (values / s).clamp(-top, top).to(dtype)
 
     if granularity == "block":
@@ -403,6 +404,20 @@ def test_quantize_bad_inputs_and_the_fake_kernel_says_the_same(case):
             ops.quantize_fp8(*moved, **kw)
         messages.append(str(info.value).splitlines()[0])
     assert messages[0] == messages[1]
+
+
+def test_pow2_scales_are_the_power_of_two_at_or_above_the_scale():
+    # amax / 448 = 2^e (1 + 2^-21), exact in float32: float32 exp2(ceil(log2(s))) gives 2^e for |e| >= 16,
+    # a scale below s that clamps the row's largest code.
+    e = torch.arange(-44, 100, 5, dtype=torch.float32)
+    s = torch.exp2(e) * (1 + 2.0**-21)
+    x = torch.stack([s * 448, -s * 7], dim=1)  # one row per scale
+    assert torch.equal(ops.quantize_fp8(x, "row")[1].squeeze(1), s)  # the unrounded scale is s itself
+    q, scale = ops.quantize_fp8(x, "row", pow2_scale=True)
+    assert torch.equal(scale.squeeze(1), torch.exp2(e + 1))
+    assert torch.all(q.float().abs() < 448)  # never clamped
+    exact = ops.quantize_fp8(torch.exp2(e).unsqueeze(1) * 448, "row", pow2_scale=True)[1]
+    assert torch.equal(exact.squeeze(1), torch.exp2(e))  # a power of two stays
 
 
 def test_quantize_opcheck_compile_and_no_grad():
@@ -530,13 +545,16 @@ def same_codes(a, b):
     return torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)) and torch.equal(a[1], b[1])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("granularity", FUSED_GRANULARITIES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("pow2", [False, True])
-def test_fused_forms_equal_the_unfused_formula(granularity, dtype, pow2):
+def test_fused_forms_equal_the_unfused_formula(device, granularity, dtype, pow2):
+    # On CUDA silu_and_mul_fp8 is a kernel of its own (quantize_fp8_kernels.cuh) and must still equal
+    # silu_and_mul's kernel followed by quantize_fp8's.
     torch.manual_seed(0)
-    x, r = torch.randn(3, 5, 320).to(dtype), torch.randn(3, 5, 320).to(dtype)
-    w = (torch.rand(320) + 0.5).to(dtype)
+    x, r = torch.randn(3, 5, 320, device=device).to(dtype), torch.randn(3, 5, 320, device=device).to(dtype)
+    w = (torch.rand(320, device=device) + 0.5).to(dtype)
     kw = dict(granularity=granularity, pow2_scale=pow2)
     assert same_codes(ops.rms_norm_fp8(x, w, 1e-5, **kw), ops.quantize_fp8(ops.rms_norm(x, w, 1e-5), **kw))
     residual, expected_residual = r.clone(), r.clone()
@@ -544,8 +562,35 @@ def test_fused_forms_equal_the_unfused_formula(granularity, dtype, pow2):
     expected_residual += x
     assert torch.equal(residual, expected_residual)
     assert same_codes(got, ops.quantize_fp8(ops.rms_norm(expected_residual, w, 1e-5), **kw))
-    gate_up = torch.randn(3, 5, 640).to(dtype)
-    assert same_codes(ops.silu_and_mul_fp8(gate_up, **kw), ops.quantize_fp8(ops.silu_and_mul(gate_up), **kw))
+    for d in (320, 4096, 300):  # 300: not in 16-byte packs of 2-byte types (the formula on CUDA)
+        gate_up = (torch.randn(3, 5, 2 * d, device=device) * 4).to(dtype)
+        assert same_codes(ops.silu_and_mul_fp8(gate_up, **kw), ops.quantize_fp8(ops.silu_and_mul(gate_up), **kw))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group", "block"])
+@pytest.mark.parametrize("dtype", [E4, E5])
+@pytest.mark.parametrize("input_dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_cuda_quantization_equals_the_cpu_formula(granularity, dtype, input_dtype):
+    # Rows and groups of 2- and 4-byte types run quantize_fp8_kernels.cuh; the rest the same formula.
+    g = torch.Generator().manual_seed(0)
+    for shape in ((1, 4096), (2, 37, 1032), (130, 300), (9, 4)):
+        if granularity == "block" and len(shape) != 2:
+            continue
+        x = (torch.randn(shape, generator=g) * torch.logspace(-3, 3, shape[-1])).to(input_dtype)
+        x.view(-1, shape[-1])[0, 1] = float("nan")
+        x.view(-1, shape[-1])[-1] = 0
+        for pow2 in (False, True):
+            got = ops.quantize_fp8(x.cuda(), granularity, dtype, pow2_scale=pow2)
+            want = ops.quantize_fp8(x, granularity, dtype, pow2_scale=pow2)
+            torch.testing.assert_close(got[1].cpu(), want[1], rtol=0, atol=0, equal_nan=True)
+            torch.testing.assert_close(got[0].cpu().float(), want[0].float(), rtol=0, atol=0, equal_nan=True)
+        given = torch.rand(ops.fp8._scale_shape(x.shape, granularity), generator=g) + 1e-3
+        got = ops.quantize_fp8(x.cuda().transpose(0, -1).contiguous().transpose(0, -1), granularity, dtype,
+                               scale=given.cuda())
+        want = ops.quantize_fp8(x, granularity, dtype, scale=given)
+        torch.testing.assert_close(got[0].cpu().float(), want[0].float(), rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(got[1].cpu(), want[1]) and got[1].is_contiguous()
 
 
 def test_fused_forms_static_scale_errors_and_modes():

@@ -1,6 +1,6 @@
 // Lock-step emulation of CUDA warps on the host, for kernels that use only threadIdx.x / blockIdx.x,
 // 16-byte loads (__ldcs, __ldg) and __shfl_xor_sync with a full mask (cutlass_gemm/simt_gemv.cuh with
-// OPS_SIMT_GEMV_HOST_EMULATION). 32 host threads are the 32 lanes; each runs every warp of every block
+// OPS_SIMT_GEMV_HOST_EMULATION, csrc/quantize_fp8_kernels.cuh with OPS_FUSED_HOST_EMULATION). 32 host threads are the 32 lanes; each runs every warp of every block
 // in the same order. Checks, aborting with a message:
 //   * every load lies inside a registered buffer (emulation::allow_reads) and is 16-byte aligned;
 //   * the lanes of a warp call __shfl_xor_sync at the same points (no divergence before a shuffle) and
@@ -8,6 +8,7 @@
 #pragma once
 
 #include <barrier>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +91,11 @@ inline float __uint_as_float(uint32_t u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+
+// The fast intrinsics as their accurate forms (results differ from the device's in the last bits; the
+// tests compare emulated kernels with emulated references).
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float x, float y) { return x / y; }
 
 inline float __shfl_xor_sync(unsigned mask, float value, int offset) {
   using namespace emulation;

@@ -1,0 +1,106 @@
+// CUDA kernels of quantize_fp8 and silu_and_mul_fp8: per row and per 1x128 group (and per tensor with a
+// given scale) of float16, bfloat16 and float32 rows in 16-byte packs, the kernels of
+// quantize_fp8_kernels.cuh; every other call (per tensor dynamic, per 128x128 block, float64, rows not in
+// packs), quantize_fp8's ATen formula, which gives the same bits.
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "checks.h"
+#include "fused_kernels.h"
+#include "quantize_fp8.h"
+
+namespace ops {
+namespace {
+
+using Quantized = std::tuple<at::Tensor, at::Tensor>;
+using Granularity = Fp8Quantization::Granularity;
+
+std::optional<int> kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return fused::kF16;
+    case at::kBFloat16: return fused::kBF16;
+    case at::kFloat: return fused::kF32;
+    default: return std::nullopt;
+  }
+}
+
+// The kernel's (codes, scales) for `q` of rows of `k` elements read from x (contiguous; rows of
+// (gate, up), 2k wide, with silu_and_mul), or nullopt where the kernel does not take them.
+std::optional<Quantized> quantize_rows(const char* op, const Fp8Quantization& q, const at::Tensor& x,
+                                       at::IntArrayRef sizes, bool silu_and_mul,
+                                       const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  const std::optional<int> dtype = kernel_dtype(x.scalar_type());
+  const int64_t k = sizes.back();
+  const bool rows_or_groups = q.granularity == Granularity::Row || q.granularity == Granularity::Group;
+  if (!dtype || k == 0 || !(rows_or_groups || (q.granularity == Granularity::Tensor && q.given)) ||
+      !fused::quantize_fp8_supported(*dtype, x.const_data_ptr(), k)) {
+    return std::nullopt;
+  }
+  at::Tensor codes = at::empty(sizes, x.options().dtype(q.dtype));
+  at::Tensor scales = q.given ? scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous)
+                              : at::empty(q.scale_shape, x.options().dtype(at::kFloat));
+  fused::QuantizeFp8Args args;
+  args.dtype = *dtype;
+  args.e5m2 = q.dtype == at::kFloat8_e5m2;
+  args.groups = q.granularity == Granularity::Group;
+  args.silu_and_mul = silu_and_mul;
+  args.x = x.const_data_ptr();
+  args.codes = static_cast<unsigned char*>(codes.data_ptr());
+  args.scales = q.given ? nullptr : scales.data_ptr<float>();
+  args.rows = codes.numel() / k;
+  args.k = k;
+  if (q.given) {
+    args.given = scales.const_data_ptr<float>();
+    args.given_stride = q.granularity == Granularity::Tensor ? 0 : scales.size(-1);
+  }
+  args.pow2 = pow2_scale;
+  const cudaError_t err = fused::quantize_fp8(args, at::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorNotSupported) return std::nullopt;
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+  return Quantized{codes, scales};
+}
+
+Quantized quantize_fp8_cuda(const at::Tensor& input, c10::string_view granularity,
+                            c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale,
+                            bool pow2_scale) {
+  constexpr const char* op = "quantize_fp8";
+  const Fp8Quantization q = check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = input.contiguous();
+  if (auto out = quantize_rows(op, q, x, input.sizes(), /*silu_and_mul=*/false, scale, pow2_scale)) return *out;
+  return quantize_fp8_formula(q, input, scale, pow2_scale);
+}
+
+Quantized silu_and_mul_fp8_cuda(const at::Tensor& input, c10::string_view granularity,
+                                c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale,
+                                bool pow2_scale) {
+  constexpr const char* op = "silu_and_mul_fp8";
+  check_silu_and_mul_input(op, input);
+  std::vector<int64_t> sizes = input.sizes().vec();
+  sizes.back() /= 2;
+  const Fp8Quantization q = check_quantize_fp8(op, input, sizes, granularity, dtype, scale, pow2_scale);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = input.contiguous();
+  // The gate and up halves start at 16-byte boundaries only if d is a multiple of a pack, which
+  // quantize_fp8_supported checks for k = d.
+  if (auto out = quantize_rows(op, q, x, sizes, /*silu_and_mul=*/true, scale, pow2_scale)) return *out;
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: not differentiable
+  static const auto silu_and_mul = c10::Dispatcher::singleton()
+                                       .findSchemaOrThrow("ops::silu_and_mul", "")
+                                       .typed<at::Tensor(const at::Tensor&)>();
+  return quantize_fp8_formula(q, silu_and_mul.call(input), scale, pow2_scale);
+}
+
+}  // namespace
+}  // namespace ops
+
+TORCH_LIBRARY_IMPL(ops, CUDA, m) {
+  m.impl("quantize_fp8", &ops::quantize_fp8_cuda);
+  m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_cuda);
+}
