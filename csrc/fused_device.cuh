@@ -1,18 +1,25 @@
-// Element helpers of the fused CUDA kernels (fused_kernels.cu, quantize_fp8_kernels.cuh): the
-// accumulation type, conversions, 16-byte packs and silu, written once so that a fused form computes
-// each element exactly as the op it fuses. With OPS_FUSED_HOST_EMULATION they compile for the host (the
-// warp emulation of tests/cpp/warp_emulation.h, which defines __expf and __fdividef there).
+// What the fused CUDA kernels (fused_kernels.cu, quantize_fp8_kernels.cuh) share: the accumulation type,
+// conversions, 16-byte packs and silu, written once so that a fused form computes each element exactly
+// as the op it fuses, and the macros and launcher that let the kernels compile for the host with
+// OPS_FUSED_HOST_EMULATION (after tests/cpp/warp_emulation.h: emulated blocks, __expf, __fdividef).
 #pragma once
 
 #include <cmath>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 
 #if defined(OPS_FUSED_HOST_EMULATION)
 #define OPS_FUSED_DEVICE inline
+#define OPS_FUSED_DEVICE_FN inline
+#define OPS_FUSED_KERNEL(max_threads) void
+#define OPS_SHARED static  // one block runs at a time
 #else
 #define OPS_FUSED_DEVICE __device__ __forceinline__
+#define OPS_FUSED_DEVICE_FN __device__
+#define OPS_FUSED_KERNEL(max_threads) __global__ void __launch_bounds__(max_threads)
+#define OPS_SHARED __shared__
 #endif
 
 namespace ops::fused::device {
@@ -56,6 +63,17 @@ OPS_FUSED_DEVICE A silu(A a) {
 #endif
     return a / (A(1) + exp(-a));
   }
+}
+
+// kernel<<<grid, threads, 0, stream>>>(args...), or on emulated blocks.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, int threads, [[maybe_unused]] cudaStream_t stream,
+                   Args... args) {
+#if defined(OPS_FUSED_HOST_EMULATION)
+  emulate_launch(grid, threads, kernel, static_cast<Params>(args)...);
+#else
+  kernel<<<grid, threads, 0, stream>>>(static_cast<Params>(args)...);
+#endif
 }
 
 }  // namespace ops::fused::device

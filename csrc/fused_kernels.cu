@@ -1,7 +1,8 @@
 // CUDA kernels of rms_norm, fused_add_rms_norm and silu_and_mul. Memory-bound: 16-byte vector loads
 // and stores where the row length and pointers allow (else an element-wise path for the same kernel),
 // fp32 accumulation (fp64 for double), any row length and number of rows, launched on the caller's
-// stream. No torch headers (see fused_kernels.h).
+// stream. No torch headers (see fused_kernels.h). With OPS_FUSED_HOST_EMULATION this file compiles for
+// the host and runs on emulated blocks (tests/cpp/fused_emulation.cpp).
 #include "fused_kernels.h"
 #include "fused_device.cuh"
 
@@ -16,16 +17,19 @@ namespace ops::fused {
 namespace {
 
 using namespace device;
+#if defined(OPS_FUSED_HOST_EMULATION)
+using std::sqrt;  // the float overload on the host too
+#endif
 
 template <typename A>
-__device__ A block_sum(A value) {
-  __shared__ A warp_sums[32];
+OPS_FUSED_DEVICE_FN A block_sum(A value) {
+  OPS_SHARED A warp_sums[32];
   for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) warp_sums[warp] = value;
   __syncthreads();
   const int warps = (blockDim.x + 31) / 32;
-  value = threadIdx.x < warps ? warp_sums[threadIdx.x] : A(0);
+  value = static_cast<int>(threadIdx.x) < warps ? warp_sums[threadIdx.x] : A(0);
   if (warp == 0) {
     for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
     if (lane == 0) warp_sums[0] = value;
@@ -39,7 +43,7 @@ __device__ A block_sum(A value) {
 // Sum over the kLanes consecutive lanes of a warp that share a row (kLanes a power of two <= 32); every
 // lane of the warp must call it.
 template <int kLanes, typename A>
-__device__ __forceinline__ A lane_group_sum(A value) {
+OPS_FUSED_DEVICE A lane_group_sum(A value) {
   for (int offset = kLanes / 2; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }
@@ -48,19 +52,19 @@ __device__ __forceinline__ A lane_group_sum(A value) {
 // group of kLanes lanes of one warp (shuffles only).
 struct BlockSum {
   template <typename A>
-  __device__ static A sum(A value) { return block_sum(value); }
+  OPS_FUSED_DEVICE_FN static A sum(A value) { return block_sum(value); }
 };
 template <int kLanes>
 struct LaneGroupSum {
   template <typename A>
-  __device__ static A sum(A value) { return lane_group_sum<kLanes>(value); }
+  OPS_FUSED_DEVICE_FN static A sum(A value) { return lane_group_sum<kLanes>(value); }
 };
 
 // One row of rms_norm, by `nthreads` threads (this one is `tid`); `active` false: a thread without a row
 // that still takes part in the reduction. kVec: hidden % Pack::kSize == 0 and 16-byte aligned rows.
 // With kAdd (fused_add_rms_norm): residual = x + residual (stored), then x = rms_norm(residual).
 template <typename T, bool kVec, bool kAdd, typename Sum>
-__device__ __forceinline__ void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_t hidden, double eps,
+OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_t hidden, double eps,
                                              int tid, int nthreads, bool active) {  // out == xr with kAdd
   using A = typename Acc<T>::type;
   using P = Pack<T>;
@@ -110,7 +114,7 @@ __device__ __forceinline__ void rms_norm_row(T* xr, T* rr, const T* weight, T* o
 
 // One block per row (rows of more than 32 packs or elements).
 template <typename T, bool kVec, bool kAdd>
-__global__ void __launch_bounds__(1024)
+OPS_FUSED_KERNEL(1024)
     rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, T* __restrict__ y,
                     int64_t hidden, double eps) {
   const int64_t row = blockIdx.x;
@@ -129,7 +133,7 @@ constexpr int kRegsMaxThreads = kPacks >= 8 ? 512 : 1024;
 // in registers between the two passes: its kPacks loads go out back to back, and the second pass
 // reads only the weight. Requires hidden / Pack::kSize <= kPacks * blockDim.x and 16-byte aligned rows.
 template <typename T, bool kAdd, int kPacks>
-__global__ void __launch_bounds__(kRegsMaxThreads<kPacks>)
+OPS_FUSED_KERNEL(kRegsMaxThreads<kPacks>)
     rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                          T* __restrict__ y, int64_t hidden, double eps) {
   using A = typename Acc<T>::type;
@@ -179,7 +183,7 @@ std::atomic<int> rms_packs_per_thread{0};  // set_rms_norm_packs_per_thread
 // group of kLanes lanes per row, many rows per block, so that every lane has work and a block is not
 // one mostly idle warp.
 template <typename T, bool kVec, bool kAdd, int kLanes>
-__global__ void rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+OPS_FUSED_KERNEL(256) rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                                       T* __restrict__ y, int64_t rows, int64_t hidden, double eps) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
   const bool active = row < rows;  // inactive lanes still join their warp's shuffles
@@ -191,7 +195,7 @@ __global__ void rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residua
 
 // out (rows, d) = silu(x[:, :d]) * x[:, d:]; grid-stride over 16-byte packs (kVec) or elements.
 template <typename T, bool kVec>
-__global__ void silu_and_mul_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t d) {
+OPS_FUSED_KERNEL(256) silu_and_mul_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t d) {
   using P = Pack<T>;
   const int64_t width = kVec ? d / P::kSize : d;  // packs or elements per row
   const int64_t total = rows * width;
@@ -239,8 +243,8 @@ void launch_rms_lanes(T* x, T* residual, const T* weight, T* y, int64_t rows, in
   constexpr int kThreads = 256;
   constexpr int64_t kRowsPerBlock = kThreads / kLanes;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  rms_norm_lanes_kernel<T, kVec, kAdd, kLanes>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, residual, weight, y, rows, hidden, eps);
+  launch_kernel(rms_norm_lanes_kernel<T, kVec, kAdd, kLanes>, static_cast<unsigned>(blocks), kThreads, stream, x,
+                residual, weight, y, rows, hidden, eps);
 }
 
 template <typename T, bool kVec, bool kAdd>
@@ -258,15 +262,15 @@ void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int
       const int threads = static_cast<int>(((work + packs - 1) / packs + 31) / 32 * 32);
       const unsigned grid = static_cast<unsigned>(rows);
       switch (packs) {
-        case 1: rms_norm_regs_kernel<T, kAdd, 1><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
-        case 2: rms_norm_regs_kernel<T, kAdd, 2><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
-        case 4: rms_norm_regs_kernel<T, kAdd, 4><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
-        default: rms_norm_regs_kernel<T, kAdd, 8><<<grid, threads, 0, stream>>>(x, residual, weight, y, hidden, eps); return;
+        case 1: launch_kernel(rms_norm_regs_kernel<T, kAdd, 1>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
+        case 2: launch_kernel(rms_norm_regs_kernel<T, kAdd, 2>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
+        case 4: launch_kernel(rms_norm_regs_kernel<T, kAdd, 4>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
+        default: launch_kernel(rms_norm_regs_kernel<T, kAdd, 8>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
       }
     }
   }
-  rms_norm_kernel<T, kVec, kAdd><<<static_cast<unsigned>(rows), threads_for(work), 0, stream>>>(
-      x, residual, weight, y, hidden, eps);
+  launch_kernel(rms_norm_kernel<T, kVec, kAdd>, static_cast<unsigned>(rows), threads_for(work), stream, x, residual,
+                weight, y, hidden, eps);
 }
 
 template <typename T, bool kAdd>
@@ -305,9 +309,9 @@ cudaError_t launch_silu(const void* x, void* out, int64_t rows, int64_t d, cudaS
   const int64_t blocks = (work + threads - 1) / threads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535LL * 32 ? blocks : 65535LL * 32);
   if (vec) {
-    silu_and_mul_kernel<T, true><<<grid, threads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), rows, d);
+    launch_kernel(silu_and_mul_kernel<T, true>, grid, threads, stream, static_cast<const T*>(x), static_cast<T*>(out), rows, d);
   } else {
-    silu_and_mul_kernel<T, false><<<grid, threads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), rows, d);
+    launch_kernel(silu_and_mul_kernel<T, false>, grid, threads, stream, static_cast<const T*>(x), static_cast<T*>(out), rows, d);
   }
   return cudaGetLastError();
 }

@@ -24,12 +24,6 @@
 #include "fused_device.cuh"
 #include "fused_kernels.h"
 
-#if defined(OPS_FUSED_HOST_EMULATION)
-#define OPS_QUANT_KERNEL(threads) void
-#else
-#define OPS_QUANT_KERNEL(threads) __global__ void __launch_bounds__(threads)
-#endif
-
 namespace ops::fused::quant {
 
 using namespace device;
@@ -123,7 +117,7 @@ OPS_FUSED_DEVICE void store_codes(unsigned char* row_codes, int64_t pack, const 
 // scales to use instead (element row * given_stride + group; stride 0 for one per tensor), and then
 // `scales` is null.
 template <typename T, bool kE5M2, bool kGroups, typename Source>
-OPS_QUANT_KERNEL(kThreads)
+OPS_FUSED_KERNEL(kThreads)
 kernel(Source src, unsigned char* codes, float* scales, int64_t rows, int64_t k, const float* given,
        int64_t given_stride, bool pow2) {
   using P = Pack<T>;
@@ -162,17 +156,13 @@ kernel(Source src, unsigned char* codes, float* scales, int64_t rows, int64_t k,
 }
 
 template <typename T, bool kE5M2, bool kGroups, typename Source>
-void launch(const QuantizeFp8Args& a, Source src, unsigned blocks, [[maybe_unused]] void* stream) {
-#if defined(OPS_FUSED_HOST_EMULATION)
-  emulate_launch(dim3(blocks), kThreads, kernel<T, kE5M2, kGroups, Source>,
-#else
-  kernel<T, kE5M2, kGroups, Source><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-#endif
-      src, a.codes, a.scales, a.rows, a.k, a.given, a.given_stride, a.pow2);
+void launch(const QuantizeFp8Args& a, Source src, unsigned blocks, cudaStream_t stream) {
+  launch_kernel(kernel<T, kE5M2, kGroups, Source>, blocks, kThreads, stream, src, a.codes, a.scales, a.rows, a.k,
+                a.given, a.given_stride, a.pow2);
 }
 
 template <typename T, bool kE5M2, bool kGroups>
-void launch_source(const QuantizeFp8Args& a, unsigned blocks, void* stream) {
+void launch_source(const QuantizeFp8Args& a, unsigned blocks, cudaStream_t stream) {
   const T* x = static_cast<const T*>(a.x);
   if (a.silu_and_mul) {
     launch<T, kE5M2, kGroups>(a, SiluMulRows<T>{x, a.k}, blocks, stream);
@@ -182,7 +172,7 @@ void launch_source(const QuantizeFp8Args& a, unsigned blocks, void* stream) {
 }
 
 template <typename T>
-void launch_dtype(const QuantizeFp8Args& a, unsigned blocks, void* stream) {
+void launch_dtype(const QuantizeFp8Args& a, unsigned blocks, cudaStream_t stream) {
   if (a.e5m2) {
     a.groups ? launch_source<T, true, true>(a, blocks, stream) : launch_source<T, true, false>(a, blocks, stream);
   } else {
@@ -192,7 +182,7 @@ void launch_dtype(const QuantizeFp8Args& a, unsigned blocks, void* stream) {
 
 // Launches the kernel for `a` on `stream`; false (nothing launched) where quantize_fp8_supported() is
 // false or the grid would exceed 2^31 - 1 blocks.
-inline bool run(const QuantizeFp8Args& a, void* stream) {
+inline bool run(const QuantizeFp8Args& a, cudaStream_t stream) {
   if (!quantize_fp8_supported(a.dtype, a.x, a.k)) return false;
   if (a.rows == 0 || a.k == 0) return true;
   const int64_t blocks = (a.rows + kWarps - 1) / kWarps;

@@ -54,3 +54,10 @@ def cutlass_include():
     if spec is None or not spec.submodule_search_locations:
         return None
     return os.path.join(list(spec.submodule_search_locations)[0], "source", "include")
+
+
+@pytest.fixture(scope="session")
+def fused_emulation(tmp_path_factory):
+    """The fused CUDA kernels on emulated blocks, as a ctypes library (tests/emulation.py)."""
+    import emulation
+    return emulation.build(str(tmp_path_factory.mktemp("fused_emulation")))

@@ -1,46 +1,24 @@
 """The FP8 quantization CUDA kernels (csrc/quantize_fp8_kernels.cuh), GPU-only code, checked on the host:
-compiled with the host C++ compiler against emulated lock-step warps (tests/cpp/warp_emulation.h) into a
-shared library (tests/cpp/quantize_fp8_emulation.cpp) and run through their real entry point. Their codes
+compiled with the host C++ compiler against emulated blocks (tests/cpp/warp_emulation.h) into a shared
+library (tests/cpp/fused_emulation.cpp, tests/emulation.py) and run through their real launcher. Their codes
 and scales must be quantize_fp8's on CPU bit for bit (NaN as NaN), for every input dtype, FP8 format,
 granularity (row, 1x128 group, tensor with a given scale), pow2 and static scales, and silu_and_mul_fp8's
 rows; no load leaves the input, no store passes the outputs."""
-
-import ctypes
-import os
-import shutil
-import subprocess
 
 import pytest
 import torch
 
 import ops
-from conftest import REPO
+from emulation import DTYPE_CODE, NOT_SUPPORTED
 
-DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]  # the kernels' (float64 runs the formula)
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 CODE_GUARD, SCALE_GUARD = 0x5A, -7.0
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    cuda_home = getattr(ops.build_info, "CUDA_HOME", None)  # the toolkit the extension was built with
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
-    if not cuda_home or compiler is None:
-        pytest.skip("needs a C++ compiler and the CUDA headers")
-    cuda_include = os.path.join(cuda_home, "include")
-    path = tmp_path_factory.mktemp("quantize_fp8") / "libquantize_fp8_emulation.so"
-    build = subprocess.run(
-        [compiler, "-std=c++20", "-O2", "-pthread", "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas", "-Werror",
-         f"-I{REPO}", f"-I{cuda_include}", f"-I{os.path.join(cuda_include, 'cccl')}",
-         os.path.join(REPO, "tests", "cpp", "quantize_fp8_emulation.cpp"), "-o", str(path)],
-        capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
-    library = ctypes.CDLL(str(path))
-    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    library.ops_emulate_quantize_fp8.argtypes = [i32, i32, i32, i32, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i32]
-    library.ops_emulate_quantize_fp8.restype = i32
-    library.ops_emulate_silu_and_mul.argtypes = [i32, ptr, ptr, i64, i64]
-    return library
+@pytest.fixture
+def lib(fused_emulation):
+    return fused_emulation
 
 
 def emulate(lib, x, k, granularity, fp8, pow2=False, given=None, silu=False):
@@ -52,12 +30,13 @@ def emulate(lib, x, k, granularity, fp8, pow2=False, given=None, silu=False):
     scales = torch.full((n_scales + 16,), SCALE_GUARD)
     given_c = None if given is None else given.contiguous()
     stride = {"tensor": 0, "row": 1, "group": groups}[granularity]
-    ran = lib.ops_emulate_quantize_fp8(
+    status = lib.ops_emulate_quantize_fp8(
         DTYPE_CODE[x.dtype], int(fp8 == E5), int(granularity == "group"), int(silu), x.data_ptr(),
         x.numel() * x.element_size(), codes.data_ptr(), None if given is not None else scales.data_ptr(), rows, k,
         None if given_c is None else given_c.data_ptr(), stride, int(pow2))
-    if not ran:
+    if status == NOT_SUPPORTED:
         return None
+    assert status == 0
     assert torch.all(codes[rows * k:] == CODE_GUARD), "a code was stored past the codes"
     assert torch.all(scales[n_scales:] == SCALE_GUARD), "a scale was stored past the scales"
     if given is not None:
@@ -99,7 +78,7 @@ def rows_of(dtype, rows, k, seed, top=448.0):
 KS = {torch.float16: (8, 136, 264, 1032), torch.bfloat16: (8, 136, 264, 1032), torch.float32: (4, 132, 260, 516)}
 
 
-@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fp8", [E4, E5], ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("granularity", ["row", "group"])
 @pytest.mark.parametrize("pow2", [False, True], ids=["scale", "pow2"])
@@ -113,7 +92,7 @@ def test_dynamic_codes_and_scales_equal_quantize_fp8(lib, dtype, fp8, granularit
             assert_same_bits(got[1], want[1].reshape(-1))
 
 
-@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("granularity", ["tensor", "row", "group"])
 def test_given_scales_equal_quantize_fp8(lib, dtype, granularity):
     k, rows = KS[dtype][2], 11
@@ -126,21 +105,20 @@ def test_given_scales_equal_quantize_fp8(lib, dtype, granularity):
     assert torch.equal(want_scales, given)
 
 
-@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("granularity", ["row", "group"])
 def test_silu_and_mul_rows_equal_quantize_fp8_of_the_product(lib, dtype, granularity):
-    # The unfused formula with the same elements: silu_and_mul as the CUDA kernels compute it (emulated,
-    # element by element), then quantize_fp8 on CPU.
+    # The unfused formula on CUDA: silu_and_mul's kernel (emulated), then quantize_fp8 (on CPU: the same bits).
     for k in KS[dtype][1:3]:
         rows = 11
         x = rows_of(dtype, rows, 2 * k, seed=k)
         product = torch.empty(rows, k, dtype=dtype)
-        lib.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), product.data_ptr(), rows, k)
+        assert lib.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), product.data_ptr(), rows, k) == 0
         got = emulate(lib, x, k, granularity, E4, silu=True)
         want = ops.quantize_fp8(product, granularity, E4)
         assert_same_bits(got[0], want[0])
         assert_same_bits(got[1], want[1].reshape(-1))
-        # the emulated product is silu_and_mul's formula (to the last bits of the host's expf)
+        # the emulated kernel's product is silu_and_mul's formula (to the last bits of the host's expf)
         torch.testing.assert_close(product.float(), ops.silu_and_mul(x.float()), rtol=2e-2, atol=1e-5,
                                    equal_nan=True)
 
@@ -149,5 +127,6 @@ def test_rows_not_in_16_byte_packs_are_refused(lib):
     # quantize_fp8's CUDA kernel then leaves them to the formula (quantize_fp8_cuda.cpp).
     assert emulate(lib, torch.randn(3, 12, dtype=torch.bfloat16), 12, "row", E4) is None
     assert emulate(lib, torch.randn(3, 6), 6, "group", E4) is None
+    assert emulate(lib, torch.randn(3, 16, dtype=torch.float64), 16, "row", E4) is None
     misaligned = torch.randn(3 * 16 + 1, dtype=torch.bfloat16)[1:]
     assert emulate(lib, misaligned, 16, "row", E4) is None

@@ -1,0 +1,95 @@
+"""The CUDA kernels of rms_norm, fused_add_rms_norm and silu_and_mul (csrc/fused_kernels.cu), GPU-only
+code, checked on the host: compiled with the host C++ compiler against emulated blocks (whole blocks of
+threads, warp shuffles, __syncthreads, shared memory; tests/cpp/warp_emulation.h) and run through their
+real launchers (tests/cpp/fused_emulation.cpp). Every kernel the launchers choose: the lane-group kernels
+(rows of 4, 8, 16, 32 packs), one block per row, the register-resident variants (1, 2, 4, 8 packs per
+thread), the element-wise paths for rows not in 16-byte packs; each against the CPU op, within the
+rounding of one ulp of the dtype (the two sum the squares in other orders)."""
+
+import pytest
+import torch
+
+import ops
+from emulation import DTYPE_CODE
+
+# rtol, atol per dtype: an ulp of the output (the sum order moves 1/rms by an ulp of float32).
+TOL = {torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1e-7),
+       torch.float64: (1e-12, 1e-14)}
+PACK = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4, torch.float64: 2}
+GUARD = -3.0
+
+
+def widths(dtype):
+    """Row lengths that reach every kernel: 1-32 packs (lane groups of 4, 8, 16, 32), a block per row
+    (up to 1024 threads, several packs each), and lengths that are not a whole number of packs."""
+    p = PACK[dtype]
+    return [4 * p, 8 * p, 13 * p, 32 * p, 33 * p, 640 * p, 1031 * p + p // 2 if p > 1 else 1031, 7]
+
+
+def with_guard(t):
+    """A flat buffer holding t and 32 guard elements after it, and the view of t in it."""
+    buf = torch.full((t.numel() + 32,), GUARD, dtype=t.dtype)
+    view = buf[:t.numel()].view(t.shape)
+    view.copy_(t)
+    return buf, view
+
+
+def check_guard(buf, n):
+    assert torch.all(buf[n:] == GUARD), "a store past the output"
+
+
+@pytest.fixture(params=[0, 1, 2, 4, 8], ids=lambda p: f"packs{p}")
+def packs(request, fused_emulation):
+    previous = fused_emulation.ops_emulate_set_rms_norm_packs_per_thread(request.param)
+    assert previous >= 0
+    yield request.param
+    fused_emulation.ops_emulate_set_rms_norm_packs_per_thread(previous)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
+def test_rms_norm_and_fused_add_rms_norm(fused_emulation, packs, dtype):
+    lib = fused_emulation
+    g = torch.Generator().manual_seed(packs)
+    for hidden in widths(dtype):
+        if packs and hidden < 33 * PACK[dtype]:
+            continue  # rows of at most 32 packs take the lane kernels whatever the setting
+        for rows in (1, 3, 70):
+            if rows == 70 and hidden > 64 * PACK[dtype]:
+                continue  # a block per row: three rows show the indexing
+            x = (torch.randn(rows, hidden, generator=g) * 3).to(dtype)
+            w = (torch.rand(hidden, generator=g) + 0.5).to(dtype)
+            r = torch.randn(rows, hidden, generator=g).to(dtype)
+            rtol, atol = TOL[dtype]
+            ybuf, y = with_guard(torch.zeros_like(x))
+            assert lib.ops_emulate_rms_norm(DTYPE_CODE[dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, hidden,
+                                            1e-6) == 0
+            check_guard(ybuf, x.numel())
+            torch.testing.assert_close(y, ops.rms_norm(x, w, 1e-6), rtol=rtol, atol=atol)
+            xbuf, xe = with_guard(x)
+            rbuf, re = with_guard(r)
+            assert lib.ops_emulate_fused_add_rms_norm(DTYPE_CODE[dtype], xe.data_ptr(), re.data_ptr(), w.data_ptr(),
+                                                      rows, hidden, 1e-6) == 0
+            check_guard(xbuf, x.numel())
+            check_guard(rbuf, x.numel())
+            xc, rc = x.clone(), r.clone()
+            ops.fused_add_rms_norm(xc, rc, w, 1e-6)
+            assert torch.equal(re, rc)  # residual + x rounded once: the same bits
+            torch.testing.assert_close(xe, xc, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
+def test_silu_and_mul(fused_emulation, dtype):
+    g = torch.Generator().manual_seed(1)
+    for d in (PACK[dtype], 3 * PACK[dtype], 1000 * PACK[dtype], 5, 1001):
+        for rows in (1, 5, 300):
+            x = (torch.randn(rows, 2 * d, generator=g) * 4).to(dtype)
+            obuf, out = with_guard(torch.zeros(rows, d, dtype=dtype))
+            assert fused_emulation.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), out.data_ptr(), rows,
+                                                            d) == 0
+            check_guard(obuf, rows * d)
+            rtol, atol = TOL[dtype]
+            torch.testing.assert_close(out, ops.silu_and_mul(x), rtol=rtol, atol=atol)
+
+
+def test_a_rms_norm_setting_outside_the_list_is_refused(fused_emulation):
+    assert fused_emulation.ops_emulate_set_rms_norm_packs_per_thread(3) == -1
