@@ -3,8 +3,8 @@ checked against float64: cutlass_gemm for each dtype, row/column-major and misal
 out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of two decode shapes and a
 ragged one, and of the fused linear at two M; the fused linear epilogues; rms_norm (one-block-per-row,
 register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes; the FP8
-quantization kernels (rows, 1x128 groups with a ragged last group, a given scale, silu_and_mul_fp8), each
-equal to the CPU formula bit for bit.
+quantization kernels (rows, 1x128 groups with a ragged last group, a given scale) and the fused forms,
+each equal to the CPU formula of the unfused op's output bit for bit.
 
 A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
 wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
@@ -130,6 +130,14 @@ def quantize():
                 ud = u.to(DEVICE)
                 same(("silu_and_mul_fp8", rows, k, granularity, dtype), ops.silu_and_mul_fp8(ud, granularity),
                      ops.quantize_fp8(ops.silu_and_mul(ud).cpu(), granularity))
+                xd, w = x.to(DEVICE), torch.rand(k, device=DEVICE, dtype=dtype) + 0.5
+                same(("rms_norm_fp8", rows, k, granularity, dtype), ops.rms_norm_fp8(xd, w, 1e-6, granularity),
+                     ops.quantize_fp8(ops.rms_norm(xd, w, 1e-6).cpu(), granularity))
+                r = torch.randn_like(xd)
+                expected = r + xd
+                got = ops.fused_add_rms_norm_fp8(xd, r, w, 1e-6, granularity)
+                same(("fused_add_rms_norm_fp8", rows, k, granularity, dtype), got,
+                     ops.quantize_fp8(ops.rms_norm(expected, w, 1e-6).cpu(), granularity))
 
 
 def fused_with_packs(packs):

@@ -1,8 +1,8 @@
 // The fused forms that quantize what they compute to FP8, saving the pass over memory that reads the
 // result back: rms_norm_fp8, fused_add_rms_norm_fp8, silu_and_mul_fp8. Their codes and scales are by
 // definition those of the unfused formula, quantize_fp8(op(...)) with the op's output rounded to the
-// input's dtype first; here that formula (the op's kernel, then quantize_fp8's), on CPU and for the norms
-// on CUDA (silu_and_mul_fp8 on CUDA: quantize_fp8_cuda.cpp).
+// input's dtype first; here that composition (the op's kernel, then quantize_fp8's), the CPU kernels and
+// the CUDA kernels' fallback (quantize_fp8_cuda.cpp).
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -23,27 +23,39 @@ at::Tensor rms_norm_call(const at::Tensor& x, const at::Tensor& w, double eps) {
   return op.call(x, w, eps);
 }
 
-Quantized rms_norm_fp8(const at::Tensor& input, const at::Tensor& weight, double eps, c10::string_view granularity,
-                       c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+}  // namespace
+
+Quantized rms_norm_fp8_composed(const at::Tensor& input, const at::Tensor& weight, double eps,
+                                c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   constexpr const char* op = "rms_norm_fp8";
   check_norm_inputs(op, input, weight);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return quantize_fp8_call(op, rms_norm_call(input, weight, eps), granularity, dtype, scale, pow2_scale);
 }
 
-Quantized fused_add_rms_norm_fp8(const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps,
-                                 c10::string_view granularity, c10::optional<at::ScalarType> dtype,
-                                 const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+void check_fused_add_rms_norm_fp8_inputs(const at::Tensor& input, const at::Tensor& residual,
+                                         const at::Tensor& weight) {
   constexpr const char* op = "fused_add_rms_norm_fp8";
   check_norm_inputs(op, input, weight);
   check_same_as(op, "residual", residual, input);
   check_written_in_place(op, "residual", residual);
   check_no_shared_memory(op, "residual", residual, "input", input);
   check_no_shared_memory(op, "residual", residual, "weight", weight);
+}
+
+Quantized fused_add_rms_norm_fp8_composed(const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                                          double eps, c10::string_view granularity,
+                                          c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale,
+                                          bool pow2_scale) {
+  constexpr const char* op = "fused_add_rms_norm_fp8";
+  check_fused_add_rms_norm_fp8_inputs(input, residual, weight);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   residual.add_(input);
   return quantize_fp8_call(op, rms_norm_call(residual, weight, eps), granularity, dtype, scale, pow2_scale);
 }
+
+namespace {
 
 Quantized silu_and_mul_fp8(const at::Tensor& input, c10::string_view granularity, c10::optional<at::ScalarType> dtype,
                            const c10::optional<at::Tensor>& scale, bool pow2_scale) {
@@ -60,12 +72,7 @@ Quantized silu_and_mul_fp8(const at::Tensor& input, c10::string_view granularity
 }  // namespace ops
 
 TORCH_LIBRARY_IMPL(ops, CPU, m) {
-  m.impl("rms_norm_fp8", &ops::rms_norm_fp8);
-  m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8);
+  m.impl("rms_norm_fp8", &ops::rms_norm_fp8_composed);
+  m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8_composed);
   m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8);
-}
-
-TORCH_LIBRARY_IMPL(ops, CUDA, m) {
-  m.impl("rms_norm_fp8", &ops::rms_norm_fp8);
-  m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8);
 }

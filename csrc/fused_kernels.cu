@@ -5,6 +5,7 @@
 // the host and runs on emulated blocks (tests/cpp/fused_emulation.cpp).
 #include "fused_kernels.h"
 #include "fused_device.cuh"
+#include "quantize_fp8_kernels.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,54 +22,68 @@ using namespace device;
 using std::sqrt;  // the float overload on the host too
 #endif
 
-template <typename A>
-OPS_FUSED_DEVICE_FN A block_sum(A value) {
-  OPS_SHARED A warp_sums[32];
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+struct Add {
+  template <typename A>
+  OPS_FUSED_DEVICE static A apply(A a, A b) { return a + b; }
+};
+struct NanMax {  // of |values| (0 is the identity), NaN from either side kept
+  OPS_FUSED_DEVICE static float apply(float a, float b) { return quant::nan_max(a, b); }
+};
+
+// Op-reduction of `value` over the block (0 for the lanes past blockDim's last warp); every thread calls it.
+template <typename Op, typename A>
+OPS_FUSED_DEVICE_FN A block_reduce(A value) {
+  OPS_SHARED A warp_values[32];
+  for (int offset = 16; offset > 0; offset >>= 1) value = Op::apply(value, __shfl_xor_sync(0xffffffffu, value, offset));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_sums[warp] = value;
+  if (lane == 0) warp_values[warp] = value;
   __syncthreads();
   const int warps = (blockDim.x + 31) / 32;
-  value = static_cast<int>(threadIdx.x) < warps ? warp_sums[threadIdx.x] : A(0);
+  value = static_cast<int>(threadIdx.x) < warps ? warp_values[threadIdx.x] : A(0);
   if (warp == 0) {
-    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
-    if (lane == 0) warp_sums[0] = value;
+    for (int offset = 16; offset > 0; offset >>= 1) value = Op::apply(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    if (lane == 0) warp_values[0] = value;
   }
   __syncthreads();
-  const A total = warp_sums[0];
-  __syncthreads();  // warp_sums may be reused by the caller's next reduction
+  const A total = warp_values[0];
+  __syncthreads();  // warp_values may be reused by the caller's next reduction
   return total;
 }
 
-// Sum over the kLanes consecutive lanes of a warp that share a row (kLanes a power of two <= 32); every
-// lane of the warp must call it.
-template <int kLanes, typename A>
-OPS_FUSED_DEVICE A lane_group_sum(A value) {
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+template <typename A>
+OPS_FUSED_DEVICE_FN A block_sum(A value) { return block_reduce<Add>(value); }
+
+// Op-reduction over the kLanes consecutive lanes of a warp that share a row (kLanes a power of two <= 32);
+// every lane of the warp must call it.
+template <int kLanes, typename Op, typename A>
+OPS_FUSED_DEVICE A lane_group_reduce(A value) {
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) value = Op::apply(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
 
-// How the threads working on one row sum their partial results: the whole block (block_sum), or a
-// group of kLanes lanes of one warp (shuffles only).
+// How the threads working on one row combine their partial results: the whole block, or a group of kLanes
+// lanes of one warp (shuffles only). sum: of the squares; max: the FP8 forms' amax.
 struct BlockSum {
   template <typename A>
   OPS_FUSED_DEVICE_FN static A sum(A value) { return block_sum(value); }
+  OPS_FUSED_DEVICE_FN static float max(float value) { return block_reduce<NanMax>(value); }
 };
 template <int kLanes>
 struct LaneGroupSum {
   template <typename A>
-  OPS_FUSED_DEVICE_FN static A sum(A value) { return lane_group_sum<kLanes>(value); }
+  OPS_FUSED_DEVICE_FN static A sum(A value) { return lane_group_reduce<kLanes, Add>(value); }
+  OPS_FUSED_DEVICE_FN static float max(float value) { return lane_group_reduce<kLanes, NanMax>(value); }
 };
 
-// One row of rms_norm, by `nthreads` threads (this one is `tid`); `active` false: a thread without a row
-// that still takes part in the reduction. kVec: hidden % Pack::kSize == 0 and 16-byte aligned rows.
-// With kAdd (fused_add_rms_norm): residual = x + residual (stored), then x = rms_norm(residual).
+// Pass 1 of a row of rms_norm, by `nthreads` threads (this one is `tid`; `active` false: a thread without
+// a row that still takes part in the reduction): 1 / rms of the row. kVec: hidden % Pack::kSize == 0 and
+// 16-byte aligned rows. With kAdd: residual = x + residual (stored) first, and the rms is residual's. The
+// FP8 forms call it as rms_norm_row does, so that their rows have the same 1 / rms, bit for bit.
 template <typename T, bool kVec, bool kAdd, typename Sum>
-OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_t hidden, double eps,
-                                             int tid, int nthreads, bool active) {  // out == xr with kAdd
+OPS_FUSED_DEVICE typename Acc<T>::type rms_inv(T* xr, T* rr, int64_t hidden, double eps, int tid, int nthreads,
+                                               bool active) {
   using A = typename Acc<T>::type;
   using P = Pack<T>;
-  const T* in = kAdd ? rr : xr;  // what is normalised
   const int64_t n = active ? (kVec ? hidden / P::kSize : hidden) : 0;  // packs or elements of this row
   A sum_sq = 0;
   for (int64_t i = tid; i < n; i += nthreads) {
@@ -95,7 +110,19 @@ OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_
       sum_sq += v * v;
     }
   }
-  const A inv = A(1) / sqrt(Sum::sum(sum_sq) / static_cast<A>(hidden) + static_cast<A>(eps));
+  return A(1) / sqrt(Sum::sum(sum_sq) / static_cast<A>(hidden) + static_cast<A>(eps));
+}
+
+// One row of rms_norm (rms_inv, then the normalised row stored to `out`). With kAdd
+// (fused_add_rms_norm): residual = x + residual (stored), then x = rms_norm(residual).
+template <typename T, bool kVec, bool kAdd, typename Sum>
+OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_t hidden, double eps,
+                                   int tid, int nthreads, bool active) {  // out == xr with kAdd
+  using A = typename Acc<T>::type;
+  using P = Pack<T>;
+  const T* in = kAdd ? rr : xr;  // what is normalised
+  const int64_t n = active ? (kVec ? hidden / P::kSize : hidden) : 0;  // packs or elements of this row
+  const A inv = rms_inv<T, kVec, kAdd, Sum>(xr, rr, hidden, eps, tid, nthreads, active);
   // Second pass: each thread re-reads the elements it wrote/read itself (no barrier needed beyond the
   // reduction's), from L1/L2.
   for (int64_t i = tid; i < n; i += nthreads) {
@@ -193,6 +220,90 @@ OPS_FUSED_KERNEL(256) rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ r
                                                     threadIdx.x % kLanes, kLanes, active);
 }
 
+// Where a row of an FP8 norm goes (fused_kernels.h's RmsNormFp8Args).
+struct RmsFp8Out {
+  unsigned char* codes;  // (rows, hidden)
+  float* scales;  // (rows, 1) or (rows, groups); null with `given`
+  const float* given;
+  int64_t given_stride;
+  bool e5m2, groups, pow2;
+};
+
+// One row of rms_norm_fp8 / fused_add_rms_norm_fp8 (kAdd; x is read, not written): rms_inv as
+// rms_norm_row calls it, each element of the normalised row computed as rms_norm_row stores it, then
+// quantized as quantize_fp8 does (quantize_fp8_kernels.cuh): per row, the amax reduced like the sum
+// and the codes stored in a third pass; per 1x128 group, the groups of each pass of the threads over
+// the row reduced by shuffles within their lanes (a row of more than one group has more than 128 / pack
+// packs, so the threads on it are whole groups of lanes: a block of warps, or a lane group of 32).
+template <typename T, bool kAdd, typename Sum>
+OPS_FUSED_DEVICE void rms_norm_fp8_row(T* xr, T* rr, const T* weight, int64_t row, int64_t hidden, double eps,
+                                       int tid, int nthreads, bool active, const RmsFp8Out& o) {
+  using P = Pack<T>;
+  const float inv = rms_inv<T, true, kAdd, Sum>(xr, rr, hidden, eps, tid, nthreads, active);
+  const T* in = kAdd ? rr : xr;
+  const int64_t packs = hidden / P::kSize;
+  const int64_t n = active ? packs : 0;
+  const auto normalised = [&](int64_t i) {
+    const P a = reinterpret_cast<const P*>(in)[i];
+    const P w = reinterpret_cast<const P*>(weight)[i];
+    P y;
+#pragma unroll
+    for (int j = 0; j < P::kSize; ++j) y.v[j] = from_acc<T>(to_acc(a.v[j]) * inv * to_acc(w.v[j]));
+    return y;
+  };
+  unsigned char* codes = o.codes + row * hidden;
+  const auto store = [&](int64_t i, const P& y, float s) {
+    o.e5m2 ? quant::store_codes<T, true>(codes, i, y, s) : quant::store_codes<T, false>(codes, i, y, s);
+  };
+  const float max = o.e5m2 ? 57344.0f : 448.0f;
+  const int64_t groups = (hidden + quant::kGroupSize - 1) / quant::kGroupSize;
+  if (!o.groups || groups == 1) {
+    float amax = 0.0f;
+    if (o.given == nullptr) {
+      for (int64_t i = tid; i < n; i += nthreads) amax = quant::nan_max(amax, quant::pack_amax(normalised(i)));
+      amax = Sum::max(amax);
+    }
+    const float s = o.given != nullptr ? o.given[row * o.given_stride] : quant::scale_of(amax, max, o.pow2);
+    for (int64_t i = tid; i < n; i += nthreads) store(i, normalised(i), s);
+    if (active && tid == 0 && o.scales != nullptr) o.scales[row * (o.groups ? groups : 1)] = s;
+  } else {
+    constexpr int kLanes = quant::kGroupSize / P::kSize;  // lanes per group
+    for (int64_t base = 0; base < packs; base += nthreads) {  // the same trips for every lane: shuffles inside
+      const int64_t i = base + tid;
+      const bool valid = active && i < packs;
+      const P y = valid ? normalised(i) : P{};
+      const float amax = lane_group_reduce<kLanes, NanMax>(valid ? quant::pack_amax(y) : 0.0f);
+      const int64_t group = i / kLanes;
+      if (!active || group >= groups) continue;
+      const float s = o.given != nullptr ? o.given[row * o.given_stride + group] : quant::scale_of(amax, max, o.pow2);
+      if (valid) store(i, y, s);
+      if (o.scales != nullptr && i % kLanes == 0) o.scales[row * groups + group] = s;
+    }
+  }
+}
+
+// rms_norm_kernel's FP8 form: one block per row.
+template <typename T, bool kAdd>
+OPS_FUSED_KERNEL(1024)
+    rms_norm_fp8_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int64_t hidden,
+                        double eps, RmsFp8Out out) {
+  const int64_t row = blockIdx.x;
+  rms_norm_fp8_row<T, kAdd, BlockSum>(x + row * hidden, kAdd ? residual + row * hidden : nullptr, weight, row, hidden,
+                                      eps, threadIdx.x, blockDim.x, true, out);
+}
+
+// rms_norm_lanes_kernel's FP8 form.
+template <typename T, bool kAdd, int kLanes>
+OPS_FUSED_KERNEL(256)
+    rms_norm_fp8_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int64_t rows,
+                              int64_t hidden, double eps, RmsFp8Out out) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const bool active = row < rows;  // inactive lanes still join their warp's shuffles
+  const int64_t r = active ? row : 0;
+  rms_norm_fp8_row<T, kAdd, LaneGroupSum<kLanes>>(x + r * hidden, kAdd ? residual + r * hidden : nullptr, weight, r,
+                                                  hidden, eps, threadIdx.x % kLanes, kLanes, active, out);
+}
+
 // out (rows, d) = silu(x[:, :d]) * x[:, d:]; grid-stride over 16-byte packs (kVec) or elements.
 template <typename T, bool kVec>
 OPS_FUSED_KERNEL(256) silu_and_mul_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t d) {
@@ -237,28 +348,35 @@ int threads_for(int64_t work) {
   return static_cast<int>((threads + 31) / 32 * 32);
 }
 
-template <typename T, bool kVec, bool kAdd, int kLanes>
-void launch_rms_lanes(T* x, T* residual, const T* weight, T* y, int64_t rows, int64_t hidden, double eps,
-                      cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  constexpr int64_t kRowsPerBlock = kThreads / kLanes;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  launch_kernel(rms_norm_lanes_kernel<T, kVec, kAdd, kLanes>, static_cast<unsigned>(blocks), kThreads, stream, x,
-                residual, weight, y, rows, hidden, eps);
+template <int kLanes>
+using Lanes = std::integral_constant<int, kLanes>;
+constexpr int kLanesThreads = 256;  // per block of the lane kernels
+
+// The rms_norm kernel for rows of `work` packs or elements: launch(Lanes<k>{}) for the lane kernel of k
+// lanes per row, launch(Lanes<0>{}) for one block of threads_for(work) threads per row. rms_norm and its
+// FP8 forms choose alike, so that their sums of squares run in the same order.
+template <typename Launch>
+void choose_rms_kernel(int64_t work, Launch&& launch) {
+  if (work <= 4) return launch(Lanes<4>{});
+  if (work <= 8) return launch(Lanes<8>{});
+  if (work <= 16) return launch(Lanes<16>{});
+  if (work <= 32) return launch(Lanes<32>{});
+  return launch(Lanes<0>{});
+}
+
+unsigned lane_blocks(int64_t rows, int lanes) {
+  const int64_t rows_per_block = kLanesThreads / lanes;
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
 
 template <typename T, bool kVec, bool kAdd>
 void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int64_t hidden, double eps,
                      cudaStream_t stream) {
   const int64_t work = kVec ? hidden / Pack<T>::kSize : hidden;  // packs or elements per row
-  if (work <= 4) return launch_rms_lanes<T, kVec, kAdd, 4>(x, residual, weight, y, rows, hidden, eps, stream);
-  if (work <= 8) return launch_rms_lanes<T, kVec, kAdd, 8>(x, residual, weight, y, rows, hidden, eps, stream);
-  if (work <= 16) return launch_rms_lanes<T, kVec, kAdd, 16>(x, residual, weight, y, rows, hidden, eps, stream);
-  if (work <= 32) return launch_rms_lanes<T, kVec, kAdd, 32>(x, residual, weight, y, rows, hidden, eps, stream);
   if constexpr (kVec) {
     const int packs = rms_packs_per_thread.load(std::memory_order_relaxed);
     const int max_threads = packs >= 8 ? kRegsMaxThreads<8> : kRegsMaxThreads<1>;
-    if (packs > 0 && work <= static_cast<int64_t>(max_threads) * packs) {
+    if (work > 32 && packs > 0 && work <= static_cast<int64_t>(max_threads) * packs) {
       const int threads = static_cast<int>(((work + packs - 1) / packs + 31) / 32 * 32);
       const unsigned grid = static_cast<unsigned>(rows);
       switch (packs) {
@@ -269,8 +387,15 @@ void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int
       }
     }
   }
-  launch_kernel(rms_norm_kernel<T, kVec, kAdd>, static_cast<unsigned>(rows), threads_for(work), stream, x, residual,
-                weight, y, hidden, eps);
+  choose_rms_kernel(work, [&](auto lanes) {
+    if constexpr (lanes.value == 0) {
+      launch_kernel(rms_norm_kernel<T, kVec, kAdd>, static_cast<unsigned>(rows), threads_for(work), stream, x,
+                    residual, weight, y, hidden, eps);
+    } else {
+      launch_kernel(rms_norm_lanes_kernel<T, kVec, kAdd, lanes.value>, lane_blocks(rows, lanes.value), kLanesThreads,
+                    stream, x, residual, weight, y, rows, hidden, eps);
+    }
+  });
 }
 
 template <typename T, bool kAdd>
@@ -293,6 +418,34 @@ cudaError_t launch_rms(void* x, void* residual, const void* weight, void* y, int
     } else {
       launch_rms_rows<T, false, kAdd>(xs, rs, w, ys, count, hidden, eps, stream);
     }
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <typename T, bool kAdd>
+cudaError_t launch_rms_fp8(const RmsNormFp8Args& a, cudaStream_t stream) {
+  const int64_t work = a.hidden / Pack<T>::kSize;
+  const int64_t groups = (a.hidden + quant::kGroupSize - 1) / quant::kGroupSize;
+  const int64_t scales_per_row = a.groups ? groups : 1;
+  for (int64_t start = 0; start < a.rows; start += 2147483647LL) {  // the grid's x limit, as launch_rms
+    const int64_t rows = a.rows - start < 2147483647LL ? a.rows - start : 2147483647LL;
+    T* x = static_cast<T*>(const_cast<void*>(a.x)) + start * a.hidden;
+    T* r = kAdd ? static_cast<T*>(a.residual) + start * a.hidden : nullptr;
+    const T* w = static_cast<const T*>(a.weight);
+    const RmsFp8Out out{a.codes + start * a.hidden, a.scales == nullptr ? nullptr : a.scales + start * scales_per_row,
+                        a.given == nullptr ? nullptr : a.given + start * a.given_stride, a.given_stride, a.e5m2,
+                        a.groups, a.pow2};
+    choose_rms_kernel(work, [&](auto lanes) {
+      if constexpr (lanes.value == 0) {
+        launch_kernel(rms_norm_fp8_kernel<T, kAdd>, static_cast<unsigned>(rows), threads_for(work), stream, x, r, w,
+                      a.hidden, a.eps, out);
+      } else {
+        launch_kernel(rms_norm_fp8_lanes_kernel<T, kAdd, lanes.value>, lane_blocks(rows, lanes.value), kLanesThreads,
+                      stream, x, r, w, rows, a.hidden, a.eps, out);
+      }
+    });
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -357,6 +510,24 @@ cudaError_t fused_add_rms_norm(int dtype, void* x, void* residual, const void* w
 
 cudaError_t silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int64_t d, cudaStream_t stream) {
   return dispatch<SiluFn>(dtype, x, out, rows, d, stream);
+}
+
+bool rms_norm_fp8_supported(int dtype, const void* x, const void* residual, const void* weight, int64_t hidden) {
+  return (dtype == kF16 || dtype == kBF16 || dtype == kF32) && hidden > 0 &&
+         hidden % (dtype == kF32 ? 4 : 8) == 0 && aligned16(x) && aligned16(weight) &&
+         (residual == nullptr || aligned16(residual)) && rms_packs_per_thread.load(std::memory_order_relaxed) == 0;
+}
+
+cudaError_t rms_norm_fp8(const RmsNormFp8Args& args, cudaStream_t stream) {
+  if (!rms_norm_fp8_supported(args.dtype, args.x, args.residual, args.weight, args.hidden)) return cudaErrorNotSupported;
+  if (args.rows == 0) return cudaSuccess;
+  const bool add = args.residual != nullptr;
+  switch (args.dtype) {
+    case kF16: return add ? launch_rms_fp8<__half, true>(args, stream) : launch_rms_fp8<__half, false>(args, stream);
+    case kBF16:
+      return add ? launch_rms_fp8<__nv_bfloat16, true>(args, stream) : launch_rms_fp8<__nv_bfloat16, false>(args, stream);
+    default: return add ? launch_rms_fp8<float, true>(args, stream) : launch_rms_fp8<float, false>(args, stream);
+  }
 }
 
 int set_rms_norm_packs_per_thread(int packs) {

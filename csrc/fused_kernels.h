@@ -51,4 +51,30 @@ inline bool quantize_fp8_supported(int dtype, const void* x, int64_t k) {
 // cudaErrorNotSupported (nothing launched) where quantize_fp8_supported() is false.
 cudaError_t quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream);
 
+// rms_norm_fp8 (residual null) or fused_add_rms_norm_fp8 (residual = x + residual stored, x read only)
+// of rows (rows, hidden): the codes and scales quantize_fp8 gives for rms_norm's output, bit for bit
+// (the kernel rms_norm would run, its sum order, each element as it stores it).
+struct RmsNormFp8Args {
+  int dtype;  // kF16, kBF16 or kF32
+  bool e5m2 = false;  // else float8_e4m3fn
+  bool groups = false;  // a scale per 1x128 group, else per row
+  const void* x = nullptr;
+  void* residual = nullptr;
+  const void* weight = nullptr;
+  unsigned char* codes = nullptr;  // (rows, hidden)
+  float* scales = nullptr;  // (rows, 1) or (rows, ceil(hidden / 128)); null with `given`
+  int64_t rows = 0, hidden = 0;
+  double eps = 1e-6;
+  const float* given = nullptr;  // static scales, as QuantizeFp8Args's
+  int64_t given_stride = 0;
+  bool pow2 = false;
+};
+
+// Whether rms_norm_fp8 takes the rows: 16-byte packs (hidden and every pointer) and the default rms_norm
+// kernels (set_rms_norm_packs_per_thread(0): the register variants sum in another order).
+bool rms_norm_fp8_supported(int dtype, const void* x, const void* residual, const void* weight, int64_t hidden);
+
+// cudaErrorNotSupported (nothing launched) where rms_norm_fp8_supported() is false.
+cudaError_t rms_norm_fp8(const RmsNormFp8Args& args, cudaStream_t stream);
+
 }  // namespace ops::fused

@@ -36,4 +36,16 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_call(const char* op, const at::T
                                                      c10::string_view granularity, c10::optional<at::ScalarType> dtype,
                                                      const c10::optional<at::Tensor>& scale, bool pow2_scale);
 
+// The norms' FP8 forms as their composition (fp8_fused.cpp: the norm's kernel, then quantize_fp8's),
+// with their checks: the CPU kernels, and the CUDA kernels' fallback (quantize_fp8_cuda.cpp).
+std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_composed(const at::Tensor& input, const at::Tensor& weight,
+                                                         double eps, c10::string_view granularity,
+                                                         c10::optional<at::ScalarType> dtype,
+                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale);
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fp8_composed(
+    const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps, c10::string_view granularity,
+    c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale);
+void check_fused_add_rms_norm_fp8_inputs(const at::Tensor& input, const at::Tensor& residual,
+                                         const at::Tensor& weight);
+
 }  // namespace ops

@@ -1,7 +1,8 @@
-// CUDA kernels of quantize_fp8 and silu_and_mul_fp8: per row and per 1x128 group (and per tensor with a
-// given scale) of float16, bfloat16 and float32 rows in 16-byte packs, the kernels of
-// quantize_fp8_kernels.cuh; every other call (per tensor dynamic, per 128x128 block, float64, rows not in
-// packs), quantize_fp8's ATen formula, which gives the same bits.
+// CUDA kernels of quantize_fp8 and its fused forms: per row and per 1x128 group (and per tensor with a
+// given scale) of float16, bfloat16 and float32 rows in 16-byte packs, quantize_fp8_kernels.cuh
+// (quantize_fp8, silu_and_mul_fp8) and fused_kernels.cu (rms_norm_fp8, fused_add_rms_norm_fp8); every other
+// call (per tensor dynamic, per 128x128 block, float64, rows not in packs), quantize_fp8's ATen formula or
+// the fused form's composition, which give the same bits.
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -97,10 +98,78 @@ Quantized silu_and_mul_fp8_cuda(const at::Tensor& input, c10::string_view granul
   return quantize_fp8_formula(q, silu_and_mul.call(input), scale, pow2_scale);
 }
 
+// The norm kernels' FP8 forms for `q` (checked) of rows of x (and residual), or nullopt where they do
+// not take them.
+std::optional<Quantized> rms_norm_rows(const char* op, const Fp8Quantization& q, const at::Tensor& x,
+                                       at::Tensor* residual, const at::Tensor& weight, double eps,
+                                       const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  const std::optional<int> dtype = kernel_dtype(x.scalar_type());
+  const int64_t hidden = x.size(-1);
+  const bool rows_or_groups = q.granularity == Granularity::Row || q.granularity == Granularity::Group;
+  if (!dtype || !(rows_or_groups || (q.granularity == Granularity::Tensor && q.given)) ||
+      !fused::rms_norm_fp8_supported(*dtype, x.const_data_ptr(), residual ? residual->const_data_ptr() : nullptr,
+                                     weight.const_data_ptr(), hidden)) {
+    return std::nullopt;
+  }
+  at::Tensor codes = at::empty(x.sizes(), x.options().dtype(q.dtype));
+  at::Tensor scales = q.given ? scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous)
+                              : at::empty(q.scale_shape, x.options().dtype(at::kFloat));
+  fused::RmsNormFp8Args args;
+  args.dtype = *dtype;
+  args.e5m2 = q.dtype == at::kFloat8_e5m2;
+  args.groups = q.granularity == Granularity::Group;
+  args.x = x.const_data_ptr();
+  args.residual = residual ? residual->data_ptr() : nullptr;
+  args.weight = weight.const_data_ptr();
+  args.codes = static_cast<unsigned char*>(codes.data_ptr());
+  args.scales = q.given ? nullptr : scales.data_ptr<float>();
+  args.rows = codes.numel() / hidden;
+  args.hidden = hidden;
+  args.eps = eps;
+  if (q.given) {
+    args.given = scales.const_data_ptr<float>();
+    args.given_stride = q.granularity == Granularity::Tensor ? 0 : scales.size(-1);
+  }
+  args.pow2 = pow2_scale;
+  const cudaError_t err = fused::rms_norm_fp8(args, at::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorNotSupported) return std::nullopt;
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+  return Quantized{codes, scales};
+}
+
+Quantized rms_norm_fp8_cuda(const at::Tensor& input, const at::Tensor& weight, double eps,
+                            c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                            const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  constexpr const char* op = "rms_norm_fp8";
+  check_norm_inputs(op, input, weight);
+  const Fp8Quantization q = check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
+  const c10::cuda::CUDAGuard guard(input.device());
+  if (input.is_contiguous() && weight.is_contiguous()) {
+    if (auto out = rms_norm_rows(op, q, input, nullptr, weight, eps, scale, pow2_scale)) return *out;
+  }
+  return rms_norm_fp8_composed(input, weight, eps, granularity, dtype, scale, pow2_scale);
+}
+
+Quantized fused_add_rms_norm_fp8_cuda(const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                                      double eps, c10::string_view granularity, c10::optional<at::ScalarType> dtype,
+                                      const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+  constexpr const char* op = "fused_add_rms_norm_fp8";
+  check_fused_add_rms_norm_fp8_inputs(input, residual, weight);
+  const Fp8Quantization q = check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
+  const c10::cuda::CUDAGuard guard(input.device());
+  // In place on residual's own memory: contiguous operands only (the composition serves the rest).
+  if (input.is_contiguous() && residual.is_contiguous() && weight.is_contiguous()) {
+    if (auto out = rms_norm_rows(op, q, input, &residual, weight, eps, scale, pow2_scale)) return *out;
+  }
+  return fused_add_rms_norm_fp8_composed(input, residual, weight, eps, granularity, dtype, scale, pow2_scale);
+}
+
 }  // namespace
 }  // namespace ops
 
 TORCH_LIBRARY_IMPL(ops, CUDA, m) {
   m.impl("quantize_fp8", &ops::quantize_fp8_cuda);
   m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_cuda);
+  m.impl("rms_norm_fp8", &ops::rms_norm_fp8_cuda);
+  m.impl("fused_add_rms_norm_fp8", &ops::fused_add_rms_norm_fp8_cuda);
 }

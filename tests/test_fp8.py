@@ -550,18 +550,21 @@ def same_codes(a, b):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("pow2", [False, True])
 def test_fused_forms_equal_the_unfused_formula(device, granularity, dtype, pow2):
-    # On CUDA silu_and_mul_fp8 is a kernel of its own (quantize_fp8_kernels.cuh) and must still equal
-    # silu_and_mul's kernel followed by quantize_fp8's.
+    # On CUDA each fused form is a kernel of its own (fused_kernels.cu, quantize_fp8_kernels.cuh) and must
+    # still equal the op's kernel followed by quantize_fp8's. Row lengths reach the lane kernels (one or two
+    # groups), a block per row and (100 in 2-byte types) rows not in 16-byte packs.
     torch.manual_seed(0)
-    x, r = torch.randn(3, 5, 320, device=device).to(dtype), torch.randn(3, 5, 320, device=device).to(dtype)
-    w = (torch.rand(320, device=device) + 0.5).to(dtype)
     kw = dict(granularity=granularity, pow2_scale=pow2)
-    assert same_codes(ops.rms_norm_fp8(x, w, 1e-5, **kw), ops.quantize_fp8(ops.rms_norm(x, w, 1e-5), **kw))
-    residual, expected_residual = r.clone(), r.clone()
-    got = ops.fused_add_rms_norm_fp8(x, residual, w, 1e-5, **kw)
-    expected_residual += x
-    assert torch.equal(residual, expected_residual)
-    assert same_codes(got, ops.quantize_fp8(ops.rms_norm(expected_residual, w, 1e-5), **kw))
+    for hidden in (320, 128, 200, 4096, 100):
+        x = torch.randn(3, 5, hidden, device=device).to(dtype)
+        r = torch.randn(3, 5, hidden, device=device).to(dtype)
+        w = (torch.rand(hidden, device=device) + 0.5).to(dtype)
+        assert same_codes(ops.rms_norm_fp8(x, w, 1e-5, **kw), ops.quantize_fp8(ops.rms_norm(x, w, 1e-5), **kw))
+        residual, expected_residual = r.clone(), r.clone()
+        got = ops.fused_add_rms_norm_fp8(x, residual, w, 1e-5, **kw)
+        expected_residual += x
+        assert torch.equal(residual, expected_residual)
+        assert same_codes(got, ops.quantize_fp8(ops.rms_norm(expected_residual, w, 1e-5), **kw))
     for d in (320, 4096, 300):  # 300: not in 16-byte packs of 2-byte types (the formula on CUDA)
         gate_up = (torch.randn(3, 5, 2 * d, device=device) * 4).to(dtype)
         assert same_codes(ops.silu_and_mul_fp8(gate_up, **kw), ops.quantize_fp8(ops.silu_and_mul(gate_up), **kw))

@@ -130,3 +130,83 @@ def test_rows_not_in_16_byte_packs_are_refused(lib):
     assert emulate(lib, torch.randn(3, 16, dtype=torch.float64), 16, "row", E4) is None
     misaligned = torch.randn(3 * 16 + 1, dtype=torch.bfloat16)[1:]
     assert emulate(lib, misaligned, 16, "row", E4) is None
+
+
+def emulate_norm(lib, x, w, granularity, fp8, residual=None, pow2=False, given=None, eps=1e-6):
+    """(codes, scales) of the emulated rms_norm_fp8 (fused_add_rms_norm_fp8 with `residual`, updated in
+    place), or None where the kernels refuse the rows."""
+    rows, k = x.shape
+    groups = -(-k // 128)
+    n_scales = rows * groups if granularity == "group" else rows
+    codes = torch.full((rows * k + 64,), CODE_GUARD, dtype=torch.uint8)
+    scales = torch.full((n_scales + 16,), SCALE_GUARD)
+    given_c = None if given is None else given.contiguous()
+    stride = {"tensor": 0, "row": 1, "group": groups}[granularity]
+    status = lib.ops_emulate_rms_norm_fp8(
+        DTYPE_CODE[x.dtype], int(fp8 == E5), int(granularity == "group"), x.data_ptr(),
+        None if residual is None else residual.data_ptr(), w.data_ptr(), codes.data_ptr(),
+        None if given is not None else scales.data_ptr(), rows, k, eps,
+        None if given_c is None else given_c.data_ptr(), stride, int(pow2))
+    if status == NOT_SUPPORTED:
+        return None
+    assert status == 0
+    assert torch.all(codes[rows * k:] == CODE_GUARD), "a code was stored past the codes"
+    assert torch.all(scales[n_scales:] == SCALE_GUARD), "a scale was stored past the scales"
+    return codes[:rows * k].view(fp8).view(rows, k), scales[:n_scales]
+
+
+def emulated_rms_norm(lib, x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    assert lib.ops_emulate_rms_norm(DTYPE_CODE[x.dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), *x.shape, eps) == 0
+    return y
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("granularity", ["row", "group", "tensor"])
+@pytest.mark.parametrize("add", [False, True], ids=["rms_norm_fp8", "fused_add_rms_norm_fp8"])
+def test_norm_fp8_equals_quantize_fp8_of_the_norm_kernel(lib, dtype, granularity, add):
+    # The unfused formula on CUDA: the rms_norm kernel (emulated: the same sum order), then quantize_fp8.
+    # Rows reach every kernel: lane groups of 4-32 packs (one group, or two to four with 32 lanes) and a
+    # block per row (ragged last group).
+    pack = 4 if dtype == torch.float32 else 8
+    for packs in (3, 8, 16, 17, 32, 33, 200, 640):
+        k = packs * pack
+        for rows in ((1, 19) if packs <= 32 else (1, 3)):
+            x = rows_of(dtype, rows, k, seed=packs + rows)
+            w = (torch.rand(k, generator=torch.Generator().manual_seed(k)) + 0.5).to(dtype)
+            r = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)).to(dtype)
+            for fp8, pow2 in ((E4, False), (E5, True)):
+                given = None
+                if granularity == "tensor":
+                    given = torch.tensor(0.02)
+                    if pow2:
+                        continue
+                residual = r.clone() if add else None
+                got = emulate_norm(lib, x, w, granularity, fp8, residual=residual, pow2=pow2, given=given)
+                source = x
+                if add:
+                    expected_residual = r.clone()
+                    xe = x.clone()
+                    assert lib.ops_emulate_fused_add_rms_norm(DTYPE_CODE[dtype], xe.data_ptr(),
+                                                              expected_residual.data_ptr(), w.data_ptr(), rows, k,
+                                                              1e-6) == 0
+                    torch.testing.assert_close(residual, expected_residual, rtol=0, atol=0, equal_nan=True)
+                    source = expected_residual
+                want = ops.quantize_fp8(emulated_rms_norm(lib, source, w), granularity, fp8, scale=given,
+                                        pow2_scale=pow2)
+                assert_same_bits(got[0], want[0])
+                if given is None:
+                    assert_same_bits(got[1], want[1].reshape(-1))
+
+
+def test_norm_fp8_refuses_rows_the_composition_serves(lib):
+    w = torch.ones(12, dtype=torch.bfloat16)
+    assert emulate_norm(lib, torch.randn(2, 12, dtype=torch.bfloat16), w, "row", E4) is None  # not in packs
+    w64 = torch.ones(16, dtype=torch.float64)
+    assert emulate_norm(lib, torch.randn(2, 16, dtype=torch.float64), w64, "row", E4) is None
+    previous = lib.ops_emulate_set_rms_norm_packs_per_thread(4)  # the register kernels sum in another order
+    try:
+        w = torch.ones(1024, dtype=torch.bfloat16)
+        assert emulate_norm(lib, torch.randn(2, 1024, dtype=torch.bfloat16), w, "row", E4) is None
+    finally:
+        lib.ops_emulate_set_rms_norm_packs_per_thread(previous)

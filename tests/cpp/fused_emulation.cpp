@@ -1,5 +1,5 @@
-// The fused CUDA kernels (csrc/fused_kernels.cu: rms_norm, fused_add_rms_norm, silu_and_mul; and
-// csrc/quantize_fp8_kernels.cu: FP8 quantization) compiled for the host on emulated blocks
+// The fused CUDA kernels (csrc/fused_kernels.cu: rms_norm, fused_add_rms_norm, silu_and_mul and the
+// norms' FP8 forms; csrc/quantize_fp8_kernels.cu: FP8 quantization) compiled for the host on emulated blocks
 // (warp_emulation.h), with their real launchers (fused_kernels.h), as a shared library for the tests
 // (tests/emulation.py loads it with ctypes and compares with the CPU ops). __ldg loads are checked
 // against the buffers of allow_reads.
@@ -54,6 +54,28 @@ int ops_emulate_quantize_fp8(int dtype, int e5m2, int groups, int silu_and_mul, 
   a.given_stride = given_stride;
   a.pow2 = pow2 != 0;
   return ops::fused::quantize_fp8(a, nullptr);
+}
+
+// cudaErrorNotSupported where the kernels refuse the rows; residual null: rms_norm_fp8.
+int ops_emulate_rms_norm_fp8(int dtype, int e5m2, int groups, const void* x, void* residual, const void* weight,
+                             unsigned char* codes, float* scales, int64_t rows, int64_t hidden, double eps,
+                             const float* given, int64_t given_stride, int pow2) {
+  ops::fused::RmsNormFp8Args a;
+  a.dtype = dtype;
+  a.e5m2 = e5m2 != 0;
+  a.groups = groups != 0;
+  a.x = x;
+  a.residual = residual;
+  a.weight = weight;
+  a.codes = codes;
+  a.scales = scales;
+  a.rows = rows;
+  a.hidden = hidden;
+  a.eps = eps;
+  a.given = given;
+  a.given_stride = given_stride;
+  a.pow2 = pow2 != 0;
+  return ops::fused::rms_norm_fp8(a, nullptr);
 }
 
 }  // extern "C"
