@@ -116,6 +116,9 @@ TORCH_LIBRARY(ops, m) {
   m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
         "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None, "
         "bool? candidate_kernels=None) -> str");
+  // grouped_gemm's CUDA path (torch._grouped_mm on offsets clamped on the device) on CPU tensors.
+  // cutlass_gemm/grouped_gemm.cpp
+  m.def("_grouped_gemm_torch_path(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
 #if OPS_WITH_CUDA
   // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");

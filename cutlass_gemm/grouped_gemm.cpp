@@ -1,7 +1,8 @@
 // ops::grouped_gemm (torch._grouped_mm's modes, checks.h GroupedMode) on CPU: one ATen mm per group on slices
 // of A, B and out, in A's dtype, or in float32 for out_dtype float32 (each operand converted, one rounding).
 // That is torch._grouped_mm's own CPU path (equal bit for bit: tests/test_grouped_gemm.py). The CUDA kernel
-// (grouped_gemm_cuda.cpp) falls back to the same loop where torch's grouped kernel cannot run.
+// (grouped_gemm_cuda.cpp) runs torch._grouped_mm on offsets clamped on the device (grouped_gemm_torch, here:
+// ATen calls only, so the tests run it on CPU too) and falls back to the same loop where it cannot.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
@@ -57,7 +58,65 @@ void grouped_gemm_into(const at::Tensor& A, const at::Tensor& B, const GroupedPr
   }
 }
 
+// A view torch._grouped_mm takes (torch's check_valid_strides_and_return_transposed): one of the last two
+// strides 1, the other a multiple of 16 bytes and at least the extent, 16-byte aligned data and batch stride.
+bool torch_layout(const at::Tensor& t) {
+  const int64_t align = 16 / t.element_size(), d = t.dim() - 1;
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  if (t.dim() == 3 && t.stride(0) % align != 0) return false;
+  if (t.stride(d - 1) == 1 && t.stride(d) >= std::max<int64_t>(1, t.size(d - 1))) return t.stride(d) % align == 0;
+  if (t.stride(d) == 1 && t.stride(d - 1) >= std::max<int64_t>(1, t.size(d))) return t.stride(d - 1) % align == 0;
+  return false;
+}
+
+// `t`, or a contiguous copy where its layout is not one torch takes; undefined if neither is.
+at::Tensor for_torch(const at::Tensor& t) {
+  if (torch_layout(t)) return t;
+  const at::Tensor c = t.contiguous();
+  return torch_layout(c) ? c : at::Tensor();
+}
+
+// Whether torch._grouped_mm computes this problem: its dtypes with out_dtype = A's dtype, nothing empty.
+bool torch_runs(const at::Tensor& A, const at::Tensor& B, at::ScalarType dtype) {
+  const at::ScalarType t = A.scalar_type();
+  return dtype == t && (t == at::kBFloat16 || t == at::kHalf || t == at::kFloat) && A.numel() > 0 && B.numel() > 0;
+}
+
+at::Tensor device_offsets(const at::Tensor& offs, const GroupedProblem& p) {
+  return std::get<0>(at::cummax(offs.clamp(0, p.extent), 0));
+}
+
+void zero_outside_groups(at::Tensor& out, const at::Tensor& ends, const GroupedProblem& p) {
+  if (p.mode == GroupedMode::Batched) return;
+  if (p.mode == GroupedMode::RaggedK) {
+    const at::Tensor sizes = at::diff(ends, 1, 0, at::zeros({1}, ends.options()));
+    out.masked_fill_((sizes == 0).view({p.groups, 1, 1}), 0);
+    return;
+  }
+  const at::Tensor last = p.groups ? ends.narrow(0, p.groups - 1, 1) : at::zeros({1}, ends.options());
+  const at::Tensor outside = at::arange(p.extent, ends.options()) >= last;
+  out.masked_fill_(p.mode == GroupedMode::RaggedM ? outside.unsqueeze(1) : outside.unsqueeze(0), 0);
+}
+
 }  // namespace
+
+bool grouped_gemm_torch_takes(const at::Tensor& A, const at::Tensor& B, at::ScalarType dtype) {
+  return torch_runs(A, B, dtype) && for_torch(A).defined() && for_torch(B).defined();
+}
+
+at::Tensor grouped_gemm_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                              const GroupedProblem& p, at::ScalarType dtype) {
+  if (!torch_runs(A, B, dtype)) return {};
+  const at::Tensor a = for_torch(A), b = for_torch(B);
+  if (!a.defined() || !b.defined()) return {};
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
+  const c10::optional<at::Tensor> ends =
+      p.mode == GroupedMode::Batched ? c10::nullopt : c10::optional<at::Tensor>(device_offsets(*offs, p));
+  at::Tensor out = at::_grouped_mm(a, b, ends, c10::nullopt, dtype);
+  if (ends.has_value()) zero_outside_groups(out, *ends, p);
+  // torch pads the last dimension's stride to 16 bytes; the op returns a contiguous tensor (its fake kernel's).
+  return out.is_contiguous() ? out : out.contiguous();
+}
 
 at::Tensor grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                              const GroupedProblem& p, at::ScalarType dtype) {
@@ -94,6 +153,18 @@ void grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const c10::optio
   grouped_gemm_out_with(A, B, offs, out_dtype, out, grouped_gemm_loop);
 }
 
+// The CUDA kernel's torch._grouped_mm path on these (CPU) tensors: a test hook.
+at::Tensor grouped_gemm_torch_path(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                                   c10::optional<at::ScalarType> out_dtype) {
+  return grouped_gemm_with(A, B, offs, out_dtype, [](const at::Tensor& a, const at::Tensor& b,
+                                                      const c10::optional<at::Tensor>& o, const GroupedProblem& p,
+                                                      at::ScalarType dtype) {
+    at::Tensor out = grouped_gemm_torch(a, b, o, p, dtype);
+    TORCH_CHECK(out.defined(), "_grouped_gemm_torch_path: torch._grouped_mm does not take this problem");
+    return out;
+  });
+}
+
 }  // namespace
 }  // namespace ops::cutlass_gemm
 
@@ -104,4 +175,5 @@ TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(ops, CPU, m) {
   m.impl("grouped_gemm", &ops::cutlass_gemm::grouped_gemm);
   m.impl("grouped_gemm.out", &ops::cutlass_gemm::grouped_gemm_out);
+  m.impl("_grouped_gemm_torch_path", &ops::cutlass_gemm::grouped_gemm_torch_path);
 }

@@ -305,6 +305,46 @@ def test_plan_names_the_path():
         ops.grouped.plan(A, B)
 
 
+def torch_path(A, B, offs=None, out_dtype=None):
+    """The CUDA kernel's torch._grouped_mm path (grouped_gemm.cpp grouped_gemm_torch) on CPU tensors."""
+    return torch.ops.ops._grouped_gemm_torch_path(A, B, offs, out_dtype)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
+def test_the_cuda_torch_path_equals_the_op_on_good_offsets(case, dtype, b_transposed):
+    # The same ATen calls as on CUDA, so that its logic (layouts taken or copied, tails and empty K zeroed,
+    # a contiguous result) is checked without a GPU.
+    A, B, offs = make(case, dtype, b_transposed=b_transposed)
+    got = torch_path(A, B, offs)
+    assert got.is_contiguous() and not got.isnan().any()
+    assert torch.equal(got, ops.grouped_gemm(A, B, offs))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[3] is not None], ids=[c[0] for c in CASES if c[3] is not None])
+def test_the_cuda_torch_path_clamps_bad_offsets(case):
+    # Decreasing, negative and past-the-end ends: the groups of cummax(clamp(offs, 0, extent)), never a read
+    # out of bounds (on CPU an out-of-bounds group would read past A or B: a wrong value or a crash).
+    A, B, offs = make(case, torch.float32)
+    extent = {"2Dx3D": A.shape[0], "2Dx2D": A.shape[1], "3Dx2D": B.shape[1]}[case[0].split()[0]]  # what offs cuts
+    n = offs.numel()
+    for bad in ([extent + 7] * n, [-3] * n, list(range(n, 0, -1)), [extent, -1] + [extent * 3] * (n - 2)):
+        bad_offs = offsets(bad[:n])
+        clamped = torch.cummax(bad_offs.clamp(0, extent), 0).values.to(torch.int32)
+        got = torch_path(A, B, bad_offs)
+        assert torch.equal(got, ops.grouped_gemm(A, B, clamped)), bad
+
+
+def test_the_cuda_torch_path_leaves_problems_torch_does_not_take():
+    A, B, offs = make(CASES[0], torch.float64)
+    with pytest.raises(RuntimeError, match="torch._grouped_mm does not take this problem"):
+        torch_path(A, B, offs)
+    A, B, offs = make(CASES[0], torch.bfloat16)
+    with pytest.raises(RuntimeError, match="torch._grouped_mm does not take this problem"):
+        torch_path(A, B, offs, torch.float32)  # out_dtype other than A's: the loop's
+
+
 @pytest.mark.cuda
 def test_cuda_offsets_are_clamped_on_the_device_and_bfloat16_captures_in_a_graph():
     A, B, _ = make(CASES[0], torch.bfloat16, "cuda", b_transposed=True)
