@@ -4,7 +4,8 @@ out variant; every candidate tactic (split-K, stream-K, swap-AB, SIMT GEMV) of t
 ragged one, and of the fused linear at two M; the fused linear epilogues; rms_norm (one-block-per-row,
 register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes; the FP8
 quantization kernels (rows, 1x128 groups with a ragged last group, a given scale) and the fused forms,
-each equal to the CPU formula of the unfused op's output bit for bit.
+each equal to the CPU formula of the unfused op's output bit for bit; scaled_gemm's epilogues (the SM90 FP8
+kernels where built).
 
 A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
 wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
@@ -140,6 +141,25 @@ def quantize():
                      ops.quantize_fp8(ops.rms_norm(expected, w, 1e-6).cpu(), granularity))
 
 
+def scaled():
+    """scaled_gemm, tensorwise and rowwise (the SM90 FP8 kernels where built), each epilogue once, a ragged
+    M and a copied operand, against the float64 product."""
+    e4 = torch.float8_e4m3fn
+    for M in (1, 37, 256):
+        A = (torch.randn(M, 512, device=DEVICE) * 3).to(e4)
+        B = (torch.randn(384, 512, device=DEVICE) * 3).to(e4).t()
+        if M == 37:
+            B = B.contiguous()  # row-major: copied to the kernel's column-major
+        for recipe in ("tensorwise", "rowwise"):
+            sa = torch.rand(() if recipe == "tensorwise" else (M, 1), device=DEVICE) + 0.5
+            sb = torch.rand(() if recipe == "tensorwise" else (1, 384), device=DEVICE) + 0.5
+            bias = torch.randn(384, device=DEVICE).to(torch.bfloat16)
+            z = (A.double() * sa.double()) @ (B.double() * sb.double()) + bias.double()
+            for act, fn in (("none", lambda t: t), ("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu),
+                            ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh"))):
+                check(("scaled_gemm", M, recipe, act), ops.scaled_gemm(A, B, sa, sb, bias, activation=act), fn(z), 2e-2)
+
+
 def fused_with_packs(packs):
     """fused() with the register-resident rms_norm kernel of `packs` packs per thread (csrc/fused_kernels.h)."""
     previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
@@ -157,6 +177,7 @@ def main():
         sections.append(("tactics", tactics))
     sections.append(("fused", fused))
     sections.append(("fp8 quantization", quantize))
+    sections.append(("scaled_gemm", scaled))
     if DEVICE == "cuda":
         sections += [(f"fused, rms_norm packs {p}", lambda p=p: fused_with_packs(p)) for p in (1, 8)]
     for name, section in sections:

@@ -92,6 +92,9 @@ TORCH_LIBRARY(ops, m) {
         "float[] timing_ms) -> ()");
   // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. cutlass_gemm/gemm_cuda.cpp
   m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
+  // JSON of the path scaled_gemm takes for these arguments (recipe, path, kernel, reason). cutlass_gemm/scaled_gemm.cpp
+  m.def("_scaled_gemm_plan(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+        "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> str");
   // JSON of the path grouped_gemm takes for these arguments (mode, path, host_sync, offsets). cutlass_gemm/grouped_gemm.cpp
   m.def("_grouped_gemm_plan(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> str");
   // Which build of the fused CPU kernels runs: "default", "avx2" or "avx512". fused_cpu.cpp

@@ -1,13 +1,13 @@
-// ops::scaled_gemm (FP8 A and B with float32 scales) on CPU, and on CUDA until its CUTLASS kernels land:
-// the dequantized formula in ATen, out = act((A * scale_a) @ (B * scale_b) + bias), dequantization,
-// product, bias and activation in float32, rounded once to out_dtype. That is what torch._scaled_mm
-// computes on CPU (equal bit for bit: tests/test_scaled_gemm.py), for every recipe (checks.h).
+// ops::scaled_gemm (FP8 A and B with float32 scales) on CPU, and on CUDA where no CUTLASS kernel takes the
+// call (scaled_gemm_cuda.cpp): the dequantized formula in ATen, out = act((A * scale_a) @ (B * scale_b) +
+// bias), dequantization, product, bias and activation in float32, rounded once to out_dtype. That is what
+// torch._scaled_mm computes on CPU (equal bit for bit: tests/test_fp8.py), for every recipe (checks.h).
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
-#include "../csrc/activation_ops.h"
-#include "../csrc/checks.h"
+#include "../csrc/json.h"
+#include "scaled_gemm.h"
 
 namespace ops::cutlass_gemm {
 namespace {
@@ -36,11 +36,13 @@ at::Tensor expand_scale_b(const at::Tensor& s, ScaleRecipe recipe, int64_t K, in
   return s;
 }
 
-at::ScalarType out_dtype_or_default(const c10::optional<at::ScalarType>& out_dtype) {
+}  // namespace
+
+at::ScalarType scaled_gemm_out_dtype(const c10::optional<at::ScalarType>& out_dtype) {
   return out_dtype.value_or(at::kBFloat16);
 }
 
-void scaled_gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
+void scaled_gemm_formula_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
                       const c10::optional<at::Tensor>& bias, ScaleRecipe recipe, Activation act, at::Tensor& out) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   const int64_t K = A.size(1), N = B.size(1);
@@ -52,28 +54,41 @@ void scaled_gemm_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor
   out.copy_(z);
 }
 
+std::string scaled_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                             c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                             bool use_fast_accum) {
+#if OPS_WITH_CUDA
+  if (A.is_cuda()) return scaled_gemm_cuda_plan(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum);
+#endif
+  const ScaleRecipe recipe = check_scaled_gemm_inputs(kOp, A, B, scale_a, scale_b, bias, scaled_gemm_out_dtype(out_dtype));
+  parse_activation(kOp, activation);
+  JsonObject plan;
+  plan.add("recipe", scale_recipe_name(recipe));
+  plan.add("path", "formula");
+  plan.add("reason", "the CPU runs the dequantized formula in ATen");
+  return plan.str();
+}
+
+namespace {
+
+// The formula as a path: use_fast_accum has no effect in float32.
+void formula(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
+             const c10::optional<at::Tensor>& bias, ScaleRecipe recipe, Activation act, bool /*use_fast_accum*/,
+             at::Tensor& out) {
+  scaled_gemm_formula_into(A, B, scale_a, scale_b, bias, recipe, act, out);
+}
+
 at::Tensor scaled_gemm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
                        const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
-                       c10::string_view activation, bool /*use_fast_accum: no effect in float32*/) {
-  const at::ScalarType dtype = out_dtype_or_default(out_dtype);
-  const ScaleRecipe recipe = check_scaled_gemm_inputs(kOp, A, B, scale_a, scale_b, bias, dtype);
-  const Activation act = parse_activation(kOp, activation);
-  at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options().dtype(dtype));
-  scaled_gemm_into(A, B, scale_a, scale_b, bias, recipe, act, out);
-  return out;
+                       c10::string_view activation, bool use_fast_accum) {
+  return scaled_gemm_with(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, formula);
 }
 
 void scaled_gemm_out(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
                      const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
-                     c10::string_view activation, bool /*use_fast_accum*/, at::Tensor& out) {
-  TORCH_CHECK(out.defined(), kOp, ": out must be a defined tensor");
-  // Without out_dtype, out's dtype decides.
-  const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());
-  const ScaleRecipe recipe = check_scaled_gemm_inputs(kOp, A, B, scale_a, scale_b, bias, dtype);
-  const Activation act = parse_activation(kOp, activation);
-  check_gemm_out(kOp, A, B, out, dtype, "out_dtype");
-  // The result is computed apart from out and copied in last: out never feeds its own computation.
-  scaled_gemm_into(A, B, scale_a, scale_b, bias, recipe, act, out);
+                     c10::string_view activation, bool use_fast_accum, at::Tensor& out) {
+  scaled_gemm_out_with(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out, formula);
 }
 
 }  // namespace
@@ -84,7 +99,6 @@ TORCH_LIBRARY_IMPL(ops, CPU, m) {
   m.impl("scaled_gemm.out", &ops::cutlass_gemm::scaled_gemm_out);
 }
 
-TORCH_LIBRARY_IMPL(ops, CUDA, m) {
-  m.impl("scaled_gemm", &ops::cutlass_gemm::scaled_gemm);
-  m.impl("scaled_gemm.out", &ops::cutlass_gemm::scaled_gemm_out);
+TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
+  m.impl("_scaled_gemm_plan", &ops::cutlass_gemm::scaled_gemm_plan);
 }

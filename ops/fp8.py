@@ -2,6 +2,7 @@
 schema in csrc/registration.cpp, checks in csrc/checks.cpp (``check_scaled_gemm_inputs``), kernels in
 cutlass_gemm/scaled_gemm.cpp, the refusal of autograd in csrc/autograd.cpp."""
 
+import json
 import math
 from typing import Optional
 
@@ -117,7 +118,10 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
 
     Computation: each code times its scale in float32, the product, the bias and the activation in
     float32, one rounding to ``out_dtype``: what ``torch._scaled_mm`` computes on CPU, equal bit for bit
-    for the recipes it runs there. On CUDA the same ATen formula runs until the CUTLASS FP8 kernels land.
+    for the recipes it runs there. On CUDA the same ATen formula, except where an SM90 FP8 CUTLASS kernel
+    takes the call (e4m3 A and B, tensorwise or rowwise, a binary built with the candidate kernels:
+    float32 accumulation on the tensor cores, the scales, bias and activation in its epilogue); ``plan()``
+    says which.
 
     Autograd: not differentiable (FP8 operands have no gradient): with grad mode on, an argument that
     requires grad raises.
@@ -132,6 +136,16 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
         return torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
     torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out=out)
     return out
+
+
+def plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+         bias: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None, activation: str = "none",
+         use_fast_accum: bool = False) -> dict:
+    """The path ``scaled_gemm`` takes for these arguments, without running it: ``recipe``, ``path``
+    ("cutlass": an SM90 FP8 kernel, named in ``kernel``; "formula": the dequantized ATen formula) and
+    ``reason``. Raises as ``scaled_gemm`` does for bad arguments."""
+    return json.loads(torch.ops.ops._scaled_gemm_plan(A, B, scale_a, scale_b, bias, out_dtype, activation,
+                                                      use_fast_accum))
 
 
 _GRANULARITIES = ("tensor", "row", "group", "block")

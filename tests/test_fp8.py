@@ -656,6 +656,54 @@ def test_agrees_with_torch_scaled_mm_on_the_gpu(recipe, out_dtype):
     assert (ours - reference).abs().max() <= eps * scale and (theirs - reference).abs().max() <= eps * scale
 
 
+def test_plan_names_the_path_on_cpu():
+    A, B = fp8(8, 32), fp8(32, 16, seed=1)
+    sa, sb, _, _ = recipe_scales("rowwise", 8, 32, 16)
+    assert ops.fp8.plan(A, B, sa, sb, activation="silu") == {
+        "recipe": "rowwise", "path": "formula", "reason": "the CPU runs the dequantized formula in ATen"}
+    with pytest.raises(RuntimeError, match=r"scaled_gemm: expected K and N to be multiples of 16"):
+        ops.fp8.plan(fp8(8, 24), fp8(24, 16, seed=1), sa, sb)
+    with pytest.raises(ValueError, match=r"scaled_gemm: .*activation"):
+        ops.fp8.plan(A, B, sa, sb, activation="tanh")
+
+
+ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+               "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_accum):
+    # Where the SM90 FP8 kernels are built and run (plan() says so), every epilogue, with and without a
+    # bias, with operands read in place and through copies, and ragged M; elsewhere the formula.
+    A0, B0 = fp8(200, 512, device="cuda"), fp8(384, 512, seed=1, device="cuda").t()
+    plan = ops.fp8.plan(A0, B0, *recipe_scales(recipe, 200, 512, 384, device="cuda")[:2], out_dtype=out_dtype,
+                        use_fast_accum=fast_accum)
+    capability = torch.cuda.get_device_capability()
+    if capability == (9, 0) and ops.build_info.CANDIDATE_KERNELS:
+        assert plan["path"] == "cutlass" and plan["kernel"].startswith("sm90_e4m3_"), plan
+    else:
+        assert plan["path"] == "formula", plan
+    eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[out_dtype]
+    if fast_accum:
+        eps = max(eps, 2.0 ** -9)  # the tensor cores' fast FP8 accumulation drops low bits
+    for M, layout in ((200, "tn"), (1, "tn"), (37, "nt")):
+        A, B = A0[:M], B0
+        if layout == "nt":  # A column-major, B row-major: copied to the kernel's layouts
+            A, B = A.t().contiguous().t(), B.contiguous()
+        sa, sb, ea, eb = recipe_scales(recipe, M, 512, 384, device="cuda")
+        for act, fn in ACTIVATIONS.items():
+            for bias in (None, torch.randn(384, device="cuda").to(out_dtype)):
+                got = ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype, activation=act,
+                                      use_fast_accum=fast_accum).double()
+                z = (A.double() * ea) @ (B.double() * eb) + (0 if bias is None else bias.double())
+                reference = fn(z)
+                scale = z.abs().max()
+                assert (got - reference).abs().max() <= eps * scale, (M, layout, act, bias is None)
+
+
 @pytest.mark.cuda
 def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
     """transformers' own fine-grained FP8 path (its Triton or DeepGEMM kernels) against ops' on one layer."""

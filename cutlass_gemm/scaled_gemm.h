@@ -1,0 +1,64 @@
+// ops::scaled_gemm's paths, shared by its CPU kernel (scaled_gemm.cpp) and its CUDA kernel
+// (scaled_gemm_cuda.cpp).
+#pragma once
+
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "../csrc/activation.h"
+#include "../csrc/activation_ops.h"
+#include "../csrc/checks.h"
+
+namespace ops::cutlass_gemm {
+
+at::ScalarType scaled_gemm_out_dtype(const c10::optional<at::ScalarType>& out_dtype);  // bfloat16 by default
+
+// The dequantized formula into out (any strides): act((A * scale_a) @ (B * scale_b) + bias) in float32,
+// rounded once.
+void scaled_gemm_formula_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                              const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, ScaleRecipe recipe,
+                              Activation act, at::Tensor& out);
+
+// A path of scaled_gemm: compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out) writes the
+// result into out (a fresh tensor, or the user's for .out: the result must be computed apart from it).
+// scaled_gemm and scaled_gemm.out around it: the op's checks, the output.
+template <typename Compute>
+at::Tensor scaled_gemm_with(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                            const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                            c10::optional<at::ScalarType> out_dtype, c10::string_view activation, bool use_fast_accum,
+                            Compute&& compute) {
+  const at::ScalarType dtype = scaled_gemm_out_dtype(out_dtype);
+  const ScaleRecipe recipe = check_scaled_gemm_inputs("scaled_gemm", A, B, scale_a, scale_b, bias, dtype);
+  const Activation act = parse_activation("scaled_gemm", activation);
+  at::Tensor out = at::empty({A.size(0), B.size(1)}, A.options().dtype(dtype));
+  compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out);
+  return out;
+}
+
+template <typename Compute>
+void scaled_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                          c10::optional<at::ScalarType> out_dtype, c10::string_view activation, bool use_fast_accum,
+                          at::Tensor& out, Compute&& compute) {
+  TORCH_CHECK(out.defined(), "scaled_gemm: out must be a defined tensor");
+  const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
+  const ScaleRecipe recipe = check_scaled_gemm_inputs("scaled_gemm", A, B, scale_a, scale_b, bias, dtype);
+  const Activation act = parse_activation("scaled_gemm", activation);
+  check_gemm_out("scaled_gemm", A, B, out, dtype, "out_dtype");
+  compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out);
+}
+
+// JSON of the path a call takes (recipe, path, kernel, reason): ops.fp8.plan.
+std::string scaled_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                             c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                             bool use_fast_accum);
+#if OPS_WITH_CUDA
+std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                  const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                                  c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                                  bool use_fast_accum);  // scaled_gemm_cuda.cpp
+#endif
+
+}  // namespace ops::cutlass_gemm

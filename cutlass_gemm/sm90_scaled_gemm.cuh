@@ -1,0 +1,125 @@
+// CUTLASS 3.x SM90 FP8 scaled GEMM (scaled_launch.h): e4m3 A (row-major) and B (column-major), TMA
+// warp-specialized cooperative mainloop on 128x128x128 tiles with a 2x1 cluster, fast or two-level
+// accumulation, and an epilogue visitor tree D = act(scale_a[m] * (scale_b[n] * acc) + bias[n]) in float32,
+// rounded once to D's dtype. The scales broadcast as vectors or as scalars, chosen at run time
+// (CUTLASS's dynamic row/column broadcast); a null bias adds 0.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+
+#include "cutlass_common.cuh"
+#include "scaled_launch.h"
+#include "sm90_gemm.cuh"  // stride_with_ld, matrix_extent
+
+namespace ops::cutlass_gemm {
+
+template <typename ElementD, Epilogue kAct, bool kFastAccum>
+struct Sm90ScaledGemmConfig {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+  using ScaleA = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
+                                                             cute::Stride<bool, cute::_0, int64_t>>;
+  using ScaleB = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                                             cute::Stride<cute::_0, bool, int64_t>>;
+  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                           cute::Stride<cute::_0, cute::_1, int64_t>>;
+  using TimesB = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
+      cutlass::epilogue::fusion::Sm90AccFetch>;
+  using Affine = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiply_add, float, float, kRound>, ScaleA, TimesB, Bias>;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<ActivationTemplate<kAct>::template type, ElementD, float, kRound>,
+      Affine>;
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignD,
+      ElementD, cutlass::layout::RowMajor, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      Fusion>::CollectiveOp;
+  using MainloopSchedule = std::conditional_t<kFastAccum, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t, cutlass::layout::RowMajor, 16,
+      cutlass::float_e4m3_t, cutlass::layout::ColumnMajor, 16, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, void>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
+
+  static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = a.device;
+    hw_info.sm_count = a.sm_count;
+    const int64_t d_extent = matrix_extent<cutlass::layout::RowMajor>(a.m, a.n, a.ldd);
+    const StrideD stride_d = stride_with_ld<StrideD>(a.ldd, d_extent);
+    typename Gemm::Arguments arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
+        {static_cast<const cutlass::float_e4m3_t*>(a.a),
+         stride_with_ld<StrideA>(a.lda, matrix_extent<cutlass::layout::RowMajor>(a.m, a.k, a.lda)),
+         static_cast<const cutlass::float_e4m3_t*>(a.b),
+         stride_with_ld<StrideB>(a.ldb, matrix_extent<cutlass::layout::ColumnMajor>(a.k, a.n, a.ldb))},
+        {{}, nullptr, stride_d, static_cast<ElementD*>(a.d), stride_d},
+        hw_info};
+    // The tree's arguments: {Affine's {scale_a, TimesB's {scale_b, acc, op}, bias, op}, act's op}.
+    arguments.epilogue.thread = {
+        {{a.scale_a, 0.0f, {a.scale_a_per_row, cute::_0{}, 0}},
+         {{a.scale_b, 0.0f, {cute::_0{}, a.scale_b_per_column, 0}}, {}, {}},
+         {static_cast<const ElementD*>(a.bias), ElementD(0), {}},
+         {}},
+        {}};
+    return arguments;
+  }
+};
+
+template <typename ElementD, Epilogue kAct, bool kFastAccum>
+using Sm90ScaledGemm = typename Sm90ScaledGemmConfig<ElementD, kAct, kFastAccum>::Gemm;
+
+// fn.template operator()<Config>() for the kernel of (act, fast_accum).
+template <typename ElementD, typename Fn>
+auto with_scaled_config(Epilogue act, bool fast_accum, Fn&& fn) {
+  const auto pick = [&](auto fast) {
+    constexpr bool kFast = decltype(fast)::value;
+    switch (act) {
+      case Epilogue::BiasReLU: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasReLU, kFast>>();
+      case Epilogue::BiasGELU: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasGELU, kFast>>();
+      case Epilogue::BiasGELUTanh:
+        return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasGELUTanh, kFast>>();
+      case Epilogue::BiasSiLU: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasSiLU, kFast>>();
+      default: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasIdentity, kFast>>();
+    }
+  };
+  return fast_accum ? pick(std::true_type{}) : pick(std::false_type{});
+}
+
+}  // namespace ops::cutlass_gemm
+
+// Defines scaled_gemm_sm90_<out>_{workspace_size,run} (scaled_launch.h) for D of `Element`.
+#define OPS_DEFINE_SM90_SCALED_GEMM(out, Element)                                                        \
+  namespace ops::cutlass_gemm {                                                                        \
+  size_t scaled_gemm_sm90_##out##_workspace_size(const ScaledGemmLaunchArgs& args) {                   \
+    return with_scaled_config<Element>(args.act, args.fast_accum, [&]<typename C>() {                   \
+      return C::Gemm::get_workspace_size(C::arguments(args));                                          \
+    });                                                                                                \
+  }                                                                                                    \
+  LaunchStatus scaled_gemm_sm90_##out##_run(const ScaledGemmLaunchArgs& args, void* workspace,         \
+                                            size_t workspace_bytes, cudaStream_t stream) {             \
+    return with_scaled_config<Element>(args.act, args.fast_accum, [&]<typename C>() {                   \
+      return run_adapter<typename C::Gemm>(C::arguments(args), workspace, workspace_bytes, stream);   \
+    });                                                                                                \
+  }                                                                                                    \
+  }
