@@ -5,7 +5,7 @@ ragged one, and of the fused linear at two M; the fused linear epilogues; rms_no
 register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes; the FP8
 quantization kernels (rows, 1x128 groups with a ragged last group, a given scale) and the fused forms,
 each equal to the CPU formula of the unfused op's output bit for bit; scaled_gemm's epilogues (the SM90 FP8
-kernels where built).
+kernels where built, every recipe).
 
 A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
 wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
@@ -142,19 +142,27 @@ def quantize():
 
 
 def scaled():
-    """scaled_gemm, tensorwise and rowwise (the SM90 FP8 kernels where built), each epilogue once, a ragged
-    M and a copied operand, against the float64 product."""
+    """scaled_gemm, every recipe (the SM90 FP8 kernels where built), each epilogue once, a ragged M and a
+    copied operand, against the float64 product."""
     e4 = torch.float8_e4m3fn
     for M in (1, 37, 256):
         A = (torch.randn(M, 512, device=DEVICE) * 3).to(e4)
         B = (torch.randn(384, 512, device=DEVICE) * 3).to(e4).t()
         if M == 37:
             B = B.contiguous()  # row-major: copied to the kernel's column-major
-        for recipe in ("tensorwise", "rowwise"):
-            sa = torch.rand(() if recipe == "tensorwise" else (M, 1), device=DEVICE) + 0.5
-            sb = torch.rand(() if recipe == "tensorwise" else (1, 384), device=DEVICE) + 0.5
+        shapes = {"tensorwise": ((), ()), "rowwise": ((M, 1), (1, 384)), "block128": ((M, 4), (4, 3)),
+                  "block1x128": ((M, 4), (4, 384))}
+        for recipe, (a_shape, b_shape) in shapes.items():
+            sa = torch.rand(a_shape, device=DEVICE) + 0.5
+            sb = torch.rand(b_shape, device=DEVICE) + 0.5
             bias = torch.randn(384, device=DEVICE).to(torch.bfloat16)
-            z = (A.double() * sa.double()) @ (B.double() * sb.double()) + bias.double()
+            ea = sa.double().repeat_interleave(128, 1) if recipe.startswith("block") else sa.double()
+            eb = sb.double()
+            if recipe.startswith("block"):
+                eb = eb.repeat_interleave(128, 0)
+                if recipe == "block128":
+                    eb = eb.repeat_interleave(128, 1)
+            z = (A.double() * ea) @ (B.double() * eb) + bias.double()
             for act, fn in (("none", lambda t: t), ("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu),
                             ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh"))):
                 check(("scaled_gemm", M, recipe, act), ops.scaled_gemm(A, B, sa, sb, bias, activation=act), fn(z), 2e-2)

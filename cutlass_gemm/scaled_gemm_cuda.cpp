@@ -1,6 +1,5 @@
 // The CUDA kernel of ops::scaled_gemm: the SM90 FP8 CUTLASS kernels (sm90_scaled_gemm.cuh) where they take
-// the call (built, an sm_90a device, e4m3 A and B, tensorwise or rowwise scales), else the dequantized
-// formula (scaled_gemm.cpp). Operands the kernels cannot read in place (A not row-major, B not
+// the call (built, an sm_90a device, e4m3 A and B), else the dequantized formula (scaled_gemm.cpp). Operands the kernels cannot read in place (A not row-major, B not
 // column-major, misaligned) are copied first; plan() names the path and why.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -32,15 +31,19 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   if (A.scalar_type() != at::kFloat8_e4m3fn || B.scalar_type() != at::kFloat8_e4m3fn) {
     return "the FP8 kernels take float8_e4m3fn A and B";
   }
-  if (recipe != ScaleRecipe::Tensorwise && recipe != ScaleRecipe::Rowwise) {
-    return "blockwise scales have no CUTLASS kernel here yet";
-  }
   if (A.size(0) == 0 || B.size(1) == 0 || A.size(1) == 0) return "an empty problem";
   return "";
 }
 
-std::string kernel_name(at::ScalarType out, Activation act, bool fast_accum) {
+bool block_scaled(ScaleRecipe recipe) { return recipe == ScaleRecipe::Block128 || recipe == ScaleRecipe::Block1x128; }
+
+std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
   const char* out_name = out == at::kBFloat16 ? "bf16" : out == at::kHalf ? "f16" : "f32";
+  if (block_scaled(recipe)) {
+    return std::string("sm90_e4m3_") + kBlockScaledGemmConfig + "_" + out_name +
+           (recipe == ScaleRecipe::Block128 ? "_sfa1x128_sfb128x128" : "_sfa1x128_sfb1x128") + "_bias_" +
+           std::string(activation_name(act));
+  }
   return std::string("sm90_e4m3_") + kScaledGemmConfig + (fast_accum ? "_fp8_fastaccum" : "") + "_" + out_name +
          "_scaled_bias_" + std::string(activation_name(act));
 }
@@ -66,7 +69,9 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   const at::Tensor a = row_major(A), b = column_major(B);
   const bool in_place = out.is_contiguous() && aligned16(out);
   at::Tensor d = in_place ? out : at::empty(out.sizes(), out.options());
-  const at::Tensor sa = scale_a.contiguous(), sb = scale_b.contiguous();
+  // Blockwise: scale_a (M, ceil(K/128)) stored M-major, as the kernel's scale layout reads it.
+  const at::Tensor sa = block_scaled(recipe) ? scale_a.t().contiguous() : scale_a.contiguous();
+  const at::Tensor sb = scale_b.contiguous();
   at::Tensor bias_c;
   if (bias.has_value() && bias->defined()) bias_c = bias->contiguous();
   ScaledGemmLaunchArgs args;
@@ -83,6 +88,8 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   args.scale_a_per_row = recipe == ScaleRecipe::Rowwise;
   args.scale_b = sb.const_data_ptr<float>();
   args.scale_b_per_column = recipe == ScaleRecipe::Rowwise;
+  args.block_scaled = block_scaled(recipe);
+  args.block_n = recipe == ScaleRecipe::Block1x128 ? 1 : 128;
   args.bias = bias_c.defined() ? bias_c.const_data_ptr() : nullptr;
   args.fast_accum = fast_accum;
   args.act = bias_epilogue(act);
@@ -97,8 +104,8 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
     at::Tensor workspace;
     if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
     const LaunchStatus status = run(args, bytes ? workspace.data_ptr() : nullptr, bytes, stream);
-    TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", kernel_name(out.scalar_type(), act, fast_accum), " failed: ",
-                status.message);
+    TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", kernel_name(out.scalar_type(), recipe, act, fast_accum),
+                " failed: ", status.message);
   };
 #if OPS_WITH_CANDIDATE_KERNELS
   switch (out.scalar_type()) {
@@ -151,7 +158,7 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   JsonObject plan;
   plan.add("recipe", scale_recipe_name(recipe));
   plan.add("path", why.empty() ? "cutlass" : "formula");
-  plan.add("kernel", why.empty() ? kernel_name(dtype, act, use_fast_accum) : "");
+  plan.add("kernel", why.empty() ? kernel_name(dtype, recipe, act, use_fast_accum) : "");
   plan.add("reason", why.empty() ? "an SM90 FP8 kernel takes the call" : why);
   return plan.str();
 }

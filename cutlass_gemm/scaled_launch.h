@@ -14,7 +14,7 @@ namespace ops::cutlass_gemm {
 
 // D (m x n, row-major, ldd) = act(scale_a * (A (m x k, row-major, lda) @ B (k x n, column-major, ldb)) *
 // scale_b + bias), the product accumulated in float32; scale_a one per row of D (or one for all),
-// scale_b one per column (or one), bias one per column of D's dtype (or null). A and B float8_e4m3fn,
+// scale_b one per column (or one), or blockwise (below); bias one per column of D's dtype (or null). A and B float8_e4m3fn,
 // both K-major (FP8 wgmma reads no other layout); pointers and leading dimensions 16-byte aligned.
 struct ScaledGemmLaunchArgs {
   const void* a = nullptr;
@@ -27,6 +27,12 @@ struct ScaledGemmLaunchArgs {
   const float* scale_b = nullptr;
   bool scale_b_per_column = false;
   const void* bias = nullptr;
+  // Blockwise (block_scaled): the scales multiply each 128-deep K block's partial product in the mainloop
+  // (CUTLASS's FP8 blockwise mainloop) instead of the epilogue. scale_a: one per row of A and 128-block of K,
+  // stored (ceil(K/128), m) (M-major); scale_b: one per 128-block of K and block_n columns (128: 128x128
+  // blocks of B, or 1: 1x128 groups of each column), stored (ceil(K/128), ceil(n/block_n)) row-major.
+  bool block_scaled = false;
+  int block_n = 128;
   bool fast_accum = false;  // else two-level accumulation (CUTLASS's promotion into float32 every 4 k-blocks)
   Epilogue act = Epilogue::BiasIdentity;  // a Bias<Act> epilogue (the bias may be null)
   int device = 0;
@@ -43,7 +49,8 @@ OPS_DECLARE_SCALED_GEMM(f16)
 OPS_DECLARE_SCALED_GEMM(f32)
 #undef OPS_DECLARE_SCALED_GEMM
 
-// The kernel's configuration, for plan(): tile, cluster and schedule of every scaled kernel.
+// The kernels' configuration, for plan(): tile, cluster and schedule (tensorwise/rowwise; blockwise).
 inline constexpr const char* kScaledGemmConfig = "128x128x128_2x1x1_tn_align16_warpspecialized_cooperative";
+inline constexpr const char* kBlockScaledGemmConfig = "128x128x128_1x1x1_tn_align16_warpspecialized_cooperative_fp8_blockwise";
 
 }  // namespace ops::cutlass_gemm

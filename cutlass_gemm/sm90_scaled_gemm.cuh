@@ -2,7 +2,9 @@
 // warp-specialized cooperative mainloop on 128x128x128 tiles with a 2x1 cluster, fast or two-level
 // accumulation, and an epilogue visitor tree D = act(scale_a[m] * (scale_b[n] * acc) + bias[n]) in float32,
 // rounded once to D's dtype. The scales broadcast as vectors or as scalars, chosen at run time
-// (CUTLASS's dynamic row/column broadcast); a null bias adds 0.
+// (CUTLASS's dynamic row/column broadcast); a null bias adds 0. Blockwise scales (Sm90BlockScaledGemmConfig):
+// CUTLASS's FP8 blockwise mainloop (example 67) scales each 128-deep K block's partial product by its
+// scale_a row and scale_b block as it accumulates in float32; the epilogue is act(acc + bias[n]).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -12,6 +14,7 @@
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/detail/blockwise_scale_layout.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
 #include "cutlass_common.cuh"
@@ -86,24 +89,102 @@ struct Sm90ScaledGemmConfig {
   }
 };
 
-template <typename ElementD, Epilogue kAct, bool kFastAccum>
-using Sm90ScaledGemm = typename Sm90ScaledGemmConfig<ElementD, kAct, kFastAccum>::Gemm;
+// kBlockN: the columns one scale_b entry covers (128 or 1); scale_a covers one row, both 128 of K.
+template <typename ElementD, Epilogue kAct, int kBlockN>
+struct Sm90BlockScaledGemmConfig {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+  // Both scale tensors M/N-major: scale_a stored (ceil(K/128), M), scale_b (ceil(K/128), ceil(N/kBlockN)).
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kBlockN, 128, cute::GMMA::Major::MN,
+                                                                cute::GMMA::Major::MN>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                           cute::Stride<cute::_0, cute::_1, int64_t>>;
+  using PlusBias = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
+      cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<ActivationTemplate<kAct>::template type, ElementD, float, kRound>,
+      PlusBias>;
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignD,
+      ElementD, cutlass::layout::RowMajor, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      Fusion>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t,
+      cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16, cutlass::float_e4m3_t,
+      cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, 16, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, void>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
-// fn.template operator()<Config>() for the kernel of (act, fast_accum).
+  static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = a.device;
+    hw_info.sm_count = a.sm_count;
+    const auto problem = cute::make_shape(static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1);
+    const int64_t d_extent = matrix_extent<cutlass::layout::RowMajor>(a.m, a.n, a.ldd);
+    const StrideD stride_d = stride_with_ld<StrideD>(a.ldd, d_extent);
+    typename Gemm::Arguments arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
+        {static_cast<const cutlass::float_e4m3_t*>(a.a),
+         stride_with_ld<StrideA>(a.lda, matrix_extent<cutlass::layout::RowMajor>(a.m, a.k, a.lda)),
+         static_cast<const cutlass::float_e4m3_t*>(a.b),
+         stride_with_ld<StrideB>(a.ldb, matrix_extent<cutlass::layout::ColumnMajor>(a.k, a.n, a.ldb)), a.scale_a,
+         ScaleConfig::tile_atom_to_shape_SFA(problem), a.scale_b, ScaleConfig::tile_atom_to_shape_SFB(problem)},
+        {{}, nullptr, stride_d, static_cast<ElementD*>(a.d), stride_d},
+        hw_info};
+    // The tree's arguments: {PlusBias's {acc, bias, op}, act's op}.
+    arguments.epilogue.thread = {{{}, {static_cast<const ElementD*>(a.bias), ElementD(0), {}}, {}}, {}};
+    return arguments;
+  }
+};
+
+template <typename ElementD, bool kFastAccum>
+struct Scaled {
+  template <Epilogue kAct>
+  using type = Sm90ScaledGemmConfig<ElementD, kAct, kFastAccum>;
+};
+template <typename ElementD, int kBlockN>
+struct BlockScaled {
+  template <Epilogue kAct>
+  using type = Sm90BlockScaledGemmConfig<ElementD, kAct, kBlockN>;
+};
+
+// fn.template operator()<Config<kAct>>() for the activation of `act`.
+template <template <Epilogue> class Config, typename Fn>
+auto with_activation(Epilogue act, Fn&& fn) {
+  switch (act) {
+    case Epilogue::BiasReLU: return fn.template operator()<Config<Epilogue::BiasReLU>>();
+    case Epilogue::BiasGELU: return fn.template operator()<Config<Epilogue::BiasGELU>>();
+    case Epilogue::BiasGELUTanh: return fn.template operator()<Config<Epilogue::BiasGELUTanh>>();
+    case Epilogue::BiasSiLU: return fn.template operator()<Config<Epilogue::BiasSiLU>>();
+    default: return fn.template operator()<Config<Epilogue::BiasIdentity>>();
+  }
+}
+
+// fn.template operator()<Config>() for the kernel of `args` (recipe, activation, accumulation).
 template <typename ElementD, typename Fn>
-auto with_scaled_config(Epilogue act, bool fast_accum, Fn&& fn) {
-  const auto pick = [&](auto fast) {
-    constexpr bool kFast = decltype(fast)::value;
-    switch (act) {
-      case Epilogue::BiasReLU: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasReLU, kFast>>();
-      case Epilogue::BiasGELU: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasGELU, kFast>>();
-      case Epilogue::BiasGELUTanh:
-        return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasGELUTanh, kFast>>();
-      case Epilogue::BiasSiLU: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasSiLU, kFast>>();
-      default: return fn.template operator()<Sm90ScaledGemmConfig<ElementD, Epilogue::BiasIdentity, kFast>>();
+auto with_scaled_config(const ScaledGemmLaunchArgs& args, Fn&& fn) {
+  if (args.block_scaled) {
+    if (args.block_n == 1) {
+      return with_activation<BlockScaled<ElementD, 1>::template type>(args.act, fn);
     }
-  };
-  return fast_accum ? pick(std::true_type{}) : pick(std::false_type{});
+    return with_activation<BlockScaled<ElementD, 128>::template type>(args.act, fn);
+  }
+  if (args.fast_accum) return with_activation<Scaled<ElementD, true>::template type>(args.act, fn);
+  return with_activation<Scaled<ElementD, false>::template type>(args.act, fn);
 }
 
 }  // namespace ops::cutlass_gemm
@@ -112,13 +193,13 @@ auto with_scaled_config(Epilogue act, bool fast_accum, Fn&& fn) {
 #define OPS_DEFINE_SM90_SCALED_GEMM(out, Element)                                                        \
   namespace ops::cutlass_gemm {                                                                        \
   size_t scaled_gemm_sm90_##out##_workspace_size(const ScaledGemmLaunchArgs& args) {                   \
-    return with_scaled_config<Element>(args.act, args.fast_accum, [&]<typename C>() {                   \
+    return with_scaled_config<Element>(args, [&]<typename C>() {                                        \
       return C::Gemm::get_workspace_size(C::arguments(args));                                          \
     });                                                                                                \
   }                                                                                                    \
   LaunchStatus scaled_gemm_sm90_##out##_run(const ScaledGemmLaunchArgs& args, void* workspace,         \
                                             size_t workspace_bytes, cudaStream_t stream) {             \
-    return with_scaled_config<Element>(args.act, args.fast_accum, [&]<typename C>() {                   \
+    return with_scaled_config<Element>(args, [&]<typename C>() {                                        \
       return run_adapter<typename C::Gemm>(C::arguments(args), workspace, workspace_bytes, stream);   \
     });                                                                                                \
   }                                                                                                    \

@@ -119,9 +119,8 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
     Computation: each code times its scale in float32, the product, the bias and the activation in
     float32, one rounding to ``out_dtype``: what ``torch._scaled_mm`` computes on CPU, equal bit for bit
     for the recipes it runs there. On CUDA the same ATen formula, except where an SM90 FP8 CUTLASS kernel
-    takes the call (e4m3 A and B, tensorwise or rowwise, a binary built with the candidate kernels:
-    float32 accumulation on the tensor cores, the scales, bias and activation in its epilogue); ``plan()``
-    says which.
+    takes the call (e4m3 A and B, a binary built with the candidate kernels: float32 accumulation on the
+    tensor cores, the bias and activation in its epilogue); ``plan()`` says which.
 
     Autograd: not differentiable (FP8 operands have no gradient): with grad mode on, an argument that
     requires grad raises.
