@@ -31,6 +31,39 @@ std::optional<int> kernel_dtype(at::ScalarType t) {
   }
 }
 
+// Whether the kernels quantize to `q`: per row or 1x128 group, or per tensor with a given scale.
+bool kernel_granularity(const Fp8Quantization& q) {
+  return q.granularity == Granularity::Row || q.granularity == Granularity::Group ||
+         (q.granularity == Granularity::Tensor && q.given);
+}
+
+// Allocates the outputs of `q` (codes of `sizes`, and scales, or the given scales' copy), fills the fields
+// the kernels' argument structs share and calls launch(args, stream); nullopt where it is not supported.
+template <typename Args, typename Launch>
+std::optional<Quantized> run_quantizing(const char* op, const Fp8Quantization& q, const at::Tensor& x,
+                                        at::IntArrayRef sizes, int dtype, const c10::optional<at::Tensor>& scale,
+                                        bool pow2_scale, Args args, Launch&& launch) {
+  at::Tensor codes = at::empty(sizes, x.options().dtype(q.dtype));
+  at::Tensor scales = q.given ? scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous)
+                              : at::empty(q.scale_shape, x.options().dtype(at::kFloat));
+  args.dtype = dtype;
+  args.e5m2 = q.dtype == at::kFloat8_e5m2;
+  args.groups = q.granularity == Granularity::Group;
+  args.x = x.const_data_ptr();
+  args.codes = static_cast<unsigned char*>(codes.data_ptr());
+  args.scales = q.given ? nullptr : scales.data_ptr<float>();
+  args.rows = codes.numel() / sizes.back();
+  if (q.given) {
+    args.given = scales.const_data_ptr<float>();
+    args.given_stride = q.granularity == Granularity::Tensor ? 0 : scales.size(-1);
+  }
+  args.pow2 = pow2_scale;
+  const cudaError_t err = launch(args, at::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorNotSupported) return std::nullopt;
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+  return Quantized{codes, scales};
+}
+
 // The kernel's (codes, scales) for `q` of rows of `k` elements read from x (contiguous; rows of
 // (gate, up), 2k wide, with silu_and_mul), or nullopt where the kernel does not take them.
 std::optional<Quantized> quantize_rows(const char* op, const Fp8Quantization& q, const at::Tensor& x,
@@ -38,33 +71,13 @@ std::optional<Quantized> quantize_rows(const char* op, const Fp8Quantization& q,
                                        const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   const std::optional<int> dtype = kernel_dtype(x.scalar_type());
   const int64_t k = sizes.back();
-  const bool rows_or_groups = q.granularity == Granularity::Row || q.granularity == Granularity::Group;
-  if (!dtype || k == 0 || !(rows_or_groups || (q.granularity == Granularity::Tensor && q.given)) ||
-      !fused::quantize_fp8_supported(*dtype, x.const_data_ptr(), k)) {
+  if (!dtype || k == 0 || !kernel_granularity(q) || !fused::quantize_fp8_supported(*dtype, x.const_data_ptr(), k)) {
     return std::nullopt;
   }
-  at::Tensor codes = at::empty(sizes, x.options().dtype(q.dtype));
-  at::Tensor scales = q.given ? scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous)
-                              : at::empty(q.scale_shape, x.options().dtype(at::kFloat));
   fused::QuantizeFp8Args args;
-  args.dtype = *dtype;
-  args.e5m2 = q.dtype == at::kFloat8_e5m2;
-  args.groups = q.granularity == Granularity::Group;
   args.silu_and_mul = silu_and_mul;
-  args.x = x.const_data_ptr();
-  args.codes = static_cast<unsigned char*>(codes.data_ptr());
-  args.scales = q.given ? nullptr : scales.data_ptr<float>();
-  args.rows = codes.numel() / k;
   args.k = k;
-  if (q.given) {
-    args.given = scales.const_data_ptr<float>();
-    args.given_stride = q.granularity == Granularity::Tensor ? 0 : scales.size(-1);
-  }
-  args.pow2 = pow2_scale;
-  const cudaError_t err = fused::quantize_fp8(args, at::cuda::getCurrentCUDAStream());
-  if (err == cudaErrorNotSupported) return std::nullopt;
-  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
-  return Quantized{codes, scales};
+  return run_quantizing(op, q, x, sizes, *dtype, scale, pow2_scale, args, fused::quantize_fp8);
 }
 
 Quantized quantize_fp8_cuda(const at::Tensor& input, c10::string_view granularity,
@@ -105,36 +118,17 @@ std::optional<Quantized> rms_norm_rows(const char* op, const Fp8Quantization& q,
                                        const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   const std::optional<int> dtype = kernel_dtype(x.scalar_type());
   const int64_t hidden = x.size(-1);
-  const bool rows_or_groups = q.granularity == Granularity::Row || q.granularity == Granularity::Group;
-  if (!dtype || !(rows_or_groups || (q.granularity == Granularity::Tensor && q.given)) ||
+  if (!dtype || !kernel_granularity(q) ||
       !fused::rms_norm_fp8_supported(*dtype, x.const_data_ptr(), residual ? residual->const_data_ptr() : nullptr,
                                      weight.const_data_ptr(), hidden)) {
     return std::nullopt;
   }
-  at::Tensor codes = at::empty(x.sizes(), x.options().dtype(q.dtype));
-  at::Tensor scales = q.given ? scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous)
-                              : at::empty(q.scale_shape, x.options().dtype(at::kFloat));
   fused::RmsNormFp8Args args;
-  args.dtype = *dtype;
-  args.e5m2 = q.dtype == at::kFloat8_e5m2;
-  args.groups = q.granularity == Granularity::Group;
-  args.x = x.const_data_ptr();
   args.residual = residual ? residual->data_ptr() : nullptr;
   args.weight = weight.const_data_ptr();
-  args.codes = static_cast<unsigned char*>(codes.data_ptr());
-  args.scales = q.given ? nullptr : scales.data_ptr<float>();
-  args.rows = codes.numel() / hidden;
   args.hidden = hidden;
   args.eps = eps;
-  if (q.given) {
-    args.given = scales.const_data_ptr<float>();
-    args.given_stride = q.granularity == Granularity::Tensor ? 0 : scales.size(-1);
-  }
-  args.pow2 = pow2_scale;
-  const cudaError_t err = fused::rms_norm_fp8(args, at::cuda::getCurrentCUDAStream());
-  if (err == cudaErrorNotSupported) return std::nullopt;
-  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
-  return Quantized{codes, scales};
+  return run_quantizing(op, q, x, x.sizes(), *dtype, scale, pow2_scale, args, fused::rms_norm_fp8);
 }
 
 Quantized rms_norm_fp8_cuda(const at::Tensor& input, const at::Tensor& weight, double eps,

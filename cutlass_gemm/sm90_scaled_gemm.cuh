@@ -23,6 +23,39 @@
 
 namespace ops::cutlass_gemm {
 
+// The strides of A (row-major), B (column-major) and D (row-major) and the hardware info of a launch.
+template <typename Kernel>
+struct ScaledOperands {
+  typename Kernel::StrideA a;
+  typename Kernel::StrideB b;
+  typename Kernel::StrideD d;
+  cutlass::KernelHardwareInfo hw_info;
+
+  explicit ScaledOperands(const ScaledGemmLaunchArgs& args)
+      : a(stride_with_ld<typename Kernel::StrideA>(args.lda,
+                                                   matrix_extent<cutlass::layout::RowMajor>(args.m, args.k, args.lda))),
+        b(stride_with_ld<typename Kernel::StrideB>(
+            args.ldb, matrix_extent<cutlass::layout::ColumnMajor>(args.k, args.n, args.ldb))),
+        d(stride_with_ld<typename Kernel::StrideD>(args.ldd,
+                                                   matrix_extent<cutlass::layout::RowMajor>(args.m, args.n, args.ldd))) {
+    hw_info.device_id = args.device;
+    hw_info.sm_count = args.sm_count;
+  }
+};
+
+// The epilogue D = act(Tree) (Tree: a visitor tree of the accumulator in float32), rounded once to ElementD
+// and stored row-major by TMA; no C source.
+template <typename ElementD, Epilogue kAct, typename Tree, typename TileShape, typename ClusterShape>
+using ScaledEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor,
+    16 / sizeof(ElementD), ElementD, cutlass::layout::RowMajor, 16 / sizeof(ElementD),
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<ActivationTemplate<kAct>::template type, ElementD, float,
+                                               cutlass::FloatRoundStyle::round_to_nearest>,
+        Tree>>::CollectiveOp;
+
 template <typename ElementD, Epilogue kAct, bool kFastAccum>
 struct Sm90ScaledGemmConfig {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
@@ -39,15 +72,7 @@ struct Sm90ScaledGemmConfig {
       cutlass::epilogue::fusion::Sm90AccFetch>;
   using Affine = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiply_add, float, float, kRound>, ScaleA, TimesB, Bias>;
-  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<ActivationTemplate<kAct>::template type, ElementD, float, kRound>,
-      Affine>;
-  static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignD,
-      ElementD, cutlass::layout::RowMajor, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      Fusion>::CollectiveOp;
+  using CollectiveEpilogue = ScaledEpilogue<ElementD, kAct, Affine, TileShape, ClusterShape>;
   using MainloopSchedule = std::conditional_t<kFastAccum, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -61,23 +86,13 @@ struct Sm90ScaledGemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
-    using StrideA = typename Kernel::StrideA;
-    using StrideB = typename Kernel::StrideB;
-    using StrideD = typename Kernel::StrideD;
-    cutlass::KernelHardwareInfo hw_info;
-    hw_info.device_id = a.device;
-    hw_info.sm_count = a.sm_count;
-    const int64_t d_extent = matrix_extent<cutlass::layout::RowMajor>(a.m, a.n, a.ldd);
-    const StrideD stride_d = stride_with_ld<StrideD>(a.ldd, d_extent);
+    const ScaledOperands<Kernel> o(a);
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
-        {static_cast<const cutlass::float_e4m3_t*>(a.a),
-         stride_with_ld<StrideA>(a.lda, matrix_extent<cutlass::layout::RowMajor>(a.m, a.k, a.lda)),
-         static_cast<const cutlass::float_e4m3_t*>(a.b),
-         stride_with_ld<StrideB>(a.ldb, matrix_extent<cutlass::layout::ColumnMajor>(a.k, a.n, a.ldb))},
-        {{}, nullptr, stride_d, static_cast<ElementD*>(a.d), stride_d},
-        hw_info};
+        {static_cast<const cutlass::float_e4m3_t*>(a.a), o.a, static_cast<const cutlass::float_e4m3_t*>(a.b), o.b},
+        {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
+        o.hw_info};
     // The tree's arguments: {Affine's {scale_a, TimesB's {scale_b, acc, op}, bias, op}, act's op}.
     arguments.epilogue.thread = {
         {{a.scale_a, 0.0f, {a.scale_a_per_row, cute::_0{}, 0}},
@@ -105,15 +120,7 @@ struct Sm90BlockScaledGemmConfig {
   using PlusBias = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
-  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<ActivationTemplate<kAct>::template type, ElementD, float, kRound>,
-      PlusBias>;
-  static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignD,
-      ElementD, cutlass::layout::RowMajor, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      Fusion>::CollectiveOp;
+  using CollectiveEpilogue = ScaledEpilogue<ElementD, kAct, PlusBias, TileShape, ClusterShape>;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t,
       cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16, cutlass::float_e4m3_t,
@@ -126,25 +133,15 @@ struct Sm90BlockScaledGemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
-    using StrideA = typename Kernel::StrideA;
-    using StrideB = typename Kernel::StrideB;
-    using StrideD = typename Kernel::StrideD;
-    cutlass::KernelHardwareInfo hw_info;
-    hw_info.device_id = a.device;
-    hw_info.sm_count = a.sm_count;
+    const ScaledOperands<Kernel> o(a);
     const auto problem = cute::make_shape(static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1);
-    const int64_t d_extent = matrix_extent<cutlass::layout::RowMajor>(a.m, a.n, a.ldd);
-    const StrideD stride_d = stride_with_ld<StrideD>(a.ldd, d_extent);
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
-        {static_cast<const cutlass::float_e4m3_t*>(a.a),
-         stride_with_ld<StrideA>(a.lda, matrix_extent<cutlass::layout::RowMajor>(a.m, a.k, a.lda)),
-         static_cast<const cutlass::float_e4m3_t*>(a.b),
-         stride_with_ld<StrideB>(a.ldb, matrix_extent<cutlass::layout::ColumnMajor>(a.k, a.n, a.ldb)), a.scale_a,
-         ScaleConfig::tile_atom_to_shape_SFA(problem), a.scale_b, ScaleConfig::tile_atom_to_shape_SFB(problem)},
-        {{}, nullptr, stride_d, static_cast<ElementD*>(a.d), stride_d},
-        hw_info};
+        {static_cast<const cutlass::float_e4m3_t*>(a.a), o.a, static_cast<const cutlass::float_e4m3_t*>(a.b), o.b,
+         a.scale_a, ScaleConfig::tile_atom_to_shape_SFA(problem), a.scale_b, ScaleConfig::tile_atom_to_shape_SFB(problem)},
+        {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
+        o.hw_info};
     // The tree's arguments: {PlusBias's {acc, bias, op}, act's op}.
     arguments.epilogue.thread = {{{}, {static_cast<const ElementD*>(a.bias), ElementD(0), {}}, {}}, {}};
     return arguments;

@@ -21,27 +21,41 @@ def lib(fused_emulation):
     return fused_emulation
 
 
+class Outputs:
+    """Guarded output buffers of one emulated quantization of `rows` rows of k: codes and scales with guard
+    elements after them, the given scales' layout, and the checks after the launch."""
+
+    def __init__(self, rows, k, granularity, given):
+        self.rows, self.k, self.given = rows, k, given
+        groups = -(-k // 128)
+        self.n_scales = rows * groups if granularity == "group" else rows
+        self.codes = torch.full((rows * k + 64,), CODE_GUARD, dtype=torch.uint8)
+        self.scales = torch.full((self.n_scales + 16,), SCALE_GUARD)
+        self.given_c = None if given is None else given.contiguous()
+        self.stride = {"tensor": 0, "row": 1, "group": groups}[granularity]
+        self.scales_ptr = None if given is not None else self.scales.data_ptr()
+        self.given_ptr = None if self.given_c is None else self.given_c.data_ptr()
+
+    def result(self, status, fp8):
+        """(codes (rows, k), scales), or None where the kernel refused the rows."""
+        if status == NOT_SUPPORTED:
+            return None
+        assert status == 0
+        n = self.rows * self.k
+        assert torch.all(self.codes[n:] == CODE_GUARD), "a code was stored past the codes"
+        assert torch.all(self.scales[self.n_scales:] == SCALE_GUARD), "a scale was stored past the scales"
+        if self.given is not None:
+            assert torch.all(self.scales == SCALE_GUARD), "scales were stored although they were given"
+        return self.codes[:n].view(fp8).view(self.rows, self.k), self.scales[:self.n_scales]
+
+
 def emulate(lib, x, k, granularity, fp8, pow2=False, given=None, silu=False):
     """(codes (rows, k), scales) from the emulated kernel for rows of x, or None where it refuses them."""
-    rows = x.numel() // (2 * k if silu else k)
-    groups = -(-k // 128)
-    n_scales = rows * groups if granularity == "group" else rows
-    codes = torch.full((rows * k + 64,), CODE_GUARD, dtype=torch.uint8)
-    scales = torch.full((n_scales + 16,), SCALE_GUARD)
-    given_c = None if given is None else given.contiguous()
-    stride = {"tensor": 0, "row": 1, "group": groups}[granularity]
+    o = Outputs(x.numel() // (2 * k if silu else k), k, granularity, given)
     status = lib.ops_emulate_quantize_fp8(
         DTYPE_CODE[x.dtype], int(fp8 == E5), int(granularity == "group"), int(silu), x.data_ptr(),
-        x.numel() * x.element_size(), codes.data_ptr(), None if given is not None else scales.data_ptr(), rows, k,
-        None if given_c is None else given_c.data_ptr(), stride, int(pow2))
-    if status == NOT_SUPPORTED:
-        return None
-    assert status == 0
-    assert torch.all(codes[rows * k:] == CODE_GUARD), "a code was stored past the codes"
-    assert torch.all(scales[n_scales:] == SCALE_GUARD), "a scale was stored past the scales"
-    if given is not None:
-        assert torch.all(scales == SCALE_GUARD), "scales were stored although they were given"
-    return codes[:rows * k].view(fp8).view(rows, k), scales[:n_scales]
+        x.numel() * x.element_size(), o.codes.data_ptr(), o.scales_ptr, o.rows, k, o.given_ptr, o.stride, int(pow2))
+    return o.result(status, fp8)
 
 
 def assert_same_bits(got, want):
@@ -136,23 +150,12 @@ def emulate_norm(lib, x, w, granularity, fp8, residual=None, pow2=False, given=N
     """(codes, scales) of the emulated rms_norm_fp8 (fused_add_rms_norm_fp8 with `residual`, updated in
     place), or None where the kernels refuse the rows."""
     rows, k = x.shape
-    groups = -(-k // 128)
-    n_scales = rows * groups if granularity == "group" else rows
-    codes = torch.full((rows * k + 64,), CODE_GUARD, dtype=torch.uint8)
-    scales = torch.full((n_scales + 16,), SCALE_GUARD)
-    given_c = None if given is None else given.contiguous()
-    stride = {"tensor": 0, "row": 1, "group": groups}[granularity]
+    o = Outputs(rows, k, granularity, given)
     status = lib.ops_emulate_rms_norm_fp8(
         DTYPE_CODE[x.dtype], int(fp8 == E5), int(granularity == "group"), x.data_ptr(),
-        None if residual is None else residual.data_ptr(), w.data_ptr(), codes.data_ptr(),
-        None if given is not None else scales.data_ptr(), rows, k, eps,
-        None if given_c is None else given_c.data_ptr(), stride, int(pow2))
-    if status == NOT_SUPPORTED:
-        return None
-    assert status == 0
-    assert torch.all(codes[rows * k:] == CODE_GUARD), "a code was stored past the codes"
-    assert torch.all(scales[n_scales:] == SCALE_GUARD), "a scale was stored past the scales"
-    return codes[:rows * k].view(fp8).view(rows, k), scales[:n_scales]
+        None if residual is None else residual.data_ptr(), w.data_ptr(), o.codes.data_ptr(), o.scales_ptr, rows, k,
+        eps, o.given_ptr, o.stride, int(pow2))
+    return o.result(status, fp8)
 
 
 def emulated_rms_norm(lib, x, w, eps=1e-6):
