@@ -50,11 +50,16 @@ std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, 
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
 
+// t contiguous from a 16-byte aligned address (the epilogue's vector loads of scales and bias).
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return aligned16(c) ? c : c.clone();
+}
+
 // A as the kernel reads it: row-major, leading dimension and pointer 16-byte aligned (a copy otherwise).
 at::Tensor row_major(const at::Tensor& A) {
   if (A.stride(1) == 1 && A.stride(0) >= A.size(1) && A.stride(0) % 16 == 0 && aligned16(A)) return A;
-  at::Tensor c = A.contiguous();
-  return aligned16(c) ? c : c.clone();
+  return aligned_contiguous(A);
 }
 
 // B as the kernel reads it: column-major (each column's K elements contiguous), aligned likewise.
@@ -69,11 +74,19 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   const at::Tensor a = row_major(A), b = column_major(B);
   const bool in_place = out.is_contiguous() && aligned16(out);
   at::Tensor d = in_place ? out : at::empty(out.sizes(), out.options());
-  // Blockwise: scale_a (M, ceil(K/128)) stored M-major, as the kernel's scale layout reads it.
-  const at::Tensor sa = block_scaled(recipe) ? scale_a.t().contiguous() : scale_a.contiguous();
-  const at::Tensor sb = scale_b.contiguous();
+  // Blockwise: scale_a (M, ceil(K/128)) stored M-major, as the kernel's scale layout reads it, in rows of
+  // M rounded up to 4 (16-byte aligned for its TMA loads).
+  const int64_t sa_ld = (A.size(0) + 3) / 4 * 4;
+  at::Tensor sa;
+  if (block_scaled(recipe)) {
+    sa = at::zeros({scale_a.size(1), sa_ld}, scale_a.options());
+    sa.narrow(1, 0, A.size(0)).copy_(scale_a.t());
+  } else {
+    sa = aligned_contiguous(scale_a);
+  }
+  const at::Tensor sb = aligned_contiguous(scale_b);
   at::Tensor bias_c;
-  if (bias.has_value() && bias->defined()) bias_c = bias->contiguous();
+  if (bias.has_value() && bias->defined()) bias_c = aligned_contiguous(*bias);
   ScaledGemmLaunchArgs args;
   args.a = a.const_data_ptr();
   args.b = b.const_data_ptr();
@@ -90,6 +103,7 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   args.scale_b_per_column = recipe == ScaleRecipe::Rowwise;
   args.block_scaled = block_scaled(recipe);
   args.block_n = recipe == ScaleRecipe::Block1x128 ? 1 : 128;
+  args.scale_a_ld = sa_ld;
   args.bias = bias_c.defined() ? bias_c.const_data_ptr() : nullptr;
   args.fast_accum = fast_accum;
   args.act = bias_epilogue(act);

@@ -33,6 +33,9 @@ struct ScaledGemmLaunchArgs {
   // blocks of B, or 1: 1x128 groups of each column), stored (ceil(K/128), ceil(n/block_n)) row-major.
   bool block_scaled = false;
   int block_n = 128;
+  // Blockwise: the row length of the M-major scale_a, m rounded up to a multiple of 4 (the mainloop loads
+  // it by TMA, which takes 16-byte aligned rows; the padding is never read into a result).
+  int64_t scale_a_ld = 0;
   bool fast_accum = false;  // else two-level accumulation (CUTLASS's promotion into float32 every 4 k-blocks)
   Epilogue act = Epilogue::BiasIdentity;  // a Bias<Act> epilogue (the bias may be null)
   int device = 0;

@@ -135,11 +135,12 @@ struct Sm90BlockScaledGemmConfig {
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
     const ScaledOperands<Kernel> o(a);
     const auto problem = cute::make_shape(static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1);
+    const auto padded = cute::make_shape(static_cast<int>(a.scale_a_ld), static_cast<int>(a.n), static_cast<int>(a.k), 1);
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
         {static_cast<const cutlass::float_e4m3_t*>(a.a), o.a, static_cast<const cutlass::float_e4m3_t*>(a.b), o.b,
-         a.scale_a, ScaleConfig::tile_atom_to_shape_SFA(problem), a.scale_b, ScaleConfig::tile_atom_to_shape_SFB(problem)},
+         a.scale_a, ScaleConfig::tile_atom_to_shape_SFA(padded), a.scale_b, ScaleConfig::tile_atom_to_shape_SFB(problem)},
         {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
         o.hw_info};
     // The tree's arguments: {PlusBias's {acc, bias, op}, act's op}.

@@ -677,7 +677,8 @@ ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functio
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_accum):
     # Where the SM90 FP8 kernels are built and run (plan() says so), every epilogue, with and without a
-    # bias, with operands read in place and through copies, and ragged M; elsewhere the formula.
+    # bias, with operands read in place and through copies, and ragged M (37: blockwise scale_a rows padded
+    # to 16 bytes); elsewhere the formula.
     A0, B0 = fp8(200, 512, device="cuda"), fp8(384, 512, seed=1, device="cuda").t()
     plan = ops.fp8.plan(A0, B0, *recipe_scales(recipe, 200, 512, 384, device="cuda")[:2], out_dtype=out_dtype,
                         use_fast_accum=fast_accum)
@@ -695,7 +696,8 @@ def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_ac
             A, B = A.t().contiguous().t(), B.contiguous()
         sa, sb, ea, eb = recipe_scales(recipe, M, 512, 384, device="cuda")
         for act, fn in ACTIVATIONS.items():
-            for bias in (None, torch.randn(384, device="cuda").to(out_dtype)):
+            # a bias from a 16-byte aligned address and one from a view that is not (copied for the epilogue)
+            for bias in (None, torch.randn(384, device="cuda").to(out_dtype), torch.randn(385, device="cuda").to(out_dtype)[1:]):
                 got = ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype, activation=act,
                                       use_fast_accum=fast_accum).double()
                 z = (A.double() * ea) @ (B.double() * eb) + (0 if bias is None else bias.double())
