@@ -92,7 +92,9 @@ def measure_gemm(case, recipe, device, timed, fast_accum):
     a, b, sa, sb = operands(m, n, k, recipe, device)
     ref = exact(a, b, sa, sb)
     flops = 2 * m * n * k
-    row = {"case": label, "m": m, "n": n, "k": k, "recipe": recipe, "fast_accum": fast_accum}
+    plan = ops.fp8.plan(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+    row = {"case": label, "m": m, "n": n, "k": k, "recipe": recipe, "fast_accum": fast_accum, "path": plan["path"],
+           "kernel": plan.get("kernel", "")}
     fn = lambda: ops.scaled_gemm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)  # noqa: E731
     t = timed(fn)
     row.update(ops_ms=t * 1e3, ops_tflops=flops / t / 1e12, ops_error=max_rel_error(fn(), ref))
@@ -202,15 +204,16 @@ def main(argv=None):
             r = gemm[-1]
             print(f"{r['case']} M={r['m']} {recipe}: {r['ops_tflops']:.3g} TFLOP/s, "
                   f"x{r.get('vs_torch', float('nan')):.2f} torch._scaled_mm, x{r['vs_bf16_mm']:.2f} bf16 mm", flush=True)
-    rows = [[r["case"], r["m"], r["n"], r["k"], r["recipe"], f"{r['ops_ms']:.4f}", f"{r['ops_tflops']:.3g}",
+    rows = [[r["case"], r["m"], r["n"], r["k"], r["recipe"], r["path"], f"{r['ops_ms']:.4f}", f"{r['ops_tflops']:.3g}",
              f"{r['vs_torch']:.2f}" if "vs_torch" in r else f"n/a ({r['torch_unavailable'][:60]})",
              f"{r['vs_bf16_mm']:.2f}", f"{r['ops_error']:.1e}",
              f"{r['torch_error']:.1e}" if "torch_error" in r else "-"] for r in gemm]
-    table = markdown_table(["case", "M", "N", "K", "recipe", "ops ms", "ops TFLOP/s", "torch._scaled_mm / ops",
+    table = markdown_table(["case", "M", "N", "K", "recipe", "ops path", "ops ms", "ops TFLOP/s", "torch._scaled_mm / ops",
                             "bf16 torch.mm / ops", "ops error", "torch error"], rows)
     note = (f"torch {facts['torch']}, {facts.get('gpu', facts['cpu'])}, {'quick' if quick else 'full'} suite, "
             f"use_fast_accum={args.fast_accum}; errors: max |out - float64 product| / max |float64 product| "
-            "(bf16 output). Ratios above 1: ops faster.")
+            "(bf16 output); ops path: ops.fp8.plan()'s (cutlass: an SM90 FP8 kernel, its name in the JSON; "
+            "formula: the dequantized ATen formula). Ratios above 1: ops faster.")
     write_report(args.out, "fp8_gemm", {"benchmark": "fp8_gemm", "machine": facts, "results": gemm},
                  "FP8 scaled GEMM", note + "\n\n" + table)
     quant = []
