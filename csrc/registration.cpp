@@ -119,6 +119,10 @@ TORCH_LIBRARY(ops, m) {
   m.def("_cutlass_gemm_plan_for_target(Tensor A, Tensor B, int cc_major, int cc_minor, str arch_list, "
         "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None, "
         "bool? candidate_kernels=None) -> str");
+  // scaled_gemm's SM90 kernel launch as its CUDA kernel prepares it, replayed on CPU tensors.
+  // cutlass_gemm/scaled_gemm_launch.cpp
+  m.def("_scaled_gemm_emulate(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+        "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> Tensor");
   // grouped_gemm's CUDA path (torch._grouped_mm on offsets clamped on the device) on CPU tensors.
   // cutlass_gemm/grouped_gemm.cpp
   m.def("_grouped_gemm_torch_path(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");

@@ -9,6 +9,7 @@
 #include "../csrc/activation.h"
 #include "../csrc/activation_ops.h"
 #include "../csrc/checks.h"
+#include "scaled_args.h"
 
 namespace ops::cutlass_gemm {
 
@@ -48,6 +49,24 @@ void scaled_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Te
   check_gemm_out("scaled_gemm", A, B, out, dtype, "out_dtype");
   compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out);
 }
+
+bool scaled_block_recipe(ScaleRecipe recipe);  // the two blockwise recipes
+
+// A launch of the SM90 FP8 kernels as scaled_gemm's CUDA kernel builds it (scaled_gemm_launch.cpp): the
+// tensors its arguments point into (operands in the kernel's layouts, copied where needed; d: out itself
+// where contiguous and aligned, else a temporary to copy into out), and the arguments (device and SM count
+// left to the caller).
+struct ScaledLaunch {
+  ScaledGemmLaunchArgs args;
+  at::Tensor a, b, d, scale_a, scale_b, bias;
+  bool in_place = false;
+};
+ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                   const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                                   ScaleRecipe recipe, Activation act, bool fast_accum, at::Tensor& out);
+
+// What the kernel computes from `args` (CPU memory), written to args.d: the test hook's reference.
+void replay_scaled_launch(const ScaledGemmLaunchArgs& args, at::ScalarType out_dtype);
 
 // JSON of the path a call takes (recipe, path, kernel, reason): ops.fp8.plan.
 std::string scaled_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,

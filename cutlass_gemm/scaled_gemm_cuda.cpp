@@ -35,11 +35,9 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   return "";
 }
 
-bool block_scaled(ScaleRecipe recipe) { return recipe == ScaleRecipe::Block128 || recipe == ScaleRecipe::Block1x128; }
-
 std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
   const char* out_name = out == at::kBFloat16 ? "bf16" : out == at::kHalf ? "f16" : "f32";
-  if (block_scaled(recipe)) {
+  if (scaled_block_recipe(recipe)) {
     return std::string("sm90_e4m3_") + kBlockScaledGemmConfig + "_" + out_name +
            (recipe == ScaleRecipe::Block128 ? "_sfa1x128_sfb128x128" : "_sfa1x128_sfb1x128") + "_bias_" +
            std::string(activation_name(act));
@@ -48,65 +46,11 @@ std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, 
          "_scaled_bias_" + std::string(activation_name(act));
 }
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
-
-// t contiguous from a 16-byte aligned address (the epilogue's vector loads of scales and bias).
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  return aligned16(c) ? c : c.clone();
-}
-
-// A as the kernel reads it: row-major, leading dimension and pointer 16-byte aligned (a copy otherwise).
-at::Tensor row_major(const at::Tensor& A) {
-  if (A.stride(1) == 1 && A.stride(0) >= A.size(1) && A.stride(0) % 16 == 0 && aligned16(A)) return A;
-  return aligned_contiguous(A);
-}
-
-// B as the kernel reads it: column-major (each column's K elements contiguous), aligned likewise.
-at::Tensor column_major(const at::Tensor& B) {
-  if (B.stride(0) == 1 && B.stride(1) >= B.size(0) && B.stride(1) % 16 == 0 && aligned16(B)) return B;
-  return row_major(B.t()).t();
-}
-
 void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
             const c10::optional<at::Tensor>& bias, ScaleRecipe recipe, Activation act, bool fast_accum,
             at::Tensor& out) {
-  const at::Tensor a = row_major(A), b = column_major(B);
-  const bool in_place = out.is_contiguous() && aligned16(out);
-  at::Tensor d = in_place ? out : at::empty(out.sizes(), out.options());
-  // Blockwise: scale_a (M, ceil(K/128)) stored M-major, as the kernel's scale layout reads it, in rows of
-  // M rounded up to 4 (16-byte aligned for its TMA loads).
-  const int64_t sa_ld = (A.size(0) + 3) / 4 * 4;
-  at::Tensor sa;
-  if (block_scaled(recipe)) {
-    sa = at::zeros({scale_a.size(1), sa_ld}, scale_a.options());
-    sa.narrow(1, 0, A.size(0)).copy_(scale_a.t());
-  } else {
-    sa = aligned_contiguous(scale_a);
-  }
-  const at::Tensor sb = aligned_contiguous(scale_b);
-  at::Tensor bias_c;
-  if (bias.has_value() && bias->defined()) bias_c = aligned_contiguous(*bias);
-  ScaledGemmLaunchArgs args;
-  args.a = a.const_data_ptr();
-  args.b = b.const_data_ptr();
-  args.d = d.data_ptr();
-  args.m = a.size(0);
-  args.n = b.size(1);
-  args.k = a.size(1);
-  args.lda = a.stride(0);
-  args.ldb = b.stride(1);
-  args.ldd = d.size(1);
-  args.scale_a = sa.const_data_ptr<float>();
-  args.scale_a_per_row = recipe == ScaleRecipe::Rowwise;
-  args.scale_b = sb.const_data_ptr<float>();
-  args.scale_b_per_column = recipe == ScaleRecipe::Rowwise;
-  args.block_scaled = block_scaled(recipe);
-  args.block_n = recipe == ScaleRecipe::Block1x128 ? 1 : 128;
-  args.scale_a_ld = sa_ld;
-  args.bias = bias_c.defined() ? bias_c.const_data_ptr() : nullptr;
-  args.fast_accum = fast_accum;
-  args.act = bias_epilogue(act);
+  ScaledLaunch l = prepare_scaled_launch(A, B, scale_a, scale_b, bias, recipe, act, fast_accum, out);
+  ScaledGemmLaunchArgs& args = l.args;
   args.device = A.device().index();
   args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -116,7 +60,7 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   const auto run_with = [&](auto workspace_size, auto run) {
     const size_t bytes = workspace_size(args);
     at::Tensor workspace;
-    if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, A.options().dtype(at::kByte));
     const LaunchStatus status = run(args, bytes ? workspace.data_ptr() : nullptr, bytes, stream);
     TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", kernel_name(out.scalar_type(), recipe, act, fast_accum),
                 " failed: ", status.message);
@@ -131,7 +75,7 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   (void)run_with;
   TORCH_CHECK(false, kOp, ": the SM90 FP8 kernels are not built");
 #endif
-  if (!in_place) out.copy_(d);
+  if (!l.in_place) out.copy_(l.d);
 }
 
 void compute(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,

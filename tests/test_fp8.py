@@ -667,6 +667,38 @@ def test_plan_names_the_path_on_cpu():
         ops.fp8.plan(A, B, sa, sb, activation="tanh")
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "block128", "block1x128"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_the_sm90_launch_replayed_on_cpu_equals_the_formula(recipe, out_dtype):
+    # The CUDA path's launch (prepare_scaled_launch: operands in the kernel's layouts, blockwise scale_a
+    # M-major in padded rows, scales and bias aligned) replayed from its raw pointers and leading
+    # dimensions (torch.ops.ops._scaled_gemm_emulate); a wrong pointer, stride or scale layout shows.
+    eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7}[out_dtype]
+    for M, K, N, layout in ((37, 528, 256, "tn"), (1, 256, 128, "tn"), (64, 384, 384, "nt"), (5, 256, 160, "views"),
+                            (9, 256, 64, "padded")):
+        A, B = fp8(M, K), fp8(N, K, seed=1).t()
+        if layout == "padded":  # leading dimensions past K, read in place
+            A, B = fp8(M, K + 32)[:, :K], fp8(N, K + 16, seed=1)[:, :K].t()
+        if layout == "nt":  # A column-major, B row-major: copied
+            A, B = A.t().contiguous().t(), B.contiguous()
+        sa, sb, _, _ = recipe_scales(recipe, M, K, N)
+        bias = torch.randn(N).to(out_dtype)
+        if layout == "views":  # scales and bias from addresses that are not 16-byte aligned
+            bias = torch.randn(N + 1).to(out_dtype)[1:]
+            sa = torch.cat([torch.zeros(1), sa.reshape(-1)])[1:].reshape(sa.shape)
+            sb = torch.cat([torch.zeros(1), sb.reshape(-1)])[1:].reshape(sb.shape)
+        for act in ("none", "gelu_tanh"):
+            got = torch.ops.ops._scaled_gemm_emulate(A, B, sa, sb, bias, out_dtype, act).double()
+            want = ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype, activation=act).double()
+            assert (got - want).abs().max() <= 2 * eps * want.abs().max(), (M, K, N, layout, act)
+    A, B = fp8(8, 64), fp8(32, 64, seed=1).t()
+    sa, sb, _, _ = recipe_scales(recipe, 8, 64, 32)
+    got = torch.ops.ops._scaled_gemm_emulate(A, B, sa, sb)
+    torch.testing.assert_close(got.float(), ops.scaled_gemm(A, B, sa, sb).float(), rtol=2 ** -7, atol=1e-3)
+    with pytest.raises(RuntimeError, match="_scaled_gemm_emulate: the FP8 kernels take float8_e4m3fn"):
+        torch.ops.ops._scaled_gemm_emulate(fp8(8, 64, dtype=torch.float8_e5m2), B, sa, sb)
+
+
 ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
                "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}
 

@@ -1,0 +1,141 @@
+// The launch of an SM90 FP8 scaled GEMM kernel as the CUDA kernel of ops::scaled_gemm builds it
+// (prepare_scaled_launch: operands in the kernel's layouts, scales and bias where its loads want them), and
+// its CPU replay: what the kernel computes from those arguments, read from their raw pointers and leading
+// dimensions. The test hook _scaled_gemm_emulate runs both on CPU tensors, so the host side of the CUDA
+// path is checked without a GPU.
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <torch/library.h>
+
+#include "scaled_gemm.h"
+
+namespace ops::cutlass_gemm {
+namespace {
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
+
+// t contiguous from a 16-byte aligned address (the epilogue's vector loads of scales and bias).
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return aligned16(c) ? c : c.clone();
+}
+
+// A as the kernel reads it: row-major, leading dimension and pointer 16-byte aligned (a copy otherwise).
+at::Tensor row_major(const at::Tensor& A) {
+  if (A.stride(1) == 1 && A.stride(0) >= A.size(1) && A.stride(0) % 16 == 0 && aligned16(A)) return A;
+  return aligned_contiguous(A);
+}
+
+// B as the kernel reads it: column-major (each column's K elements contiguous), aligned likewise.
+at::Tensor column_major(const at::Tensor& B) {
+  if (B.stride(0) == 1 && B.stride(1) >= B.size(0) && B.stride(1) % 16 == 0 && aligned16(B)) return B;
+  return row_major(B.t()).t();
+}
+
+}  // namespace
+
+bool scaled_block_recipe(ScaleRecipe recipe) {
+  return recipe == ScaleRecipe::Block128 || recipe == ScaleRecipe::Block1x128;
+}
+
+ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                   const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                                   ScaleRecipe recipe, Activation act, bool fast_accum, at::Tensor& out) {
+  ScaledLaunch l;
+  l.a = row_major(A);
+  l.b = column_major(B);
+  l.in_place = out.is_contiguous() && aligned16(out);
+  l.d = l.in_place ? out : at::empty(out.sizes(), out.options());
+  // Blockwise: scale_a (M, ceil(K/128)) stored M-major, as the kernel's scale layout reads it, in rows of
+  // M rounded up to 4 (16-byte aligned for its TMA loads).
+  const int64_t sa_ld = (A.size(0) + 3) / 4 * 4;
+  if (scaled_block_recipe(recipe)) {
+    l.scale_a = at::zeros({scale_a.size(1), sa_ld}, scale_a.options());
+    l.scale_a.narrow(1, 0, A.size(0)).copy_(scale_a.t());
+  } else {
+    l.scale_a = aligned_contiguous(scale_a);
+  }
+  l.scale_b = aligned_contiguous(scale_b);
+  if (bias.has_value() && bias->defined()) l.bias = aligned_contiguous(*bias);
+  ScaledGemmLaunchArgs& args = l.args;
+  args.a = l.a.const_data_ptr();
+  args.b = l.b.const_data_ptr();
+  args.d = l.d.data_ptr();
+  args.m = l.a.size(0);
+  args.n = l.b.size(1);
+  args.k = l.a.size(1);
+  args.lda = l.a.stride(0);
+  args.ldb = l.b.stride(1);
+  args.ldd = l.d.size(1);
+  args.scale_a = l.scale_a.const_data_ptr<float>();
+  args.scale_a_per_row = recipe == ScaleRecipe::Rowwise;
+  args.scale_b = l.scale_b.const_data_ptr<float>();
+  args.scale_b_per_column = recipe == ScaleRecipe::Rowwise;
+  args.block_scaled = scaled_block_recipe(recipe);
+  args.block_n = recipe == ScaleRecipe::Block1x128 ? 1 : 128;
+  args.scale_a_ld = sa_ld;
+  args.bias = l.bias.defined() ? l.bias.const_data_ptr() : nullptr;
+  args.fast_accum = fast_accum;
+  args.act = bias_epilogue(act);
+  return l;
+}
+
+void replay_scaled_launch(const ScaledGemmLaunchArgs& a, at::ScalarType out_dtype) {
+  const auto* A = static_cast<const c10::Float8_e4m3fn*>(a.a);
+  const auto* B = static_cast<const c10::Float8_e4m3fn*>(a.b);
+  const int64_t k_blocks = (a.k + kScaleBlock - 1) / kScaleBlock;
+  const int64_t n_blocks = (a.n + a.block_n - 1) / a.block_n;
+  at::Tensor z = at::empty({a.m, a.n}, at::kFloat);
+  float* zp = z.data_ptr<float>();
+  for (int64_t m = 0; m < a.m; ++m) {
+    for (int64_t n = 0; n < a.n; ++n) {
+      float acc = 0;
+      if (a.block_scaled) {
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          float part = 0;
+          for (int64_t k = kb * kScaleBlock; k < std::min(a.k, (kb + 1) * kScaleBlock); ++k) {
+            part += static_cast<float>(A[m * a.lda + k]) * static_cast<float>(B[n * a.ldb + k]);
+          }
+          acc += part * a.scale_a[kb * a.scale_a_ld + m] * a.scale_b[kb * n_blocks + n / a.block_n];
+        }
+      } else {
+        for (int64_t k = 0; k < a.k; ++k) acc += static_cast<float>(A[m * a.lda + k]) * static_cast<float>(B[n * a.ldb + k]);
+        acc = a.scale_a[a.scale_a_per_row ? m : 0] * (a.scale_b[a.scale_b_per_column ? n : 0] * acc);
+      }
+      zp[m * a.n + n] = acc;
+    }
+  }
+  if (a.bias != nullptr) {
+    z.add_(at::from_blob(const_cast<void*>(a.bias), {a.n}, at::TensorOptions().dtype(out_dtype)).to(at::kFloat));
+  }
+  apply_activation_(z, epilogue_activation(a.act));
+  at::from_blob(a.d, {a.m, a.n}, {a.ldd, 1}, at::TensorOptions().dtype(out_dtype)).copy_(z);
+}
+
+namespace {
+
+// The CUDA path's launch on CPU tensors (e4m3 A and B): prepared as on CUDA, computed by the replay.
+at::Tensor scaled_gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                               const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                               c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                               bool use_fast_accum) {
+  return scaled_gemm_with(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum,
+                          [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& sa, const at::Tensor& sb,
+                             const c10::optional<at::Tensor>& bi, ScaleRecipe recipe, Activation act, bool fast,
+                             at::Tensor& out) {
+                            TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
+                                        "_scaled_gemm_emulate: the FP8 kernels take float8_e4m3fn A and B");
+                            const at::AutoDispatchBelowADInplaceOrView below_autograd;
+                            ScaledLaunch l = prepare_scaled_launch(a, b, sa, sb, bi, recipe, act, fast, out);
+                            replay_scaled_launch(l.args, out.scalar_type());
+                            if (!l.in_place) out.copy_(l.d);
+                          });
+}
+
+}  // namespace
+}  // namespace ops::cutlass_gemm
+
+TORCH_LIBRARY_IMPL(ops, CPU, m) { m.impl("_scaled_gemm_emulate", &ops::cutlass_gemm::scaled_gemm_emulate); }
