@@ -1,5 +1,5 @@
 // What the fused CUDA kernels (fused_kernels.cu, quantize_fp8_kernels.cuh) share: the accumulation type,
-// conversions, 16-byte packs and silu, written once so that a fused form computes each element exactly
+// conversions, 16-byte packs, silu and the lane reductions, written once so that a fused form computes each element exactly
 // as the op it fuses, and the macros and launcher that let the kernels compile for the host with
 // OPS_FUSED_HOST_EMULATION (after tests/cpp/warp_emulation.h: emulated blocks, __expf, __fdividef).
 #pragma once
@@ -63,6 +63,26 @@ OPS_FUSED_DEVICE A silu(A a) {
 #endif
     return a / (A(1) + exp(-a));
   }
+}
+
+// The combining operations of the reductions: a sum, and a max of |values| (0 its identity) that keeps NaN
+// from either side, as ATen's amax.
+OPS_FUSED_DEVICE float nan_max(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+struct Add {
+  template <typename A>
+  OPS_FUSED_DEVICE static A apply(A a, A b) { return a + b; }
+};
+struct NanMax {
+  OPS_FUSED_DEVICE static float apply(float a, float b) { return nan_max(a, b); }
+};
+
+// Op-reduction over the kLanes consecutive lanes of a warp that share a row or group (kLanes a power of
+// two <= 32); every lane of the warp must call it.
+template <int kLanes, typename Op, typename A>
+OPS_FUSED_DEVICE A lane_group_reduce(A value) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) value = Op::apply(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
 }
 
 // kernel<<<grid, threads, 0, stream>>>(args...), or on emulated blocks.

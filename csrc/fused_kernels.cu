@@ -22,14 +22,6 @@ using namespace device;
 using std::sqrt;  // the float overload on the host too
 #endif
 
-struct Add {
-  template <typename A>
-  OPS_FUSED_DEVICE static A apply(A a, A b) { return a + b; }
-};
-struct NanMax {  // of |values| (0 is the identity), NaN from either side kept
-  OPS_FUSED_DEVICE static float apply(float a, float b) { return quant::nan_max(a, b); }
-};
-
 // Op-reduction of `value` over the block (0 for the lanes past blockDim's last warp); every thread calls it.
 template <typename Op, typename A>
 OPS_FUSED_DEVICE_FN A block_reduce(A value) {
@@ -52,14 +44,6 @@ OPS_FUSED_DEVICE_FN A block_reduce(A value) {
 
 template <typename A>
 OPS_FUSED_DEVICE_FN A block_sum(A value) { return block_reduce<Add>(value); }
-
-// Op-reduction over the kLanes consecutive lanes of a warp that share a row (kLanes a power of two <= 32);
-// every lane of the warp must call it.
-template <int kLanes, typename Op, typename A>
-OPS_FUSED_DEVICE A lane_group_reduce(A value) {
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) value = Op::apply(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
 
 // How the threads working on one row combine their partial results: the whole block, or a group of kLanes
 // lanes of one warp (shuffles only). sum: of the squares; max: the FP8 forms' amax.
@@ -255,12 +239,12 @@ OPS_FUSED_DEVICE void rms_norm_fp8_row(T* xr, T* rr, const T* weight, int64_t ro
   const auto store = [&](int64_t i, const P& y, float s) {
     o.e5m2 ? quant::store_codes<T, true>(codes, i, y, s) : quant::store_codes<T, false>(codes, i, y, s);
   };
-  const float max = o.e5m2 ? 57344.0f : 448.0f;
+  const float max = quant::fp8_max(o.e5m2);
   const int64_t groups = (hidden + quant::kGroupSize - 1) / quant::kGroupSize;
   if (!o.groups || groups == 1) {
     float amax = 0.0f;
     if (o.given == nullptr) {
-      for (int64_t i = tid; i < n; i += nthreads) amax = quant::nan_max(amax, quant::pack_amax(normalised(i)));
+      for (int64_t i = tid; i < n; i += nthreads) amax = nan_max(amax, quant::pack_amax(normalised(i)));
       amax = Sum::max(amax);
     }
     const float s = o.given != nullptr ? o.given[row * o.given_stride] : quant::scale_of(amax, max, o.pow2);

@@ -1,8 +1,9 @@
 // ops::quantize_fp8: FP8 codes and their float32 scales (value = code * scale) per tensor, per row, per
 // 1x128 group of a row or per 128x128 block of a matrix, from the data (dynamic) or given (static). The
-// formula in ATen, the CPU kernel (CUDA: quantize_fp8_cuda.cpp, the same bits): amax in float32, scale = amax / max(dtype) (at least 1e-12 / max,
-// so an all-zero group gives zeros), optionally rounded up to a power of two, code = x / scale clamped to
-// +-max(dtype), cast once (round to nearest even). The scales are what ops.scaled_gemm takes.
+// formula in ATen, the CPU kernel (CUDA: quantize_fp8_cuda.cpp, the same bits): amax in float32,
+// scale = amax / max(dtype) (at least 1e-12 / max, so an all-zero group gives zeros), optionally rounded
+// up to a power of two, code = x / scale clamped to +-max(dtype), cast once (round to nearest even). The
+// scales are what ops.scaled_gemm takes.
 #include <string>
 
 #include <ATen/ATen.h>

@@ -63,15 +63,8 @@ struct SiluMulRows {
   }
 };
 
-// max that propagates NaN from either side, as ATen's amax.
-OPS_FUSED_DEVICE float nan_max(float acc, float v) { return (v > acc || v != v) ? v : acc; }
-
-template <int kLanes>
-OPS_FUSED_DEVICE float lane_group_max(float v) {
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
+// The largest finite code of float8_e5m2 or float8_e4m3fn.
+constexpr float fp8_max(bool e5m2) { return e5m2 ? 57344.0f : 448.0f; }
 
 template <typename T>
 OPS_FUSED_DEVICE float pack_amax(const Pack<T>& v) {
@@ -100,7 +93,7 @@ OPS_FUSED_DEVICE float scale_of(float amax, float max, bool pow2) {
 
 template <typename T, bool kE5M2>
 OPS_FUSED_DEVICE void store_codes(unsigned char* row_codes, int64_t pack, const Pack<T>& v, float scale) {
-  constexpr float kMax = kE5M2 ? 57344.0f : 448.0f;
+  constexpr float kMax = fp8_max(kE5M2);
   struct alignas(Pack<T>::kSize) Codes {
     unsigned char v[Pack<T>::kSize];
   } c;
@@ -121,7 +114,7 @@ OPS_FUSED_KERNEL(kThreads)
 kernel(Source src, unsigned char* codes, float* scales, int64_t rows, int64_t k, const float* given,
        int64_t given_stride, bool pow2) {
   using P = Pack<T>;
-  constexpr float kMax = kE5M2 ? 57344.0f : 448.0f;
+  constexpr float kMax = fp8_max(kE5M2);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp
@@ -134,7 +127,7 @@ kernel(Source src, unsigned char* codes, float* scales, int64_t rows, int64_t k,
       const int64_t pack = base + lane;
       const bool active = pack < packs;
       const P v = active ? src(row, pack) : P{};
-      const float amax = lane_group_max<kLanes>(active ? pack_amax(v) : 0.0f);
+      const float amax = lane_group_reduce<kLanes, NanMax>(active ? pack_amax(v) : 0.0f);
       const int64_t group = pack / kLanes;
       if (group >= groups) continue;  // lanes past the row's last group
       const float s = given != nullptr ? given[row * given_stride + group] : scale_of(amax, kMax, pow2);
@@ -148,7 +141,7 @@ kernel(Source src, unsigned char* codes, float* scales, int64_t rows, int64_t k,
     } else {
       float amax = 0.0f;
       for (int64_t pack = lane; pack < packs; pack += 32) amax = nan_max(amax, pack_amax(src(row, pack)));
-      s = scale_of(lane_group_max<32>(amax), kMax, pow2);
+      s = scale_of(lane_group_reduce<32, NanMax>(amax), kMax, pow2);
     }
     for (int64_t pack = lane; pack < packs; pack += 32) store_codes<T, kE5M2>(out, pack, src(row, pack), s);
     if (scales != nullptr && lane == 0) scales[row] = s;

@@ -1,5 +1,5 @@
 """The fused CUDA kernels on emulated blocks (tests/cpp/fused_emulation.cpp, tests/cpp/warp_emulation.h),
-built once per test session with the host C++ compiler and loaded with ctypes."""
+built once per pytest run with the host C++ compiler and loaded with ctypes."""
 
 import ctypes
 import os
