@@ -5,7 +5,8 @@ ragged one, and of the fused linear at two M; the fused linear epilogues; rms_no
 register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at ragged sizes; the FP8
 quantization kernels (rows, 1x128 groups with a ragged last group, a given scale) and the fused forms,
 each equal to the CPU formula of the unfused op's output bit for bit; scaled_gemm's epilogues (the SM90 FP8
-kernels where built, every recipe).
+kernels where built, every recipe); grouped_gemm's modes and layouts (the SM90 grouped kernels where built)
+with an empty group, a tail and an out-of-range offset.
 
 A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
 wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
@@ -168,6 +169,27 @@ def scaled():
                 check(("scaled_gemm", M, recipe, act), ops.scaled_gemm(A, B, sa, sb, bias, activation=act), fn(z), 2e-2)
 
 
+def grouped():
+    """grouped_gemm in 2D x 3D (B row- and column-major), 2D x 2D (A column-major) and 3D x 3D, an empty group,
+    rows past the last end and (CUDA) an offset past the end, against the float64 loop."""
+    for dtype in (torch.bfloat16, torch.float16):
+        A = torch.randn(300, 256, device=DEVICE, dtype=dtype)
+        for B in (torch.randn(4, 256, 136, device=DEVICE, dtype=dtype),
+                  torch.randn(4, 136, 256, device=DEVICE, dtype=dtype).transpose(1, 2)):
+            # past the end: clamped to 300 on CUDA (checked, and refused, on CPU)
+            offs = torch.tensor([0, 100, 250, 900 if DEVICE == "cuda" else 300], device=DEVICE, dtype=torch.int32)
+            ends = (0, 100, 250, 300)
+            ref = torch.cat([A[s:e].double() @ B[g].double() for g, (s, e) in enumerate(zip((0,) + ends, ends))])
+            check(("grouped_gemm 2Dx3D", dtype, B.stride()), ops.grouped_gemm(A, B, offs), ref, 1e-2)
+        At = torch.randn(300, 136, device=DEVICE, dtype=dtype).t()  # (136, 300) column-major
+        B = torch.randn(300, 72, device=DEVICE, dtype=dtype)
+        offs = torch.tensor([120, 120, 290], device=DEVICE, dtype=torch.int32)  # group 1 of no K; 290-299 in none
+        ref = torch.stack([At[:, s:e].double() @ B[s:e].double() for s, e in ((0, 120), (120, 120), (120, 290))])
+        check(("grouped_gemm 2Dx2D", dtype), ops.grouped_gemm(At, B, offs), ref, 1e-2)
+        A3, B3 = torch.randn(3, 40, 64, device=DEVICE, dtype=dtype), torch.randn(3, 64, 24, device=DEVICE, dtype=dtype)
+        check(("grouped_gemm 3Dx3D", dtype), ops.grouped_gemm(A3, B3), A3.double() @ B3.double(), 1e-2)
+
+
 def fused_with_packs(packs):
     """fused() with the register-resident rms_norm kernel of `packs` packs per thread (csrc/fused_kernels.h)."""
     previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
@@ -186,6 +208,7 @@ def main():
     sections.append(("fused", fused))
     sections.append(("fp8 quantization", quantize))
     sections.append(("scaled_gemm", scaled))
+    sections.append(("grouped_gemm", grouped))
     if DEVICE == "cuda":
         sections += [(f"fused, rms_norm packs {p}", lambda p=p: fused_with_packs(p)) for p in (1, 8)]
     for name, section in sections:

@@ -126,6 +126,9 @@ TORCH_LIBRARY(ops, m) {
   // grouped_gemm's CUDA path (torch._grouped_mm on offsets clamped on the device) on CPU tensors.
   // cutlass_gemm/grouped_gemm.cpp
   m.def("_grouped_gemm_torch_path(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
+  // grouped_gemm's SM90 grouped kernel launch as its CUDA kernel prepares it, replayed on CPU tensors (the
+  // output poisoned with NaN first). cutlass_gemm/grouped_gemm_launch.cpp
+  m.def("_grouped_gemm_emulate(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
 #if OPS_WITH_CUDA
   // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");

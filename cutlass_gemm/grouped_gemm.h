@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../csrc/checks.h"
+#include "grouped_args.h"
 
 namespace ops::cutlass_gemm {
 
@@ -47,6 +48,26 @@ void grouped_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const c10::
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   out.copy_(result);
 }
+
+// The SM90 grouped kernels (sm90_grouped_gemm.cuh), host side (grouped_gemm_launch.cpp, ATen only).
+// Why they do not take a checked problem, "" where they do (dtype, mode, emptiness, int32 extents, the
+// 16-byte rows TMA reads).
+std::string grouped_kernel_refusal(const at::Tensor& A, const at::Tensor& B, const GroupedProblem& p,
+                                   at::ScalarType dtype);
+// A launch: the operands as the kernels read them (the user's where TMA takes them in place, else copies),
+// a fresh contiguous output (the op's result) and offs contiguous.
+struct GroupedLaunch {
+  GroupedGemmLaunchArgs args;  // device and sm_count left to the caller
+  at::Tensor a, b, d, offs;
+};
+// The mode and operand layouts a launch of this problem runs with (the rest of the arguments unset).
+GroupedGemmLaunchArgs grouped_kernel_layouts(const GroupedProblem& p, const at::Tensor& B);
+GroupedLaunch prepare_grouped_launch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
+                                     const GroupedProblem& p, at::ScalarType dtype);
+// What the kernels compute from `args`, on CPU memory (the test hook _grouped_gemm_emulate).
+void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);
+// The kernel's name, e.g. sm90_bf16_128x128x64_1x1x1_tnt_align8_warpspecialized_cooperative_ptr_array.
+std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);
 
 // JSON of the path a call takes (mode, path, host_sync, offsets): ops.grouped.plan.
 std::string grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,

@@ -1,5 +1,6 @@
 #include "operands.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <ATen/ATen.h>
@@ -30,6 +31,22 @@ at::Tensor copy_operand(const at::Tensor& x, const OperandPlan& plan, bool poiso
 }
 
 }  // namespace
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
+
+bool tma_in_place(const at::Tensor& t, bool row_major) {
+  const int64_t last = t.dim() - 1, bytes = t.element_size();
+  const int64_t inner = row_major ? last : last - 1, outer = row_major ? last - 1 : last;
+  return t.stride(inner) == 1 && t.stride(outer) >= std::max<int64_t>(1, t.size(inner)) &&
+         t.stride(outer) * bytes % 16 == 0 && (t.dim() == 2 || t.stride(0) * bytes % 16 == 0) && aligned16(t);
+}
+
+at::Tensor tma_operand(const at::Tensor& t, bool row_major) {
+  if (tma_in_place(t, row_major)) return t;
+  const int64_t last = t.dim() - 1;
+  const at::Tensor c = row_major ? t.contiguous() : t.transpose(last - 1, last).contiguous().transpose(last - 1, last);
+  return aligned16(c) ? c : c.clone();
+}
 
 MatrixView view_of(const at::Tensor& t) {
   return {t.size(0), t.size(1), t.stride(0), t.stride(1),

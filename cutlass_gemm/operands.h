@@ -12,6 +12,15 @@ namespace ops::cutlass_gemm {
 // Sizes, strides and address of a 2-D tensor, for the planner.
 MatrixView view_of(const at::Tensor& t);
 
+bool aligned16(const at::Tensor& t);  // its data pointer is 16-byte aligned
+
+// Whether TMA loads `t` (a matrix, or a 3-D batch of them) in place in the layout asked for (row-major: unit
+// stride along each row; else column-major): its leading dimension at least the rows' (columns') length,
+// that, the batch stride and the address 16-byte multiples.
+bool tma_in_place(const at::Tensor& t, bool row_major);
+// `t` where tma_in_place, else a copy in that layout.
+at::Tensor tma_operand(const at::Tensor& t, bool row_major);
+
 // The launch arguments of `plan` for the kernel's operands a (M, K), b (K, N) and d (M, N) before padding
 // (with swap-AB already applied), and bias (N,) or undefined. `poison` fills the buffers with NaN first
 // (tests: an element the kernel should write but does not, or a pad that is not zeroed, shows as NaN).

@@ -10,29 +10,16 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <torch/library.h>
 
+#include "operands.h"
 #include "scaled_gemm.h"
 
 namespace ops::cutlass_gemm {
 namespace {
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
-
 // t contiguous from a 16-byte aligned address (the epilogue's vector loads of scales and bias).
 at::Tensor aligned_contiguous(const at::Tensor& t) {
   const at::Tensor c = t.contiguous();
   return aligned16(c) ? c : c.clone();
-}
-
-// A as the kernel reads it: row-major, leading dimension and pointer 16-byte aligned (a copy otherwise).
-at::Tensor row_major(const at::Tensor& A) {
-  if (A.stride(1) == 1 && A.stride(0) >= A.size(1) && A.stride(0) % 16 == 0 && aligned16(A)) return A;
-  return aligned_contiguous(A);
-}
-
-// B as the kernel reads it: column-major (each column's K elements contiguous), aligned likewise.
-at::Tensor column_major(const at::Tensor& B) {
-  if (B.stride(0) == 1 && B.stride(1) >= B.size(0) && B.stride(1) % 16 == 0 && aligned16(B)) return B;
-  return row_major(B.t()).t();
 }
 
 }  // namespace
@@ -45,8 +32,8 @@ ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, con
                                    const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
                                    ScaleRecipe recipe, Activation act, bool fast_accum, at::Tensor& out) {
   ScaledLaunch l;
-  l.a = row_major(A);
-  l.b = column_major(B);
+  l.a = tma_operand(A, /*row_major=*/true);
+  l.b = tma_operand(B, /*row_major=*/false);
   l.in_place = out.is_contiguous() && aligned16(out);
   l.d = l.in_place ? out : at::empty(out.sizes(), out.options());
   // Blockwise: scale_a (M, ceil(K/128)) stored M-major, as the kernel's scale layout reads it, in rows of

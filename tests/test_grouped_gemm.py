@@ -345,11 +345,139 @@ def test_the_cuda_torch_path_leaves_problems_torch_does_not_take():
         torch_path(A, B, offs, torch.float32)  # out_dtype other than A's: the loop's
 
 
+def sm90_launch(A, B, offs=None, out_dtype=None):
+    """The CUDA kernel's SM90 grouped-kernel launch (grouped_gemm_launch.cpp) replayed on CPU tensors."""
+    return torch.ops.ops._grouped_gemm_emulate(A, B, offs, out_dtype)
+
+
+def float_product(A, B, offs):
+    """What the kernels compute: the product accumulated in float32, rounded once to A's dtype."""
+    return ops.grouped_gemm(A.float(), B.float(), offs).to(A.dtype)
+
+
+KERNEL_CASES = [c for c in CASES if c[0] != "3Dx2D"]
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["B", "B^T", "A^T"])
+def test_the_sm90_launch_computes_every_group(case, dtype, layout):
+    # The host side of the CUDA path and its device code's per-group arithmetic (grouped_args.h: shapes,
+    # pointer offsets, clamped ends, the zero fill) on CPU memory; the output is NaN-poisoned first, so an
+    # element the kernels would leave unwritten fails the comparison.
+    A, B, offs = make(case, dtype, b_transposed=layout == "B^T")
+    if layout == "A^T":  # RaggedK's A as the weight gradient passes it (x^T), other modes' A copied
+        A = A.transpose(-2, -1).contiguous().transpose(-2, -1)
+    assert torch.equal(sm90_launch(A, B, offs), float_product(A, B, offs))
+
+
+@pytest.mark.parametrize("case", [c for c in KERNEL_CASES if c[3] is not None],
+                         ids=[c[0] for c in KERNEL_CASES if c[3] is not None])
+def test_the_sm90_launch_clamps_bad_offsets(case):
+    A, B, offs = make(case, torch.bfloat16)
+    extent = A.shape[0] if case[0].startswith("2Dx3D") else A.shape[1]
+    n = offs.numel()
+    for bad in ([extent + 7] * n, [-3] * n, list(range(n, 0, -1)), [extent, -1] + [extent * 3] * (n - 2)):
+        bad_offs = offsets(bad[:n])
+        clamped = torch.cummax(bad_offs.clamp(0, extent), 0).values.to(torch.int32)
+        assert torch.equal(sm90_launch(A, B, bad_offs), float_product(A, B, clamped)), bad
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.data())
+def test_the_sm90_launch_on_any_group_sizes_and_operand_layouts(data):
+    """Random group sizes and operands TMA cannot read in place (misaligned, strided, expanded): copied."""
+    mode = data.draw(st.sampled_from(["2Dx3D", "2Dx2D", "3Dx3D"]))
+    G = data.draw(st.integers(1, 6))
+    sizes = data.draw(st.lists(st.integers(0, 9), min_size=G, max_size=G))
+    M, K, N = (data.draw(st.sampled_from([8, 16, 24])) for _ in range(3))
+    ends = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    total = int(ends[-1]) + data.draw(st.integers(0 if ends[-1] > 0 else 1, 3))  # an empty problem is refused
+    shapes = {"2Dx3D": ((total, K), (G, K, N)), "2Dx2D": ((M, total), (total, N)), "3Dx3D": ((G, M, K), (G, K, N))}
+    a_shape, b_shape = shapes[mode]
+    A, B = randn(*a_shape, dtype=torch.bfloat16), randn(*b_shape, dtype=torch.bfloat16, seed=1)
+    how = data.draw(st.sampled_from(["dense", "misaligned", "strided", "expanded"]))
+    if how == "misaligned":  # one element past a 16-byte boundary
+        A = torch.empty(A.numel() + 1, dtype=A.dtype)[1:].view(A.shape).copy_(A)
+    elif how == "strided":
+        B = torch.cat([B, B], -1)[..., ::2]
+    elif how == "expanded" and B.dim() == 3:  # every group the same weights: read in place (batch stride 0)
+        B = B[:1].expand_as(B)
+    offs = None if mode == "3Dx3D" else ends
+    assert torch.equal(sm90_launch(A, B, offs), float_product(A, B, offs))
+
+
+def test_the_sm90_launch_refuses_what_the_kernels_do_not_run():
+    A, B, offs = make(CASES[0], torch.bfloat16)
+    for args, why in [((A.float(), B.float(), offs), "take bfloat16 or float16"),
+                      ((A, B, offs, torch.float32), "out_dtype = their dtype"),
+                      ((*make(CASES[4], torch.bfloat16),), "3D x 2D is not among"),
+                      ((A[:, :12], B[:, :12], offs), "K and N must be multiples of 16 bytes"),
+                      ((A[:0], B, offsets([0, 0, 0, 0])), "an empty problem")]:
+        with pytest.raises(RuntimeError, match=f"_grouped_gemm_emulate: the SM90 grouped kernels do not take this "
+                                               f"problem: .*{why}"):
+            sm90_launch(*args)
+
+
+def sm90_kernels_built():
+    """Whether this device runs the SM90 grouped kernels: sm_90a, a build with OPS_CANDIDATE_KERNELS=1."""
+    return torch.cuda.get_device_capability() == (9, 0) and ops.build_info.CANDIDATE_KERNELS
+
+
+# Larger problems: several tiles per group, groups that end inside a tile, an empty group, a tail.
+GPU_KERNEL_CASES = KERNEL_CASES + [
+    ("2Dx3D large", (1000, 512), (8, 512, 384), [100, 100, 357, 500, 501, 800, 929, 990]),
+    ("2Dx2D large", (264, 3000), (3000, 136), [0, 1000, 1000, 1999, 2900]),
+    ("3Dx3D large", (4, 300, 256), (4, 256, 520), None),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", GPU_KERNEL_CASES, ids=[c[0] for c in GPU_KERNEL_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["B", "B^T", "A^T"])
+def test_the_sm90_kernels_equal_their_cpu_replay(case, dtype, layout):
+    A, B, offs = make(case, dtype, b_transposed=layout == "B^T")
+    if layout == "A^T":
+        A = A.transpose(-2, -1).contiguous().transpose(-2, -1)
+    a, b, o = A.cuda(), B.cuda(), None if offs is None else offs.cuda()
+    plan = ops.grouped.plan(a, b, o)
+    if not sm90_kernels_built():
+        assert plan["path"] != "cutlass", plan
+        pytest.skip(plan["reason"])
+    assert plan["path"] == "cutlass" and plan["host_sync"] is False, plan
+    got = ops.grouped_gemm(a, b, o).cpu()
+    expected = sm90_launch(A, B, offs)  # float32 accumulation in another order: a few units in the last place
+    torch.testing.assert_close(got.float(), expected.float(), atol=2e-2 * expected.float().abs().max().item() / 64,
+                               rtol=1e-2)
+
+
+@pytest.mark.cuda
+def test_the_sm90_kernels_clamp_bad_offsets_and_capture_in_a_graph():
+    if not sm90_kernels_built():
+        pytest.skip("the SM90 grouped kernels run on sm_90a in a build with OPS_CANDIDATE_KERNELS=1")
+    A, B, _ = make(GPU_KERNEL_CASES[-3], torch.bfloat16, "cuda", b_transposed=True)
+    for bad in ([5, 2, -1, 40, 1200, 0, 7, 9], [-5] * 8, [2000] * 8):
+        got = ops.grouped_gemm(A, B, offsets(bad, "cuda")).cpu()
+        clamped = torch.cummax(offsets(bad).clamp(0, A.shape[0]), 0).values.to(torch.int32)
+        torch.testing.assert_close(got.float(), sm90_launch(A.cpu(), B.cpu(), clamped).float(), atol=0.5, rtol=1e-2)
+    offs = offsets([100, 100, 357, 500, 501, 800, 929, 990], "cuda")
+    ops.grouped_gemm(A, B, offs)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.grouped_gemm(A, B, offs)
+    offs.copy_(offsets([0, 0, 600, 600, 601, 700, 1000, 1000], "cuda"))  # new routing, same graph
+    graph.replay()
+    torch.testing.assert_close(out.cpu().float(), sm90_launch(A.cpu(), B.cpu(), offs.cpu()).float(), atol=0.5,
+                               rtol=1e-2)
+
+
 @pytest.mark.cuda
 def test_cuda_offsets_are_clamped_on_the_device_and_bfloat16_captures_in_a_graph():
     A, B, _ = make(CASES[0], torch.bfloat16, "cuda", b_transposed=True)
     plan = ops.grouped.plan(A, B, offsets([3, 3, 4, 13], "cuda"))
-    assert plan["path"] == "torch._grouped_mm" and plan["offsets"] == "clamped on the device"
+    assert plan["path"] == ("cutlass" if sm90_kernels_built() else "torch._grouped_mm"), plan
+    assert plan["offsets"] == "clamped on the device"
     # Decreasing, negative and past-the-end offsets: the groups of the clamped, non-decreasing ends.
     got = ops.grouped_gemm(A, B, offsets([5, 2, -1, 40], "cuda"))
     expected = ops.grouped_gemm(A.cpu(), B.cpu(), offsets([5, 5, 5, 13]))
@@ -372,8 +500,9 @@ def test_cuda_float32_out_and_float64_take_the_loop():
     A, B, offs = make(CASES[0], torch.bfloat16, "cuda")
     assert ops.grouped.plan(A, B, offs, torch.float32)["path"] == "loop"
     A64, B64, offs = make(CASES[2], torch.float64, "cuda")
-    assert ops.grouped.plan(A64, B64, offs) == {"mode": "2D x 2D", "path": "loop", "host_sync": True,
-                                                "offsets": "checked on the host"}
+    plan = ops.grouped.plan(A64, B64, offs)
+    assert plan.pop("reason")
+    assert plan == {"mode": "2D x 2D", "path": "loop", "host_sync": True, "offsets": "checked on the host"}
     torch.testing.assert_close(ops.grouped_gemm(A64, B64, offs).cpu(), loop_reference(A64.cpu(), B64.cpu(), offs.cpu()))
 
 

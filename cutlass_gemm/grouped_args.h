@@ -1,0 +1,102 @@
+// What one launch of the SM90 grouped GEMM kernels is given (grouped_launch.h) and what each of its groups
+// computes: plain C++, shared by the host code that builds a launch (grouped_gemm_launch.cpp), the device
+// code that expands it into CUTLASS's per-group arrays (sm90_grouped_gemm.cuh) and its CPU replay.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define OPS_HOST_DEVICE __host__ __device__
+#else
+#define OPS_HOST_DEVICE
+#endif
+
+namespace ops::cutlass_gemm {
+
+// The modes the kernels run (torch._grouped_mm's, checks.h GroupedMode; 3D x 2D is not among them: its
+// groups start at any column of B and D, where TMA needs 16-byte aligned addresses).
+enum class GroupedKernelMode : int8_t {
+  RaggedM,  // 2D A (m x k, row-major) x 3D B: offs cuts A's and D's rows, one B per group
+  RaggedK,  // 2D A (m x k, column-major) x 2D B (k x n, row-major): offs cuts K, one m x n D per group
+  Batched,  // 3D x 3D: every group m x n x k
+};
+
+// D = A @ B per group, accumulated in float32, D row-major and of A's dtype (bfloat16 or float16). Every
+// address and leading dimension 16-byte aligned.
+struct GroupedGemmLaunchArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* d = nullptr;
+  const int32_t* offs = nullptr;  // RaggedM, RaggedK: the groups' cumulative ends, read on the device
+  int groups = 0;
+  GroupedKernelMode mode = GroupedKernelMode::RaggedM;
+  int64_t m = 0, n = 0, k = 0;  // RaggedM: m is all of A's rows; RaggedK: k is all of A's columns
+  bool a_row_major = true;      // A (m x k): row-major (K-major), else column-major (M-major)
+  bool b_row_major = true;      // B (k x n): row-major (N-major), else column-major (K-major)
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int64_t group_stride_a = 0;  // Batched: elements between the groups' A
+  int64_t group_stride_b = 0;  // RaggedM, Batched: elements between the groups' B
+  int device = 0;
+  int sm_count = 0;
+};
+
+// The kernels' tile and cluster, and their schedule (sm90_grouped_gemm.cuh), for their names in plan().
+inline constexpr const char* kGroupedGemmTile = "128x128x64_1x1x1";
+inline constexpr const char* kGroupedGemmSchedule = "warpspecialized_cooperative_ptr_array";
+
+// One group's problem: its extents and the element offsets of its A, B and D from the launch's pointers.
+struct GroupShape {
+  int m = 0, n = 0, k = 0;
+  int64_t a = 0, b = 0, d = 0;
+};
+
+// The extent offs cuts (RaggedM: rows, RaggedK: K); Batched has none.
+OPS_HOST_DEVICE inline int64_t grouped_extent(const GroupedGemmLaunchArgs& args) {
+  return args.mode == GroupedKernelMode::RaggedM ? args.m : args.mode == GroupedKernelMode::RaggedK ? args.k : 0;
+}
+
+// Group g's end as the kernels read offs: clamped into [0, extent], then the running maximum of those
+// (end = max(end of g - 1, clamp(offs[g]))), so that a decreasing or out-of-range offset makes an empty or
+// shortened group, never a read or write out of bounds. This is grouped_gemm_torch's device_offsets.
+OPS_HOST_DEVICE inline int32_t clamped_offset(int32_t offset, int64_t extent) {
+  return offset < 0 ? 0 : offset > extent ? static_cast<int32_t>(extent) : offset;
+}
+
+// Group g of [start, end) (ends as clamped_offset and the running maximum give them). A RaggedK group of no
+// K is given no rows: the kernels skip it (an empty K loop would store an accumulator never initialized),
+// and grouped_zeroed_group says it is zero-filled instead.
+OPS_HOST_DEVICE inline GroupShape group_shape(const GroupedGemmLaunchArgs& args, int g, int64_t start, int64_t end) {
+  GroupShape s;
+  s.n = static_cast<int>(args.n);
+  switch (args.mode) {
+    case GroupedKernelMode::RaggedM:
+      s.m = static_cast<int>(end - start);
+      s.k = static_cast<int>(args.k);
+      s.a = start * args.lda;
+      s.b = g * args.group_stride_b;
+      s.d = start * args.ldd;
+      break;
+    case GroupedKernelMode::RaggedK:
+      s.k = static_cast<int>(end - start);
+      s.m = s.k > 0 ? static_cast<int>(args.m) : 0;
+      s.a = start * args.lda;  // column-major A: K is its column index
+      s.b = start * args.ldb;  // row-major B: K is its row index
+      s.d = g * args.m * args.ldd;
+      break;
+    case GroupedKernelMode::Batched:
+      s.m = static_cast<int>(args.m);
+      s.k = static_cast<int>(args.k);
+      s.a = g * args.group_stride_a;
+      s.b = g * args.group_stride_b;
+      s.d = g * args.m * args.ldd;
+      break;
+  }
+  return s;
+}
+
+// Whether group g's m x n output is zero-filled instead of computed: a RaggedK group of no K.
+OPS_HOST_DEVICE inline bool grouped_zeroed_group(const GroupedGemmLaunchArgs& args, int64_t start, int64_t end) {
+  return args.mode == GroupedKernelMode::RaggedK && end == start;
+}
+
+}  // namespace ops::cutlass_gemm
