@@ -180,7 +180,7 @@ _write_if_changed(
     f'#define OPS_TORCH_VERSION "{torch.__version__}"\n'
     f'#define OPS_CUDA_VERSION "{BUILD_INFO["torch_cuda_version"] or ""}"\n',
 )
-# OPS_CANDIDATE_KERNELS in a header of its own, included by the two files that read it, so that switching
+# OPS_CANDIDATE_KERNELS in a header of its own, included by the files that read it, so that switching
 # it rebuilds those and the candidate TUs only.
 _write_if_changed(
     os.path.join(GENERATED, "ops_candidate_kernels.h"),

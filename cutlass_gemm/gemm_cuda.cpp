@@ -83,6 +83,19 @@ DeviceTarget current_device_target() {
   return target;
 }
 
+std::string sm90a_candidates_refusal(const char* family) {
+  if (!OPS_WITH_CANDIDATE_KERNELS) {
+    return std::string("the SM90 ") + family + " kernels are candidate-only until measured (build with OPS_CANDIDATE_KERNELS=1)";
+  }
+  const DeviceTarget target = current_device_target();
+  bool built = false;
+  for (const BuiltArch& arch : target.built) built = built || (arch.major == 9 && arch.minor == 0 && arch.arch_specific);
+  if (target.cc_major != 9 || target.cc_minor != 0 || !built) {
+    return std::string("the ") + family + " kernels run on sm_90a devices of a binary built for 9.0a";
+  }
+  return "";
+}
+
 namespace {
 
 // Runs one tactic: workspace from PyTorch's caching allocator (stream-ordered, CUDA-graph safe), then

@@ -19,15 +19,8 @@ constexpr const char* kOp = "scaled_gemm";
 
 // Why the CUTLASS kernels do not take the call; "" where they do.
 std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecipe recipe) {
-  if (!OPS_WITH_CANDIDATE_KERNELS) {
-    return "the SM90 FP8 kernels are candidate-only until measured (build with OPS_CANDIDATE_KERNELS=1)";
-  }
-  const DeviceTarget target = current_device_target();
-  bool built = false;
-  for (const BuiltArch& arch : target.built) built = built || (arch.major == 9 && arch.minor == 0 && arch.arch_specific);
-  if (target.cc_major != 9 || target.cc_minor != 0 || !built) {
-    return "the FP8 kernels run on sm_90a devices of a binary built for 9.0a";
-  }
+  const std::string refusal = sm90a_candidates_refusal("FP8");
+  if (!refusal.empty()) return refusal;
   if (A.scalar_type() != at::kFloat8_e4m3fn || B.scalar_type() != at::kFloat8_e4m3fn) {
     return "the FP8 kernels take float8_e4m3fn A and B";
   }
