@@ -36,13 +36,25 @@ struct GroupedGemmLaunchArgs {
   int64_t lda = 0, ldb = 0, ldd = 0;
   int64_t group_stride_a = 0;  // Batched: elements between the groups' A
   int64_t group_stride_b = 0;  // RaggedM, Batched: elements between the groups' B
+  // RaggedM, Batched: the kernels run each group transposed, D^T (n x m, column-major: the row-major D) =
+  // B^T A^T, so that a group's few rows (decode: a few tokens per expert) fill the kernel's narrow N tile
+  // and its weight the 128-row side (grouped_swap_ab decides).
+  bool swap_ab = false;
   int device = 0;
   int sm_count = 0;
 };
 
-// The kernels' tile and cluster, and their schedule (sm90_grouped_gemm.cuh), for their names in plan().
+// The kernels' tiles and cluster, and their schedule (sm90_grouped_gemm.cuh), for their names in plan().
 inline constexpr const char* kGroupedGemmTile = "128x128x64_1x1x1";
+inline constexpr const char* kGroupedGemmSwapTile = "128x32x128_1x1x1";
 inline constexpr const char* kGroupedGemmSchedule = "warpspecialized_cooperative_ptr_array";
+
+// Whether a launch runs its groups transposed (swap_ab): RaggedM and Batched with at most 32 rows per group
+// on average, where a 128-row tile would be mostly idle. A prior, to be fitted on an H200.
+OPS_HOST_DEVICE inline bool grouped_swap_ab(GroupedKernelMode mode, int64_t rows, int64_t groups) {
+  return mode != GroupedKernelMode::RaggedK && groups > 0 &&
+         (mode == GroupedKernelMode::Batched ? rows : rows / groups) <= 32;
+}
 
 // One group's problem: its extents and the element offsets of its A, B and D from the launch's pointers.
 struct GroupShape {

@@ -60,8 +60,8 @@ struct GroupedLaunch {
   GroupedGemmLaunchArgs args;  // device and sm_count left to the caller
   at::Tensor a, b, d, offs;
 };
-// The mode and operand layouts a launch of this problem runs with (the rest of the arguments unset).
-GroupedGemmLaunchArgs grouped_kernel_layouts(const GroupedProblem& p, const at::Tensor& B);
+// The mode, operand layouts and swap_ab a launch of this problem runs with (the rest of the arguments unset).
+GroupedGemmLaunchArgs grouped_kernel_layouts(const GroupedProblem& p, const at::Tensor& A, const at::Tensor& B);
 GroupedLaunch prepare_grouped_launch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                                      const GroupedProblem& p, at::ScalarType dtype);
 // What the kernels compute from `args`, on CPU memory (the test hook _grouped_gemm_emulate).

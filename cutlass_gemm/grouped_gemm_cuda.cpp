@@ -93,7 +93,9 @@ std::string grouped_gemm_cuda_path(const at::Tensor& A, const at::Tensor& B, con
   plan.add("mode", grouped_mode_name(p.mode));
   if (why.empty()) {
     plan.add("path", "cutlass");
-    plan.add("kernel", grouped_kernel_name(grouped_kernel_layouts(p, B), dtype));
+    const GroupedGemmLaunchArgs args = grouped_kernel_layouts(p, A, B);
+    plan.add("kernel", grouped_kernel_name(args, dtype));
+    plan.add("swap_ab", args.swap_ab);
     plan.add("host_sync", false);
     plan.add("offsets", "clamped on the device");
     return plan.str();

@@ -55,13 +55,14 @@ std::string grouped_kernel_refusal(const at::Tensor& A, const at::Tensor& B, con
   return "";
 }
 
-GroupedGemmLaunchArgs grouped_kernel_layouts(const GroupedProblem& p, const at::Tensor& B) {
+GroupedGemmLaunchArgs grouped_kernel_layouts(const GroupedProblem& p, const at::Tensor& A, const at::Tensor& B) {
   GroupedGemmLaunchArgs args;
   args.mode = kernel_mode(p.mode);
   // RaggedK reads A column-major (its K, cut by offs, is the column index); the others row-major. B: in place
   // in either layout, else a row-major copy; RaggedK's B is cut along K, its rows: row-major.
   args.a_row_major = args.mode != GroupedKernelMode::RaggedK;
   args.b_row_major = args.mode == GroupedKernelMode::RaggedK || !tma_in_place(B, /*row_major=*/false);
+  args.swap_ab = grouped_swap_ab(args.mode, A.size(-2), p.groups);
   return args;
 }
 
@@ -69,7 +70,7 @@ GroupedLaunch prepare_grouped_launch(const at::Tensor& A, const at::Tensor& B, c
                                      const GroupedProblem& p, at::ScalarType dtype) {
   GroupedLaunch l;
   GroupedGemmLaunchArgs& args = l.args;
-  args = grouped_kernel_layouts(p, B);
+  args = grouped_kernel_layouts(p, A, B);
   args.groups = static_cast<int>(p.groups);
   args.m = A.size(-2);
   args.k = A.size(-1);
@@ -92,9 +93,12 @@ GroupedLaunch prepare_grouped_launch(const at::Tensor& A, const at::Tensor& B, c
 }
 
 std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarType dtype) {
-  const std::string layouts = std::string(args.a_row_major ? "t" : "n") + (args.b_row_major ? "t" : "n") + "t";
-  return std::string("sm90_") + (dtype == at::kBFloat16 ? "bf16" : "f16") + "_" + kGroupedGemmTile + "_" +
-         layouts + "_align8_" + kGroupedGemmSchedule;
+  // The kernel's own A, B and D in BLAS letters (t row-major, n column-major), as kernel_name() spells them:
+  // swapped, A is B^T (B's layout flipped), B is A^T and D column-major.
+  const std::string layouts = args.swap_ab ? std::string(args.b_row_major ? "n" : "t") + "nn"
+                                           : std::string(args.a_row_major ? "t" : "n") + (args.b_row_major ? "t" : "n") + "t";
+  return std::string("sm90_") + (dtype == at::kBFloat16 ? "bf16" : "f16") + "_" +
+         (args.swap_ab ? kGroupedGemmSwapTile : kGroupedGemmTile) + "_" + layouts + "_align8_" + kGroupedGemmSchedule;
 }
 
 void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dtype) {
@@ -114,6 +118,11 @@ void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dty
     const GroupShape s = group_shape(args, g, start, end);
     if (grouped_zeroed_group(args, start, end)) {
       matrix(d + s.d * bytes, args.m, args.n, args.ldd, true).zero_();
+    } else if (s.m > 0 && args.swap_ab) {
+      // The kernel's problem: D^T (n x m, column-major) = B^T (n x k, B's layout flipped) @ A^T (k x m).
+      const at::Tensor product = at::mm(matrix(b + s.b * bytes, s.n, s.k, args.ldb, !args.b_row_major).to(at::kFloat),
+                                        matrix(a + s.a * bytes, s.k, s.m, args.lda, !args.a_row_major).to(at::kFloat));
+      matrix(d + s.d * bytes, s.n, s.m, args.ldd, false).copy_(product);
     } else if (s.m > 0) {
       const at::Tensor product = at::mm(matrix(a + s.a * bytes, s.m, s.k, args.lda, args.a_row_major).to(at::kFloat),
                                         matrix(b + s.b * bytes, s.k, s.n, args.ldb, args.b_row_major).to(at::kFloat));

@@ -1,6 +1,6 @@
 // CUTLASS 3.x SM90 grouped GEMM (grouped_launch.h), as CUTLASS example 57 builds it: a pointer-array TMA
-// warp-specialized cooperative kernel on 128x128x64 tiles, D = A @ B per group in float32, rounded once to
-// D's dtype. The per-group problem sizes, pointers and strides are built on the device from offs
+// warp-specialized cooperative kernel on 128x128x64 tiles (swapped, D^T = B^T A^T on 128x32x128 tiles for
+// groups of few rows), D = A @ B per group in float32, rounded once to D's dtype. The per-group problem sizes, pointers and strides are built on the device from offs
 // (grouped_prepare_kernel, one warp), and the kernel is given no host copy of them: its persistent grid is
 // the SM count, and no call reads offs on the host. Output the kernel does not write (rows past the last
 // end; RaggedK groups of no K) is zero-filled by grouped_zero_kernel.
@@ -20,14 +20,19 @@
 
 namespace ops::cutlass_gemm {
 
-template <typename Element_, typename LayoutA, typename LayoutB>
+// LayoutA, LayoutB: the kernel's operands (with kSwapAB, the user's B^T and A^T); D row-major, or with
+// kSwapAB column-major (D^T written column-major is the user's row-major D).
+template <typename Element_, typename LayoutA, typename LayoutB, bool kSwapAB_>
 struct Sm90GroupedGemmConfig {
   using Element = Element_;
+  static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kAlignment = 16 / sizeof(Element);
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  // Swapped: 128 rows of the weight by 32 tokens, K 128 deep (grouped_args.h kGroupedGemmSwapTile).
+  using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
+                                       cute::Shape<cute::_128, cute::_128, cute::_64>>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
-  using LayoutD = cutlass::layout::RowMajor;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   // C is D with beta = 0 (never loaded), as torch's grouped kernel (GroupMM.cu) configures it.
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -100,7 +105,7 @@ struct GroupedArrays {
 };
 
 // One warp: the groups' ends (clamped, running maximum: a warp-wide max scan per 32 groups, carried across),
-// then each group's shape, pointers and strides.
+// then each group's shape, pointers and strides (swapped: the problem n x m x k, B's as the kernel's A).
 template <typename Config>
 __global__ void grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays<Config> arrays) {
   using Element = typename Config::Element;
@@ -122,12 +127,14 @@ __global__ void grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays
     carry = __shfl_sync(kAll, end, 31);
     if (g >= args.groups) continue;
     const GroupShape s = group_shape(args, g, start, end);
-    arrays.shapes[g] = typename Config::Shape{s.m, s.n, s.k};
-    arrays.a[g] = static_cast<const Element*>(args.a) + s.a;
-    arrays.b[g] = static_cast<const Element*>(args.b) + s.b;
+    const Element* a = static_cast<const Element*>(args.a) + s.a;
+    const Element* b = static_cast<const Element*>(args.b) + s.b;
+    arrays.shapes[g] = Config::kSwapAB ? typename Config::Shape{s.n, s.m, s.k} : typename Config::Shape{s.m, s.n, s.k};
+    arrays.a[g] = Config::kSwapAB ? b : a;
+    arrays.b[g] = Config::kSwapAB ? a : b;
     arrays.d[g] = static_cast<Element*>(args.d) + s.d;
-    arrays.stride_a[g] = grouped_stride<typename Config::StrideA>(args.lda);
-    arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(args.ldb);
+    arrays.stride_a[g] = grouped_stride<typename Config::StrideA>(Config::kSwapAB ? args.ldb : args.lda);
+    arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(Config::kSwapAB ? args.lda : args.ldb);
     arrays.stride_d[g] = grouped_stride<typename Config::StrideD>(args.ldd);
     arrays.ends[g] = end;
   }
@@ -178,14 +185,19 @@ typename Config::Gemm::Arguments grouped_arguments(const GroupedGemmLaunchArgs& 
 }
 
 // fn.template operator()<Config>() for the layouts of `args` (RaggedM and Batched: row-major A; RaggedK:
-// column-major A, row-major B).
+// column-major A, row-major B). Swapped, the kernel's A is B^T (the flipped layout of B), its B is A^T
+// (column-major).
 template <typename Element, typename Fn>
 auto with_grouped_config(const GroupedGemmLaunchArgs& args, Fn&& fn) {
   using Row = cutlass::layout::RowMajor;
   using Column = cutlass::layout::ColumnMajor;
-  if (!args.a_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Row>>();
-  if (args.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Row>>();
-  return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column>>();
+  if (args.swap_ab) {
+    if (args.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Column, true>>();
+    return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column, true>>();
+  }
+  if (!args.a_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Row, false>>();
+  if (args.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Row, false>>();
+  return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column, false>>();
 }
 
 template <typename Config>

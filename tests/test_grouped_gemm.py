@@ -355,7 +355,11 @@ def float_product(A, B, offs):
     return ops.grouped_gemm(A.float(), B.float(), offs).to(A.dtype)
 
 
-KERNEL_CASES = [c for c in CASES if c[0] != "3Dx2D"]
+# The kernels' modes; the CASES have at most 32 rows per group (the swapped kernels), these more.
+KERNEL_CASES = [c for c in CASES if c[0] != "3Dx2D"] + [
+    ("2Dx3D tall", (200, 32), (3, 32, 24), [50, 50, 180]),
+    ("3Dx3D tall", (2, 40, 16), (2, 16, 8), None),
+]
 
 
 @pytest.mark.parametrize("case", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
