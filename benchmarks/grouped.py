@@ -77,8 +77,10 @@ def measure_experts(case, device, timed, dtype):
     x = torch.randn(int(sizes.sum()), kdim, generator=g).to(device=device, dtype=dtype)
     w = expert_weights(experts, n, kdim, device, dtype)
     flops = 2 * x.shape[0] * n * kdim * (2 if direction == "backward" else 1)
+    plan = ops.grouped.plan(x, w, offs)  # the forward's path: the CUTLASS kernel's name, torch's or the loop
     row = {"model": model, "proj": proj, "tokens": tokens, "rows": x.shape[0], "n": n, "k": kdim,
-           "routing": routing, "direction": direction, "largest_group": int(sizes.max())}
+           "routing": routing, "direction": direction, "largest_group": int(sizes.max()),
+           "ops_path": plan.get("kernel") or plan["path"]}
     impls = {"ops": lambda a, b: ops.grouped_gemm(a, b, offs), "torch": lambda a, b: torch._grouped_mm(a, b, offs),
              "loop": lambda a, b: loop_mm(a, b, sizes)}
     for name, fn in impls.items():
@@ -179,10 +181,10 @@ def main(argv=None):
 
     table = markdown_table(
         ["model", "proj", "tokens", "rows", "N", "K", "routing", "largest group", "pass", "ops ms", "ops TFLOP/s",
-         "torch._grouped_mm / ops", "loop of mm / ops"],
+         "torch._grouped_mm / ops", "loop of mm / ops", "ops path"],
         [[r["model"], r["proj"], r["tokens"], r["rows"], r["n"], r["k"], r["routing"], r["largest_group"],
-          r["direction"], f"{r['ops_ms']:.3f}", f"{r['ops_tflops']:.3g}", ratio(r, "torch"), ratio(r, "loop")]
-         for r in rows])
+          r["direction"], f"{r['ops_ms']:.3f}", f"{r['ops_tflops']:.3g}", ratio(r, "torch"), ratio(r, "loop"),
+          r["ops_path"]] for r in rows])
     note = (f"torch {facts['torch']}, {facts.get('gpu', facts['cpu'])}, bfloat16, {'quick' if quick else 'full'} "
             "suite. Ratios above 1: ops faster.")
     _WEIGHTS.clear()

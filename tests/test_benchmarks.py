@@ -558,6 +558,7 @@ def test_grouped_benchmark_times_every_implementation_both_passes_and_the_layer(
     for r in rows:
         assert r["ops_tflops"] > 0 and r["vs_torch"] > 0 and r["vs_loop"] > 0, r
         assert r["rows"] == r["tokens"] * 2
+        assert r["ops_path"] == "loop"  # on CPU; on CUDA the kernel's name (ops.grouped.plan)
     assert {r["direction"] for r in rows} == {"forward", "backward"}
     assert max(r["largest_group"] for r in rows if r["routing"] == "skewed") > 20 * 2 / 8  # skewed: uneven
     assert [r["tokens"] for r in payload["layers"]] == [3, 20]
