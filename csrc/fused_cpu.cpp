@@ -1,4 +1,5 @@
-// CPU kernels of rms_norm, fused_add_rms_norm and silu_and_mul: one pass over rows in parallel
+// CPU kernels of rms_norm, fused_add_rms_norm, silu_and_mul and quantize_fp8's per-row and 1x128 forms:
+// one pass over rows in parallel
 // (at::parallel_for), vectorised with ATen's Vectorized helpers (at::vec::map*, which convert
 // float16/bfloat16 through float), statistics in float (double for float64 inputs). The kernels
 // (fused_cpu_kernels.h) are built for the baseline ISA here and for AVX2 (fused_cpu_avx2.cpp) and
@@ -13,6 +14,7 @@
 #include "checks.h"
 #include "fused_common.h"
 #include "fused_cpu_kernels.h"
+#include "quantize_fp8.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define OPS_HAVE_X86_KERNELS 1
@@ -20,11 +22,15 @@ namespace ops::AVX2 {
 void rms_norm_kernel(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, double eps);
 void fused_add_rms_norm_kernel(at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps);
 void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out);
+void quantize_fp8_kernel(const at::Tensor& x, int64_t group, const float* given, int64_t given_stride, bool pow2,
+                         at::Tensor& codes, float* scales);
 }  // namespace ops::AVX2
 namespace ops::AVX512 {
 void rms_norm_kernel(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, double eps);
 void fused_add_rms_norm_kernel(at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps);
 void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out);
+void quantize_fp8_kernel(const at::Tensor& x, int64_t group, const float* given, int64_t given_stride, bool pow2,
+                         at::Tensor& codes, float* scales);
 }  // namespace ops::AVX512
 #endif
 
@@ -101,6 +107,12 @@ at::Tensor silu_and_mul_cpu(const at::Tensor& input) {
 }
 
 }  // namespace
+
+void quantize_fp8_rows_cpu(const at::Tensor& x, int64_t group, const float* given, int64_t given_stride, bool pow2,
+                           at::Tensor& codes, float* scales) {
+  OPS_CPU_DISPATCH(quantize_fp8_kernel, x, group, given, given_stride, pow2, codes, scales);
+}
+
 }  // namespace ops
 
 TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) { m.impl("_fused_cpu_isa", &ops::fused_cpu_isa); }

@@ -1,6 +1,7 @@
 // ops::quantize_fp8: FP8 codes and their float32 scales (value = code * scale) per tensor, per row, per
 // 1x128 group of a row or per 128x128 block of a matrix, from the data (dynamic) or given (static). The
-// formula in ATen, the CPU kernel (CUDA: quantize_fp8_cuda.cpp, the same bits): amax in float32,
+// formula in ATen and the CPU op (its per-row and per-group forms by the CPU kernel in
+// fused_cpu_kernels.h; CUDA: quantize_fp8_cuda.cpp; the same bits): amax in float32,
 // scale = amax / max(dtype) (at least 1e-12 / max, so an all-zero group gives zeros), optionally rounded
 // up to a power of two, code = x / scale clamped to +-max(dtype), cast once (round to nearest even). The
 // scales are what ops.scaled_gemm takes.
@@ -154,12 +155,32 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_call(const char* op, const at::T
 
 namespace {
 
+// The CPU kernel: per row and per 1x128 group (dynamic or given), per tensor with a given scale, of float32,
+// float16 and bfloat16 input; the formula for the rest (per tensor dynamic, 128x128 blocks, float64, empty).
 std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& input, c10::string_view granularity,
                                                 c10::optional<at::ScalarType> dtype,
                                                 const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   const Fp8Quantization q = check_quantize_fp8("quantize_fp8", input, input.sizes(), granularity, dtype, scale,
                                                pow2_scale);
-  return quantize_fp8_formula(q, input, scale, pow2_scale);
+  const bool by_rows = q.granularity == Granularity::Row || q.granularity == Granularity::Group ||
+                       (q.granularity == Granularity::Tensor && q.given);
+  const at::ScalarType t = input.scalar_type();
+  if (!by_rows || input.numel() == 0 || (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)) {
+    return quantize_fp8_formula(q, input, scale, pow2_scale);
+  }
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: not differentiable
+  const at::Tensor x = input.contiguous();
+  at::Tensor codes = at::empty(input.sizes(), input.options().dtype(q.dtype));
+  const int64_t group = q.granularity == Granularity::Group ? kBlock : input.size(-1);
+  if (q.given) {
+    at::Tensor s = scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous);  // an output of its own
+    quantize_fp8_rows_cpu(x, group, s.const_data_ptr<float>(), q.granularity == Granularity::Tensor ? 0 : 1,
+                          false, codes, nullptr);
+    return {codes, s};
+  }
+  at::Tensor s = at::empty(q.scale_shape, input.options().dtype(at::kFloat));
+  quantize_fp8_rows_cpu(x, group, nullptr, 1, pow2_scale, codes, s.mutable_data_ptr<float>());
+  return {codes, s};
 }
 
 }  // namespace

@@ -36,6 +36,13 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_call(const char* op, const at::T
                                                      c10::string_view granularity, c10::optional<at::ScalarType> dtype,
                                                      const c10::optional<at::Tensor>& scale, bool pow2_scale);
 
+// The CPU kernel of quantize_fp8 per row (group = x's row length) and per 1x128 group (group = 128)
+// (fused_cpu.cpp, the build of the CPU's capability): x float32, float16 or bfloat16 and codes (FP8, x's
+// shape) contiguous; scales one per group, or null where `given` holds them (one per group; given_stride 0:
+// one for all). The formula's bits.
+void quantize_fp8_rows_cpu(const at::Tensor& x, int64_t group, const float* given, int64_t given_stride, bool pow2,
+                           at::Tensor& codes, float* scales);
+
 // The norms' FP8 forms as their composition (fp8_fused.cpp: the norm's kernel, then quantize_fp8's),
 // with their checks: the CPU kernels, and the CUDA kernels' fallback (quantize_fp8_cuda.cpp).
 std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_composed(const at::Tensor& input, const at::Tensor& weight,

@@ -21,6 +21,7 @@
 
 #include <cuda_fp8.h>
 
+#include "fp8_scale.h"
 #include "fused_device.cuh"
 #include "fused_kernels.h"
 
@@ -63,8 +64,7 @@ struct SiluMulRows {
   }
 };
 
-// The largest finite code of float8_e5m2 or float8_e4m3fn.
-constexpr float fp8_max(bool e5m2) { return e5m2 ? 57344.0f : 448.0f; }
+using fp8::fp8_max;
 
 template <typename T>
 OPS_FUSED_DEVICE float pack_amax(const Pack<T>& v) {
@@ -74,22 +74,8 @@ OPS_FUSED_DEVICE float pack_amax(const Pack<T>& v) {
   return a;
 }
 
-// The smallest power of two >= s (s > 0), from its bits; NaN and inf stay. exp2(ceil(log2(s))) in
-// float32 is not it: log2 rounds s = 512 * (1 + 2^-23) to 9, a scale below s.
-OPS_FUSED_DEVICE float pow2_ceil(float s) {
-  uint32_t bits;
-  memcpy(&bits, &s, sizeof bits);
-  const uint32_t exponent = bits & 0x7f800000u;
-  if ((bits & 0x007fffffu) != 0 && exponent != 0x7f800000u) bits = exponent + 0x00800000u;
-  memcpy(&s, &bits, sizeof s);
-  return s;
-}
-
-// scale = max(amax, 1e-12) / max(dtype) (NaN stays NaN), optionally rounded up to a power of two.
-OPS_FUSED_DEVICE float scale_of(float amax, float max, bool pow2) {
-  const float s = (amax < 1e-12f ? 1e-12f : amax) / max;
-  return pow2 ? pow2_ceil(s) : s;
-}
+using fp8::pow2_ceil;
+using fp8::scale_of;
 
 template <typename T, bool kE5M2>
 OPS_FUSED_DEVICE void store_codes(unsigned char* row_codes, int64_t pack, const Pack<T>& v, float scale) {

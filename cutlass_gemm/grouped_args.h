@@ -5,10 +5,12 @@
 
 #include <cstdint>
 
+#ifndef OPS_HOST_DEVICE
 #if defined(__CUDACC__)
 #define OPS_HOST_DEVICE __host__ __device__
 #else
 #define OPS_HOST_DEVICE
+#endif
 #endif
 
 namespace ops::cutlass_gemm {

@@ -304,9 +304,9 @@ def quantize_reference(x, granularity, dtype, pow2):
 
     def one(values):
         s = (values.abs().amax() if values.numel() else torch.tensor(0.0)).clamp(min=1e-12) / top
-        if pow2:  # the smallest power of two >= s: s = m 2^e with m in [0.5, 1)
+        if pow2:  # the smallest power of two >= s: s = m 2^e with m in [0.5, 1); NaN and inf stay
             m, e = torch.frexp(s)
-            s = torch.where(m == 0.5, s, torch.ldexp(torch.ones(()), e))
+            s = torch.where((m == 0.5) | ~s.isfinite(), s, torch.ldexp(torch.ones(()), e))
         return s, (values / s).clamp(-top, top).to(dtype)
 
     if granularity == "block":
@@ -357,6 +357,51 @@ def test_quantize_equals_the_formula(granularity, dtype, pow2, input_dtype):
     mantissa = 3 if dtype == E4 else 2
     subnormal = 2.0 ** (-9 if dtype == E4 else -16)
     assert ((values - x.float()).abs() <= x.float().abs() * 2.0 ** -(mantissa + 1) + expanded * subnormal).all()
+
+
+def fp8_code_boundaries(dtype):
+    """Every finite code of `dtype`, the midpoints between neighbours and the floats either side of each
+    (where rounding to nearest even decides), non-finite values, zeros of both signs, values past the
+    largest code, and random values over the range and among the subnormals."""
+    codes = torch.arange(256, dtype=torch.uint8).view(dtype).float()
+    v = codes[codes.isfinite()].unique()
+    mids = (v[1:] + v[:-1]) / 2
+    g = torch.Generator().manual_seed(0)
+    return torch.cat([v, mids, torch.nextafter(mids, torch.tensor(float("inf"))),
+                      torch.nextafter(mids, torch.tensor(-float("inf"))),
+                      torch.tensor([float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0,
+                                    FP8_MAX[dtype] * 1.01, -FP8_MAX[dtype] * 3, 1e-30, -1e-30]),
+                      (torch.rand(50000, generator=g) - 0.5) * 2.2 * FP8_MAX[dtype],
+                      torch.randn(50000, generator=g) * 2.0 ** -12])
+
+
+@pytest.mark.parametrize("dtype", [E4, E5])
+def test_quantize_cpu_kernel_rounds_every_code_boundary_as_aten(dtype):
+    # A given scale of 1 and of 2 (on doubled values): the codes are ATen's own clamp and conversion, bit for
+    # bit (the AVX-512 build converts 16 at a time, the others one by one).
+    x = fp8_code_boundaries(dtype)
+    want = x.clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype).view(torch.uint8)
+    for scale in (1.0, 2.0):
+        got, s = ops.quantize_fp8((x * scale).view(1, -1), "tensor", dtype, scale=torch.tensor(scale))
+        assert torch.equal(got.view(torch.uint8).flatten(), want) and s.item() == scale
+    rows = x[: x.numel() // 128 * 128].view(-1, 128)
+    got, _ = ops.quantize_fp8(rows, "row", dtype, scale=torch.ones(rows.shape[0], 1))
+    assert torch.equal(got.view(torch.uint8).flatten(), want[: rows.numel()])
+
+
+@pytest.mark.parametrize("granularity", ["row", "group"])
+@pytest.mark.parametrize("dtype", [E4, E5])
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("pow2", [False, True])
+def test_quantize_cpu_kernel_on_non_finite_values(granularity, dtype, input_dtype, pow2):
+    # NaN (either sign) and infinities in some rows and groups: the formula's NaN and infinite scales and
+    # their codes, bit for bit, the sign of each NaN included; the other groups untouched by them.
+    x = (torch.randn(6, 300, generator=torch.Generator().manual_seed(1)) * 10).to(input_dtype)
+    x[0, 7], x[1, 200], x[2, 5], x[3, 130], x[4] = float("nan"), -float("nan"), float("inf"), -float("inf"), 0
+    q, s = ops.quantize_fp8(x, granularity, dtype, pow2_scale=pow2)
+    rq, rs = quantize_reference(x, granularity, dtype, pow2)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+    assert torch.equal(s.view(torch.int32), rs.view(torch.int32))
 
 
 def test_static_scale_and_the_gemm_it_feeds():

@@ -394,8 +394,9 @@ def test_shifted_views_overlap_is_exact_where_it_decides(rows, cols, row_stride,
 @pytest.mark.parametrize("capability, build", [("default", "baseline"), ("avx2", "avx2"), ("avx512", "avx512")])
 def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
     """The CPU kernels are built for the baseline ISA, AVX2 and AVX-512, and run as the build matching the
-    capability ATen runs its own kernels at, which ATEN_CPU_CAPABILITY lowers: this file's CPU value tests,
-    in a fresh process per build (the main run tests only this CPU's best one)."""
+    capability ATen runs its own kernels at, which ATEN_CPU_CAPABILITY lowers: this file's CPU value tests
+    and test_fp8.py's of the quantization kernel, in a fresh process per build (the main run tests only this
+    CPU's best one)."""
     env = {"ATEN_CPU_CAPABILITY": capability}
     probe = run_python("import torch, ops; "
                        "print(torch.backends.cpu.get_cpu_capability(), torch.ops.ops._fused_cpu_isa())",
@@ -413,7 +414,8 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
         pytest.skip(f"this CPU's best ISA is {best}, not {capability}")
     assert ours == build
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                          os.path.join(REPO, "tests", "test_fused.py"), "-k", "values and cpu"],
+                          os.path.join(REPO, "tests", "test_fused.py"), os.path.join(REPO, "tests", "test_fp8.py"),
+                          "-k", "values and cpu or quantize_cpu_kernel"],
                          cwd=REPO, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
 
