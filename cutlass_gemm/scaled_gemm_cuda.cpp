@@ -28,14 +28,15 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   return "";
 }
 
-std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
+std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab) {
   const char* out_name = out == at::kBFloat16 ? "bf16" : out == at::kHalf ? "f16" : "f32";
   if (scaled_block_recipe(recipe)) {
     return std::string("sm90_e4m3_") + kBlockScaledGemmConfig + "_" + out_name +
            (recipe == ScaleRecipe::Block128 ? "_sfa1x128_sfb128x128" : "_sfa1x128_sfb1x128") + "_bias_" +
            std::string(activation_name(act));
   }
-  return std::string("sm90_e4m3_") + kScaledGemmConfig + (fast_accum ? "_fp8_fastaccum" : "") + "_" + out_name +
+  return std::string("sm90_e4m3_") + (swap_ab ? kSwappedScaledGemmConfig : kScaledGemmConfig) +
+         (fast_accum ? "_fp8_fastaccum" : "") + "_" + out_name +
          "_scaled_bias_" + std::string(activation_name(act));
 }
 
@@ -55,7 +56,8 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
     at::Tensor workspace;
     if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, A.options().dtype(at::kByte));
     const LaunchStatus status = run(args, bytes ? workspace.data_ptr() : nullptr, bytes, stream);
-    TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", kernel_name(out.scalar_type(), recipe, act, fast_accum),
+    TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ",
+                kernel_name(out.scalar_type(), recipe, act, fast_accum, args.swap_ab),
                 " failed: ", status.message);
   };
 #if OPS_WITH_CANDIDATE_KERNELS
@@ -109,7 +111,9 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   JsonObject plan;
   plan.add("recipe", scale_recipe_name(recipe));
   plan.add("path", why.empty() ? "cutlass" : "formula");
-  plan.add("kernel", why.empty() ? kernel_name(dtype, recipe, act, use_fast_accum) : "");
+  const bool swap_ab = scaled_swap_ab(scaled_block_recipe(recipe), A.size(0));
+  plan.add("kernel", why.empty() ? kernel_name(dtype, recipe, act, use_fast_accum, swap_ab) : "");
+  plan.add("swap_ab", why.empty() && swap_ab);
   plan.add("reason", why.empty() ? "an SM90 FP8 kernel takes the call" : why);
   return plan.str();
 }

@@ -66,10 +66,13 @@ ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, con
   args.scale_a_ld = sa_ld;
   args.bias = l.bias.defined() ? l.bias.const_data_ptr() : nullptr;
   args.fast_accum = fast_accum;
+  args.swap_ab = scaled_swap_ab(args.block_scaled, args.m);
   args.act = bias_epilogue(act);
   return l;
 }
 
+// A swapped launch (swap_ab) computes the same elements from the same memory (D^T's column-major (n, m) is
+// D's row-major (m, n)): one replay serves both.
 void replay_scaled_launch(const ScaledGemmLaunchArgs& a, at::ScalarType out_dtype) {
   const auto* A = static_cast<const c10::Float8_e4m3fn*>(a.a);
   const auto* B = static_cast<const c10::Float8_e4m3fn*>(a.b);

@@ -1,6 +1,6 @@
 // CUTLASS 3.x SM90 FP8 scaled GEMM (scaled_launch.h): e4m3 A (row-major) and B (column-major), TMA
-// warp-specialized cooperative mainloop on 128x128x128 tiles with a 2x1 cluster, fast or two-level
-// accumulation, and an epilogue visitor tree D = act(scale_a[m] * (scale_b[n] * acc) + bias[n]) in float32,
+// warp-specialized cooperative mainloop on 128x128x128 tiles with a 2x1 cluster (at small M swapped:
+// D^T = B^T A^T on 128x32x128 tiles), fast or two-level accumulation, and an epilogue visitor tree D = act(scale_a[m] * (scale_b[n] * acc) + bias[n]) in float32,
 // rounded once to D's dtype. The scales broadcast as vectors or as scalars, chosen at run time
 // (CUTLASS's dynamic row/column broadcast); a null bias adds 0. Blockwise scales (Sm90BlockScaledGemmConfig):
 // CUTLASS's FP8 blockwise mainloop (example 67) scales each 128-deep K block's partial product by its
@@ -23,56 +23,92 @@
 
 namespace ops::cutlass_gemm {
 
-// The strides of A (row-major), B (column-major) and D (row-major) and the hardware info of a launch.
-template <typename Kernel>
+// The kernel's problem (m, n, k), its operand pointers and strides, and the hardware info of a launch: A
+// (row-major), B (column-major), D (row-major); swapped, A is the user's B^T (B's memory, row-major with
+// ldb), B the user's A^T (A's memory, column-major with lda) and D^T column-major with ldd.
+template <typename Kernel, bool kSwapAB = false>
 struct ScaledOperands {
+  int m, n, k;
+  const cutlass::float_e4m3_t* pa;
+  const cutlass::float_e4m3_t* pb;
   typename Kernel::StrideA a;
   typename Kernel::StrideB b;
   typename Kernel::StrideD d;
   cutlass::KernelHardwareInfo hw_info;
 
   explicit ScaledOperands(const ScaledGemmLaunchArgs& args)
-      : a(stride_with_ld<typename Kernel::StrideA>(args.lda,
-                                                   matrix_extent<cutlass::layout::RowMajor>(args.m, args.k, args.lda))),
+      : m(static_cast<int>(kSwapAB ? args.n : args.m)),
+        n(static_cast<int>(kSwapAB ? args.m : args.n)),
+        k(static_cast<int>(args.k)),
+        pa(static_cast<const cutlass::float_e4m3_t*>(kSwapAB ? args.b : args.a)),
+        pb(static_cast<const cutlass::float_e4m3_t*>(kSwapAB ? args.a : args.b)),
+        a(stride_with_ld<typename Kernel::StrideA>(kSwapAB ? args.ldb : args.lda,
+                                                   matrix_extent<cutlass::layout::RowMajor>(m, k, kSwapAB ? args.ldb : args.lda))),
         b(stride_with_ld<typename Kernel::StrideB>(
-            args.ldb, matrix_extent<cutlass::layout::ColumnMajor>(args.k, args.n, args.ldb))),
-        d(stride_with_ld<typename Kernel::StrideD>(args.ldd,
-                                                   matrix_extent<cutlass::layout::RowMajor>(args.m, args.n, args.ldd))) {
+            kSwapAB ? args.lda : args.ldb, matrix_extent<cutlass::layout::ColumnMajor>(k, n, kSwapAB ? args.lda : args.ldb))),
+        d(stride_with_ld<typename Kernel::StrideD>(
+            args.ldd, kSwapAB ? matrix_extent<cutlass::layout::ColumnMajor>(m, n, args.ldd)
+                              : matrix_extent<cutlass::layout::RowMajor>(m, n, args.ldd))) {
     hw_info.device_id = args.device;
     hw_info.sm_count = args.sm_count;
   }
 };
 
+// The stride of a scale's broadcast node (ScaleA/ScaleB below): its one dynamic (bool) mode 1 for a vector
+// along that mode, 0 for a scalar.
+template <typename Node>
+typename Node::StrideMNL broadcast_stride(bool vector) {
+  typename Node::StrideMNL stride{};
+  if constexpr (std::is_same_v<cute::remove_cvref_t<decltype(cute::get<0>(stride))>, bool>) {
+    cute::get<0>(stride) = vector;
+  } else {
+    cute::get<1>(stride) = vector;
+  }
+  return stride;
+}
+
 // The epilogue D = act(Tree) (Tree: a visitor tree of the accumulator in float32), rounded once to ElementD
-// and stored row-major by TMA; no C source.
-template <typename ElementD, Epilogue kAct, typename Tree, typename TileShape, typename ClusterShape>
+// and stored by TMA in LayoutD; no C source.
+template <typename ElementD, Epilogue kAct, typename Tree, typename TileShape, typename ClusterShape,
+          typename LayoutD = cutlass::layout::RowMajor>
 using ScaledEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor,
-    16 / sizeof(ElementD), ElementD, cutlass::layout::RowMajor, 16 / sizeof(ElementD),
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD,
+    16 / sizeof(ElementD), ElementD, LayoutD, 16 / sizeof(ElementD),
     cutlass::epilogue::TmaWarpSpecializedCooperative,
     cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<ActivationTemplate<kAct>::template type, ElementD, float,
                                                cutlass::FloatRoundStyle::round_to_nearest>,
         Tree>>::CollectiveOp;
 
-template <typename ElementD, Epilogue kAct, bool kFastAccum>
+// kSwapAB (ScaledGemmLaunchArgs::swap_ab): the transposed problem on 128x32x128 tiles, D^T column-major;
+// scale_a then broadcasts along the kernel's rows (one per column of D^T), scale_b and the bias along its
+// columns. The tree is the same expression either way: scale_a * (scale_b * acc) + bias.
+template <typename ElementD, Epilogue kAct, bool kFastAccum, bool kSwapAB = false>
 struct Sm90ScaledGemmConfig {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
+                                       cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using ClusterShape = std::conditional_t<kSwapAB, cute::Shape<cute::_1, cute::_1, cute::_1>,
+                                          cute::Shape<cute::_2, cute::_1, cute::_1>>;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-  using ScaleA = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
+  // A vector of one value per row (Col) or per column (Row) of the kernel's D, or one scalar (the bool stride).
+  using PerRow = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
                                                              cute::Stride<bool, cute::_0, int64_t>>;
-  using ScaleB = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
-                                                             cute::Stride<cute::_0, bool, int64_t>>;
-  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
-                                                           cute::Stride<cute::_0, cute::_1, int64_t>>;
+  using PerColumn = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                                                cute::Stride<cute::_0, bool, int64_t>>;
+  using ScaleA = std::conditional_t<kSwapAB, PerColumn, PerRow>;
+  using ScaleB = std::conditional_t<kSwapAB, PerRow, PerColumn>;
+  using Bias = std::conditional_t<
+      kSwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>>;
   using TimesB = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
       cutlass::epilogue::fusion::Sm90AccFetch>;
   using Affine = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiply_add, float, float, kRound>, ScaleA, TimesB, Bias>;
-  using CollectiveEpilogue = ScaledEpilogue<ElementD, kAct, Affine, TileShape, ClusterShape>;
+  using CollectiveEpilogue = ScaledEpilogue<ElementD, kAct, Affine, TileShape, ClusterShape, LayoutD>;
   using MainloopSchedule = std::conditional_t<kFastAccum, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -86,17 +122,16 @@ struct Sm90ScaledGemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
-    const ScaledOperands<Kernel> o(a);
-    typename Gemm::Arguments arguments{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
-        {static_cast<const cutlass::float_e4m3_t*>(a.a), o.a, static_cast<const cutlass::float_e4m3_t*>(a.b), o.b},
-        {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
-        o.hw_info};
+    const ScaledOperands<Kernel, kSwapAB> o(a);
+    typename Gemm::Arguments arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                       {o.m, o.n, o.k, 1},
+                                       {o.pa, o.a, o.pb, o.b},
+                                       {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
+                                       o.hw_info};
     // The tree's arguments: {Affine's {scale_a, TimesB's {scale_b, acc, op}, bias, op}, act's op}.
     arguments.epilogue.thread = {
-        {{a.scale_a, 0.0f, {a.scale_a_per_row, cute::_0{}, 0}},
-         {{a.scale_b, 0.0f, {cute::_0{}, a.scale_b_per_column, 0}}, {}, {}},
+        {{a.scale_a, 0.0f, broadcast_stride<ScaleA>(a.scale_a_per_row)},
+         {{a.scale_b, 0.0f, broadcast_stride<ScaleB>(a.scale_b_per_column)}, {}, {}},
          {static_cast<const ElementD*>(a.bias), ElementD(0), {}},
          {}},
         {}};
@@ -149,10 +184,10 @@ struct Sm90BlockScaledGemmConfig {
   }
 };
 
-template <typename ElementD, bool kFastAccum>
+template <typename ElementD, bool kFastAccum, bool kSwapAB>
 struct Scaled {
   template <Epilogue kAct>
-  using type = Sm90ScaledGemmConfig<ElementD, kAct, kFastAccum>;
+  using type = Sm90ScaledGemmConfig<ElementD, kAct, kFastAccum, kSwapAB>;
 };
 template <typename ElementD, int kBlockN>
 struct BlockScaled {
@@ -181,8 +216,12 @@ auto with_scaled_config(const ScaledGemmLaunchArgs& args, Fn&& fn) {
     }
     return with_activation<BlockScaled<ElementD, 128>::template type>(args.act, fn);
   }
-  if (args.fast_accum) return with_activation<Scaled<ElementD, true>::template type>(args.act, fn);
-  return with_activation<Scaled<ElementD, false>::template type>(args.act, fn);
+  if (args.swap_ab) {
+    if (args.fast_accum) return with_activation<Scaled<ElementD, true, true>::template type>(args.act, fn);
+    return with_activation<Scaled<ElementD, false, true>::template type>(args.act, fn);
+  }
+  if (args.fast_accum) return with_activation<Scaled<ElementD, true, false>::template type>(args.act, fn);
+  return with_activation<Scaled<ElementD, false, false>::template type>(args.act, fn);
 }
 
 }  // namespace ops::cutlass_gemm

@@ -762,6 +762,10 @@ def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_ac
     capability = torch.cuda.get_device_capability()
     if capability == (9, 0) and ops.build_info.CANDIDATE_KERNELS:
         assert plan["path"] == "cutlass" and plan["kernel"].startswith("sm90_e4m3_"), plan
+        # M = 1 below: tensorwise and rowwise run swapped (D^T = B^T A^T on 128x32 tiles)
+        small = ops.fp8.plan(A0[:1], B0, *recipe_scales(recipe, 1, 512, 384, device="cuda")[:2], out_dtype=out_dtype,
+                             use_fast_accum=fast_accum)
+        assert small["swap_ab"] == (recipe in ("tensorwise", "rowwise")) and not plan["swap_ab"], small
     else:
         assert plan["path"] == "formula", plan
     eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[out_dtype]
