@@ -72,6 +72,21 @@ void select_tactic(GemmPlan& plan, const DeviceTarget& target, const char* op, c
   }
 }
 
+size_t choose_named(const char* op, const std::vector<std::string>& candidates, size_t heuristic) {
+  const std::string forced = forced_tactic();
+  if (forced.empty()) return heuristic;
+  const auto it = std::find(candidates.begin(), candidates.end(), forced);
+  TORCH_CHECK(it != candidates.end(), op, ": the forced tactic '", forced, "' cannot run this call; its candidates are: ",
+              json_names(candidates), ". Clear it with ops.gemm.set_tactic(None).");
+  return static_cast<size_t>(it - candidates.begin());
+}
+
+std::string json_names(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (const std::string& name : names) out += (out.size() > 1 ? "," : "") + JsonObject::quote(name);
+  return out + "]";
+}
+
 void set_forced_tactic(const std::string& name) {
   std::lock_guard<std::mutex> lock(controls().mutex);
   controls().forced = name;

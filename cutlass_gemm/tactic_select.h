@@ -23,6 +23,13 @@ void select_tactic(GemmPlan& plan, const DeviceTarget& target, const char* op, c
 void set_forced_tactic(const std::string& name);
 std::string forced_tactic();
 
+// For the GEMMs whose candidates are a short list of kernel names (scaled_gemm's and grouped_gemm's SM90
+// kernels): the index in `candidates` of the forced tactic, or `heuristic` where none is forced. A forced
+// tactic not among them raises, naming `op` and the candidates, as for cutlass_gemm.
+size_t choose_named(const char* op, const std::vector<std::string>& candidates, size_t heuristic);
+// The names as a JSON array, for plan().
+std::string json_names(const std::vector<std::string>& names);
+
 // Autotuning (off by default): on a GEMM shape without a cached choice, time every candidate tactic on
 // the device (synchronizing), keep the fastest for that shape and use it from then on. Never during
 // CUDA graph capture (the heuristic's choice runs, nothing is cached).

@@ -183,8 +183,10 @@ def set_tactic(name: Optional[str]) -> Optional[str]:
     """Force every CUDA ``cutlass_gemm`` / ``linear`` GEMM to run the tactic ``name`` (a name from
     ``plan(A, B)["candidates"]``, e.g.
     ``"sm90_bf16_128x128x64_1x1x1_tnt_align8_stream_k_warpspecialized_cooperative/splitk4"``), or restore the normal choice
-    with ``None``. For benchmarking and experiments: a GEMM whose candidates do not include ``name``
-    raises a RuntimeError listing them. Returns the previous setting."""
+    with ``None``. The SM90 kernels of ``scaled_gemm`` and ``grouped_gemm`` follow it too (their
+    ``ops.fp8.plan`` / ``ops.grouped.plan`` ``candidates``: unswapped and swapped). For benchmarking and
+    experiments: a GEMM whose candidates do not include ``name`` raises a RuntimeError listing them.
+    Returns the previous setting."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"ops.gemm.set_tactic: expected a tactic name (str) or None, got {type(name).__name__}")
     with _CONTROLS_LOCK:

@@ -788,6 +788,28 @@ def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_ac
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_the_sm90_kernels_follow_a_forced_tactic(recipe):
+    if torch.cuda.get_device_capability() != (9, 0) or not ops.build_info.CANDIDATE_KERNELS:
+        pytest.skip("the SM90 FP8 kernels run on sm_90a in a build with OPS_CANDIDATE_KERNELS=1")
+    A, B = fp8(200, 512, device="cuda"), fp8(384, 512, seed=1, device="cuda").t()
+    sa, sb, ea, eb = recipe_scales(recipe, 200, 512, 384, device="cuda")
+    plan = ops.fp8.plan(A, B, sa, sb)
+    assert plan["tactic_source"] == "heuristic" and len(plan["candidates"]) == 2 and not plan["swap_ab"]
+    z = (A.double() * ea) @ (B.double() * eb)
+    try:
+        for name in plan["candidates"]:  # unswapped (the heuristic's at M = 200), then swapped
+            ops.gemm.set_tactic(name)
+            assert ops.fp8.plan(A, B, sa, sb)["kernel"] == name
+            assert (ops.scaled_gemm(A, B, sa, sb).double() - z).abs().max() <= 2.0 ** -7 * z.abs().max()
+        ops.gemm.set_tactic(plan["candidates"][0] + "/dp")
+        with pytest.raises(RuntimeError, match="scaled_gemm: the forced tactic .* cannot run this call"):
+            ops.scaled_gemm(A, B, sa, sb)
+    finally:
+        ops.gemm.set_tactic(None)
+
+
+@pytest.mark.cuda
 def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
     """transformers' own fine-grained FP8 path (its Triton or DeepGEMM kernels) against ops' on one layer."""
     fg = pytest.importorskip("transformers.integrations.finegrained_fp8")

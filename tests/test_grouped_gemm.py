@@ -477,6 +477,28 @@ def test_the_sm90_kernels_clamp_bad_offsets_and_capture_in_a_graph():
 
 
 @pytest.mark.cuda
+def test_the_sm90_kernels_follow_a_forced_tactic():
+    if not sm90_kernels_built():
+        pytest.skip("the SM90 grouped kernels run on sm_90a in a build with OPS_CANDIDATE_KERNELS=1")
+    A, B, offs = make(GPU_KERNEL_CASES[-3], torch.bfloat16, b_transposed=True)
+    a, b, o = A.cuda(), B.cuda(), offs.cuda()
+    plan = ops.grouped.plan(a, b, o)
+    assert plan["tactic_source"] == "heuristic" and plan["kernel"] == plan["candidates"][0] and len(plan["candidates"]) == 2
+    expected = sm90_launch(A, B, offs).float()
+    try:
+        for name in plan["candidates"]:  # unswapped (the heuristic's at 125 rows per group), then swapped
+            ops.gemm.set_tactic(name)
+            forced = ops.grouped.plan(a, b, o)
+            assert forced["kernel"] == name and forced["tactic_source"] == "forced", forced
+            torch.testing.assert_close(ops.grouped_gemm(a, b, o).cpu().float(), expected, atol=0.5, rtol=1e-2)
+        ops.gemm.set_tactic("sm90_bf16_128x128x64_2x1x1_ttt_align8_warpspecialized_cooperative")
+        with pytest.raises(RuntimeError, match="grouped_gemm: the forced tactic .* cannot run this call; its candidates"):
+            ops.grouped_gemm(a, b, o)
+    finally:
+        ops.gemm.set_tactic(None)
+
+
+@pytest.mark.cuda
 def test_cuda_offsets_are_clamped_on_the_device_and_bfloat16_captures_in_a_graph():
     A, B, _ = make(CASES[0], torch.bfloat16, "cuda", b_transposed=True)
     plan = ops.grouped.plan(A, B, offsets([3, 3, 4, 13], "cuda"))
