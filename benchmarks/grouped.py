@@ -2,7 +2,7 @@
 MoE models, forward and backward, and a MoE layer end to end against transformers' "grouped_mm" experts.
 
     python -m benchmarks.grouped [--quick|--full] [--models qwen3-30b-a3b,mixtral-8x7b,deepseek-v3]
-                                 [--tokens 1,64,1024] [--out DIR]
+                                 [--tokens 1,64,1024] [--candidates] [--out DIR]
 
 Expert rows: each model's up (gate_up: N = 2 * width, K = hidden) and down (N = hidden, K = width)
 projection over T tokens routed to their top-k experts, balanced (every expert gets T * k / E rows, the
@@ -12,6 +12,10 @@ remainder spread) or skewed (experts drawn with probability 1 / (rank + 1)): med
 a user's loop would. Layer rows: transformers' sparse MoE block of the model (router, experts, combine)
 with its experts implementation "grouped_mm" and "ops". On CPU a quick suite of the models whose weights
 fit in memory runs by default; deepseek-v3's experts (256 x 4096 x 7168 in bfloat16, 15 GB) run on a GPU.
+--candidates (CUDA, where the SM90 grouped kernels run) also times each forward with every candidate kernel
+of its plan (ops.grouped.plan(...)["candidates"]: unswapped and swapped, forced with ops.gemm.set_tactic),
+each output first checked against the float64 product, and writes grouped_candidates.{json,md}: which kernel
+wins at which rows per group (what grouped_swap_ab is fitted to).
 """
 
 import argparse
@@ -21,8 +25,8 @@ import sys
 import torch
 
 import ops
-from benchmarks.common import RESULTS, CudaTimer, cpu_time, first_line, int_list, machine_facts, markdown_table, \
-    write_report
+from benchmarks.common import RESULTS, CudaTimer, cpu_time, fastest, first_line, int_list, machine_facts, \
+    markdown_table, output_check, sweep_tactics, wrong_results, write_report
 
 # experts, top-k, hidden, expert width (REFERENCES.md: Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3).
 MODELS = {"qwen3-30b-a3b": (128, 8, 2048, 768), "mixtral-8x7b": (8, 2, 4096, 14336), "deepseek-v3": (256, 8, 7168, 2048),
@@ -104,6 +108,26 @@ def measure_experts(case, device, timed, dtype):
     return row
 
 
+def sweep_candidates(case, device, timed, dtype):
+    """Every candidate kernel of one forward row's plan, timed (None on CPU or where the plan has one)."""
+    model, proj, tokens, routing, _ = case
+    experts, k, hidden, width = MODELS[model]
+    n, kdim = (2 * width, hidden) if proj == "up" else (hidden, width)
+    sizes = group_sizes(tokens, experts, k, routing)
+    offs = sizes.cumsum(0).to(torch.int32).to(device)
+    x = torch.randn(int(sizes.sum()), kdim, generator=torch.Generator().manual_seed(tokens)).to(device=device, dtype=dtype)
+    w = expert_weights(experts, n, kdim, device, dtype)
+    names = ops.grouped.plan(x, w, offs).get("candidates", [])
+    if len(names) < 2:
+        return None
+    reference = ops.grouped_gemm(x.double(), w.double(), offs)
+    times, problems = sweep_tactics(lambda: ops.grouped_gemm(x, w, offs), names, timed, output_check(reference, dtype))
+    return {"model": model, "proj": proj, "tokens": tokens, "routing": routing, "rows_per_group": x.shape[0] / experts,
+            "heuristic": ops.grouped.plan(x, w, offs)["kernel"], "best": fastest(times),
+            "times_ms": {name: t * 1e3 if t else None for name, t in times.items()},
+            "wrong_results": wrong_results(problems), "problems": problems}
+
+
 def measure_layer(model, tokens, device, timed, dtype):
     """transformers' Qwen3-MoE sparse block at `model`'s sizes (qwen3-30b-a3b, tiny), experts "grouped_mm" vs "ops"."""
     import transformers
@@ -140,6 +164,7 @@ def main(argv=None):
     mode.add_argument("--full", action="store_true")
     parser.add_argument("--models", default=None, help=f"comma-separated of {', '.join(MODELS)}")
     parser.add_argument("--tokens", type=int_list, default=None, help="comma-separated token counts")
+    parser.add_argument("--candidates", action="store_true", help="also time every candidate kernel (CUDA)")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -207,6 +232,26 @@ def main(argv=None):
     write_report(args.out, "grouped_gemm", {"benchmark": "grouped_gemm", "machine": facts, "results": rows,
                                             "layers": layers}, "Grouped GEMM", note + "\n\n" + table)
     print(f"wrote {args.out}/grouped_gemm.{{json,md}}")
+    if args.candidates:
+        sweeps = [r for r in (sweep_candidates((model, proj, t, routing, "forward"), device, timed, dtype)
+                              for model in models for proj in ("up", "down") for t in tokens[model]
+                              for routing in ("balanced", "skewed")) if r is not None]
+        if not sweeps:
+            print("--candidates: no call here has more than one candidate kernel (the SM90 grouped kernels run on "
+                  "sm_90a in a build with OPS_CANDIDATE_KERNELS=1)", flush=True)
+            return 0
+        names = sorted({name for r in sweeps for name in r["times_ms"]})
+        table = markdown_table(
+            ["model", "proj", "tokens", "routing", "rows / group", *names, "best", "heuristic / best", "wrong"],
+            [[r["model"], r["proj"], r["tokens"], r["routing"], f"{r['rows_per_group']:.1f}",
+              *[f"{r['times_ms'][n]:.3f}" if r["times_ms"].get(n) else "-" for n in names], r["best"] or "-",
+              f"{r['times_ms'][r['heuristic']] / r['times_ms'][r['best']]:.2f}"
+              if r["best"] and r["times_ms"].get(r["heuristic"]) else "-", ", ".join(r["wrong_results"]) or "-"]
+             for r in sweeps])
+        write_report(args.out, "grouped_candidates", {"benchmark": "grouped_candidates", "machine": facts,
+                                                      "results": sweeps}, "Grouped GEMM candidate kernels",
+                     note + " Forward, ms per call.\n\n" + table)
+        print(f"wrote {args.out}/grouped_candidates.{{json,md}}")
     return 0
 
 

@@ -567,6 +567,25 @@ def test_grouped_benchmark_times_every_implementation_both_passes_and_the_layer(
         grouped.main(["--models", "gpt-5"])
 
 
+def test_grouped_benchmark_candidate_sweep(tmp_path, monkeypatch, capsys):
+    # On CPU no call has candidate kernels: the sweep says so. With a plan that names two (as the SM90 build's
+    # on CUDA), each is forced in turn, checked against float64 and timed; a wrong one is named, never best.
+    from benchmarks import grouped
+
+    assert grouped.main(["--models", "tiny", "--tokens", "3", "--candidates", "--out", str(tmp_path)]) == 0
+    assert "no call here has more than one candidate kernel" in capsys.readouterr().out
+    forced = []
+    real_plan, real_gemm = ops.grouped.plan, ops.grouped_gemm
+    monkeypatch.setattr(ops.grouped, "plan", lambda *a: {**real_plan(*a), "kernel": "k_dp", "candidates": ["k_dp", "k_swap"]})
+    monkeypatch.setattr(ops.gemm, "set_tactic", forced.append)
+    monkeypatch.setattr(ops, "grouped_gemm", lambda *a: real_gemm(*a) * (2 if forced and forced[-1] == "k_swap" else 1))
+    assert grouped.main(["--models", "tiny", "--tokens", "20", "--candidates", "--out", str(tmp_path)]) == 0
+    sweeps = json.loads((tmp_path / "grouped_candidates.json").read_text())["results"]
+    assert len(sweeps) == 4 and all(r["best"] == "k_dp" and r["wrong_results"] == ["k_swap"] for r in sweeps)
+    assert "| k_dp | k_swap |" in (tmp_path / "grouped_candidates.md").read_text()
+    assert forced.count(None) == 4  # the heuristic restored after each sweep
+
+
 def test_grouped_benchmark_group_sizes_sum_to_the_picks():
     from benchmarks.grouped import group_sizes
 
