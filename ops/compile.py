@@ -375,6 +375,14 @@ def _register_all(kind: str):
         x, w = _val(match.kwargs["x"]), _val(match.kwargs["w"])
         return x.dim() >= 1 and w.dim() == 1 and same(w.shape[0], x.shape[-1])
 
+    def layout_kept(*names):
+        # The ops return contiguous results; eager's element-wise formulas follow their input's layout. In a
+        # training graph the forward's outputs keep the strides traced before the pass, which a rewrite on
+        # a transposed or permuted input breaks (a caller's .view() then fails): there, contiguous inputs only.
+        def contiguous(match):
+            return not training or all(_known(_val(match.kwargs[k]).is_contiguous()) for k in names)
+        return contiguous
+
     def add_shapes(match):
         x, residual = _val(match.kwargs["x"]), _val(match.kwargs["residual"])
         return x.dim() == residual.dim() and all(same(a, b) for a, b in zip(x.shape, residual.shape))
@@ -443,13 +451,15 @@ def _register_all(kind: str):
             cast = norm in (_hf_norm, _hf_norm_cast)
             norm_checks = ((not_float64,) if cast else ()) + (eps_is_a_number, norm_shapes)
             if norm is not _ops_norm:
-                register("rms_norm", norm, _rms_norm_replacement, [x, w, eps], check("rms_norm", ("x", "w"), *norm_checks),
+                register("rms_norm", norm, _rms_norm_replacement, [x, w, eps],
+                         check("rms_norm", ("x", "w"), *norm_checks, layout_kept("x")),
                          grads=_GRADS[2], scalars={"eps": _EPS})
             if norm is not _ops_norm and training:
                 # A norm of a sum used again (a residual stream): autograd adds the sum's other gradient
                 # into the norm's own, so the plain norm's backward is not in the graph; the sum is.
                 register("rms_norm", _add_norm_search(norm), _residual_norm_replacement, [x, r, w, eps],
-                         check("rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes),
+                         check("rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes,
+                               layout_kept("x", "residual")),
                          grads=_RESIDUAL_GRADS, scalars={"eps": _EPS})
             if not training:
                 register("fused_add_rms_norm", _add_norm_search(norm), _add_norm_replacement, [x, r, w, eps],
@@ -462,17 +472,20 @@ def _register_all(kind: str):
         for norm in (_hf_norm, _hf_norm_cast):
             tensor_checks = (not_float64, eps_is_a_cpu_scalar, norm_shapes)
             register("rms_norm", norm, _rms_norm_tensor_eps_replacement, [x, w, eps_t],
-                     check("rms_norm", ("x", "w"), *tensor_checks), grads=[g + (False,) for g in _GRADS[2]])
+                     check("rms_norm", ("x", "w"), *tensor_checks, layout_kept("x")),
+                     grads=[g + (False,) for g in _GRADS[2]])
             if training:
                 register("rms_norm", _add_norm_search(norm), _residual_norm_tensor_eps_replacement, [x, r, w, eps_t],
-                         check("rms_norm", ("x", "residual", "w"), *tensor_checks, add_shapes),
+                         check("rms_norm", ("x", "residual", "w"), *tensor_checks, add_shapes,
+                               layout_kept("x", "residual")),
                          grads=[g + (False,) for g in _RESIDUAL_GRADS])
         if not training:
             register("fused_add_rms_norm", _ops_norm_default_eps_search, _ops_norm_default_eps_replacement, [x, r, w],
                      check("fused_add_rms_norm", ("x", "residual", "w"), norm_shapes, add_shapes, buffers_of_their_own,
                            input_not_written_back))
         for search in _silu_mul_searches():
-            register("silu_and_mul", search, _silu_and_mul_replacement, [x], check("silu_and_mul", ("x",), even),
+            register("silu_and_mul", search, _silu_and_mul_replacement, [x],
+                     check("silu_and_mul", ("x",), even, layout_kept("x")),
                      grads=((True,),))
         for shape in ((3, 8), (2, 3, 8)):
             for act in _ACTIVATIONS:

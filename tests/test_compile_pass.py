@@ -168,6 +168,35 @@ def test_training_graphs_use_the_ops_autograd():
     assert only(backend.counts, rms_norm=1, silu_and_mul=1, linear_act=1), backend.counts
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_outputs_keep_eager_strides_for_transposed_inputs(training):
+    # The ops return contiguous results and eager's formulas follow a transposed input's layout; a training
+    # graph's outputs keep the strides traced before the pass, so there the pass leaves such inputs alone
+    # (a caller's y.t().view(-1) failed); inference graphs keep eager's strides with the rewrite. Contiguous
+    # inputs are rewritten in both.
+    def norm(y, w):
+        return hf_norm(y.t(), w)
+
+    def swiglu(y):
+        x = y.t()
+        return F.silu(x[..., :64]) * x[..., 64:]
+
+    torch.manual_seed(0)
+    for fn, args, pattern in ((norm, (torch.randn(64, 8), torch.randn(64)), "rms_norm"),
+                              (swiglu, (torch.randn(128, 8),), "silu_and_mul"),
+                              (hf_norm, (torch.randn(8, 64), torch.randn(64)), "rms_norm")):
+        args = [a.requires_grad_(training) for a in args]
+        compiled_fn, backend = compiled(fn)
+        got, expected = compiled_fn(*args), fn(*args)
+        assert got.stride() == expected.stride(), (fn.__name__, got.stride(), expected.stride())
+        if expected.t().is_contiguous():
+            got.t().view(-1)  # runs as it does on eager's output
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        rewritten = fn is hf_norm or not training
+        assert only(backend.counts, **({pattern: 1} if rewritten else {})), (fn.__name__, backend.counts)
+        torch._dynamo.reset()
+
+
 def test_default_rules_per_device_and_the_users_own_inductor_config():
     x, w, small = torch.randn(4, 4096), torch.randn(48, 4096), torch.randn(4, 64)
 
