@@ -107,13 +107,13 @@ template <typename T, typename C>
 void quantize_run(const T* x, int64_t n, float s, C* codes) {
   constexpr float kMax = fp8::fp8_max(std::is_same_v<C, c10::Float8_e5m2>);
   constexpr int64_t kChunk = 256;
-  using V = at::vec::Vectorized<float>;
   float buffer[kChunk];
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t m = std::min(kChunk, n - start);
     at::vec::convert(x + start, buffer, m);
     int64_t i = 0;
 #if defined(CPU_CAPABILITY_AVX512)
+    using V = at::vec::Vectorized<float>;
     const V scale(s), lo(-kMax), hi(kMax);
     for (; i + V::size() <= m; i += V::size()) {
       at::vec::convert<C>(at::vec::clamp(V::loadu(buffer + i) / scale, lo, hi)).store(codes + start + i, V::size());

@@ -167,6 +167,16 @@ def _storage(value):
     return StorageWeakRef(value.untyped_storage())
 
 
+def _row_major(value) -> bool:
+    """Whether eager's element-wise formulas of `value` give a contiguous result: its dimensions longer than
+    one that it does not broadcast have decreasing strides (TensorIterator lays an output out in its inputs'
+    stride order). A half or window of a row is; a transposed or permuted tensor is not."""
+    if _known(value.is_contiguous()):
+        return True
+    strides = [s for n, s in zip(value.shape, value.stride()) if not _known(n == 1) and not _known(s == 0)]
+    return all(_known(a > b) for a, b in zip(strides, strides[1:]))
+
+
 def _whole_buffer(value) -> bool:
     """Whether a (fake) tensor is all of its storage: contiguous from offset 0, no other tensor's view."""
     return (value.is_contiguous() and _known(value.storage_offset() == 0)
@@ -376,12 +386,13 @@ def _register_all(kind: str):
         return x.dim() >= 1 and w.dim() == 1 and same(w.shape[0], x.shape[-1])
 
     def layout_kept(*names):
-        # The ops return contiguous results; eager's element-wise formulas follow their input's layout. In a
-        # training graph the forward's outputs keep the strides traced before the pass, which a rewrite on
-        # a transposed or permuted input breaks (a caller's .view() then fails): there, contiguous inputs only.
-        def contiguous(match):
-            return not training or all(_known(_val(match.kwargs[k]).is_contiguous()) for k in names)
-        return contiguous
+        # The ops return contiguous results; eager's element-wise formulas follow their input's layout. Graph
+        # outputs keep the strides traced before the pass in training graphs (torch 2.13 and 2.14.1) and in
+        # inference graphs under torch 2.13, which a rewrite on a transposed or permuted input breaks (a
+        # caller's .view() then fails): row-major inputs only.
+        def row_major(match):
+            return all(_row_major(_val(match.kwargs[k])) for k in names)
+        return row_major
 
     def add_shapes(match):
         x, residual = _val(match.kwargs["x"]), _val(match.kwargs["residual"])

@@ -425,10 +425,16 @@ def _precision(program):
     return program.dtype
 
 
-def _compare(what, got, expected, reference, dtype, exact=None, fragile=None):
+def _layout(t):
+    """The strides that decide which views of `t` work: those of its dimensions longer than one."""
+    return tuple((n, s) for n, s in zip(t.shape, t.stride()) if n > 1)
+
+
+def _compare(what, got, expected, reference, dtype, exact=None, fragile=None, layout=False):
     """got (compiled with the pass) must be as close to eager as the stated tolerance, or as Inductor's own
     code without the pass (`reference`) is, or (given the float64 result `exact`) as close to the exact
-    result as twice eager's own error; elements marked in `fragile` (_fragile) are left out."""
+    result as twice eager's own error; elements marked in `fragile` (_fragile) are left out. With `layout`,
+    its strides must be eager's or Inductor's own (a caller's .view() of the result depends on them)."""
     exact = exact if exact is not None else [None] * len(got)
     fragile = fragile if fragile is not None else [None] * len(got)
     for i, (g, e, r, x, f) in enumerate(zip(got, expected, reference, exact, fragile)):
@@ -439,6 +445,9 @@ def _compare(what, got, expected, reference, dtype, exact=None, fragile=None):
             continue
         if g.shape != e.shape or g.dtype != e.dtype:
             raise Disagreement(f"{what} {i}: shape/dtype {tuple(g.shape)} {g.dtype}, eager {tuple(e.shape)} {e.dtype}")
+        if layout and _layout(g) not in (_layout(e), _layout(r)):
+            raise Disagreement(f"{what} {i}: strides {g.stride()}, eager {e.stride()}, Inductor without the pass "
+                               f"{r.stride()}")
         g64, e64, r64 = g.double(), e.double(), r.double()
         judged = torch.ones(e.shape, dtype=torch.bool) if f is None else ~f
         finite = torch.isfinite(e64) & judged
@@ -521,7 +530,7 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
     def compare(reference, exact=None, fragile=None):
         for what, i in (("output", 0), ("gradient", 1), ("input after the call", 2)):
             _compare(what, fused[i], eager[i], reference[i], _precision(program), None if exact is None else exact[i],
-                     None if fragile is None or i == 2 else fragile[i])
+                     None if fragile is None or i == 2 else fragile[i], layout=i == 0)
 
     try:
         # A graph the pass left alone is the graph Inductor compiles without it: eager is the reference.
