@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <vector>
 
 #include "../csrc/checks.h"
 #include "grouped_args.h"
@@ -68,6 +69,8 @@ GroupedLaunch prepare_grouped_launch(const at::Tensor& A, const at::Tensor& B, c
 void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);
 // The kernel's name, e.g. sm90_bf16_128x128x64_1x1x1_tnt_align8_warpspecialized_cooperative_ptr_array.
 std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);
+// Every SM90 grouped kernel the candidate build compiles (ops.kernels()), as JSON objects.
+std::vector<std::string> grouped_kernels_json();
 
 // JSON of the path a call takes (mode, path, host_sync, offsets): ops.grouped.plan.
 std::string grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,

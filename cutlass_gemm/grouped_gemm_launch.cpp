@@ -10,6 +10,7 @@
 
 #include <limits>
 
+#include "../csrc/json.h"
 #include "grouped_gemm.h"
 #include "operands.h"
 
@@ -99,6 +100,41 @@ std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarTyp
                                            : std::string(args.a_row_major ? "t" : "n") + (args.b_row_major ? "t" : "n") + "t";
   return std::string("sm90_") + (dtype == at::kBFloat16 ? "bf16" : "f16") + "_" +
          (args.swap_ab ? kGroupedGemmSwapTile : kGroupedGemmTile) + "_" + layouts + "_align8_" + kGroupedGemmSchedule;
+}
+
+// As with_grouped_config (sm90_grouped_gemm.cuh) instantiates them: per dtype, row-major A with B either way
+// (2D x 3D and 3D x 3D), those two swapped, and column-major A with row-major B (2D x 2D).
+std::vector<std::string> grouped_kernels_json() {
+  struct Variant {
+    bool a_row_major, b_row_major, swap_ab;
+    const char* modes;
+  };
+  constexpr Variant kVariants[] = {{true, true, false, "[\"2D x 3D\",\"3D x 3D\"]"},
+                                   {true, false, false, "[\"2D x 3D\",\"3D x 3D\"]"},
+                                   {true, true, true, "[\"2D x 3D\",\"3D x 3D\"]"},
+                                   {true, false, true, "[\"2D x 3D\",\"3D x 3D\"]"},
+                                   {false, true, false, "[\"2D x 2D\"]"}};
+  std::vector<std::string> kernels;
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (const Variant& v : kVariants) {
+      GroupedGemmLaunchArgs args;
+      args.a_row_major = v.a_row_major;
+      args.b_row_major = v.b_row_major;
+      args.swap_ab = v.swap_ab;
+      JsonObject o;
+      o.add("name", grouped_kernel_name(args, dtype))
+          .add("op", "grouped_gemm")
+          .add("sm", 90)
+          .add("dtype", dtype == at::kBFloat16 ? "bf16" : "f16")
+          .raw("modes", v.modes)
+          .add("layout_a", v.a_row_major ? "row" : "col")
+          .add("layout_b", v.b_row_major ? "row" : "col")
+          .add("swap_ab", v.swap_ab)
+          .add("candidate_only", true);
+      kernels.push_back(o.str());
+    }
+  }
+  return kernels;
 }
 
 void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dtype) {

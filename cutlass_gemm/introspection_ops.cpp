@@ -15,7 +15,9 @@
 #include "../csrc/json.h"
 #include "emulate.h"
 #include "gemm_host.h"
+#include "grouped_gemm.h"
 #include "plan_json.h"
+#include "scaled_gemm.h"
 #include "tactic.h"
 #include "tactic_select.h"
 
@@ -102,6 +104,7 @@ std::string kernels_json() {
     cluster.add("m", shape.cluster_m).add("n", shape.cluster_n);
     JsonObject o;
     o.add("name", kernel_name(static_cast<KernelId>(i)))
+        .add("op", "cutlass_gemm")
         .add("id", info.id)
         .add("sm", info.sm)
         .add("dtype", dtype_name(info.dtype))
@@ -120,6 +123,9 @@ std::string kernels_json() {
         .add("swap_ab", shape.swap_ab)
         .add("candidate_only", candidate_only(info.config));
     out += (i ? "," : "") + o.str();
+  }
+  for (const std::vector<std::string>& family : {scaled_kernels_json(), grouped_kernels_json()}) {
+    for (const std::string& o : family) out += "," + o;
   }
   return out + "]";
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -51,6 +52,17 @@ void scaled_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Te
 }
 
 bool scaled_block_recipe(ScaleRecipe recipe);  // the two blockwise recipes
+
+// The SM90 FP8 kernels' configurations (sm90_scaled_gemm.cuh): tile, cluster and schedule of the
+// tensorwise/rowwise, swapped and blockwise kernels, as their names spell them.
+inline constexpr const char* kScaledGemmConfig = "128x128x128_2x1x1_tn_align16_warpspecialized_cooperative";
+inline constexpr const char* kSwappedScaledGemmConfig = "128x32x128_1x1x1_tnn_align16_warpspecialized_cooperative";
+inline constexpr const char* kBlockScaledGemmConfig = "128x128x128_1x1x1_tn_align16_warpspecialized_cooperative_fp8_blockwise";
+// The kernel of a launch (out: bfloat16, float16 or float32), e.g.
+// sm90_e4m3_128x128x128_2x1x1_tn_align16_warpspecialized_cooperative_bf16_scaled_bias_none.
+std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab);
+// Every SM90 FP8 kernel the candidate build compiles (ops.kernels()), as JSON objects.
+std::vector<std::string> scaled_kernels_json();
 
 // A launch of the SM90 FP8 kernels as scaled_gemm's CUDA kernel builds it (scaled_gemm_launch.cpp): the
 // tensors its arguments point into (operands in the kernel's layouts, copied where needed; d: out itself

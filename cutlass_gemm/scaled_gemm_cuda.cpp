@@ -31,23 +31,11 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   return "";
 }
 
-std::string kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab) {
-  const char* out_name = out == at::kBFloat16 ? "bf16" : out == at::kHalf ? "f16" : "f32";
-  if (scaled_block_recipe(recipe)) {
-    return std::string("sm90_e4m3_") + kBlockScaledGemmConfig + "_" + out_name +
-           (recipe == ScaleRecipe::Block128 ? "_sfa1x128_sfb128x128" : "_sfa1x128_sfb1x128") + "_bias_" +
-           std::string(activation_name(act));
-  }
-  return std::string("sm90_e4m3_") + (swap_ab ? kSwappedScaledGemmConfig : kScaledGemmConfig) +
-         (fast_accum ? "_fp8_fastaccum" : "") + "_" + out_name +
-         "_scaled_bias_" + std::string(activation_name(act));
-}
-
 // The kernels that can run this call (blockwise: one; else unswapped and swapped) and the index of the one
 // it runs: the forced tactic's (ops.gemm.set_tactic), else scaled_swap_ab's choice.
 std::vector<std::string> scaled_candidates(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
-  std::vector<std::string> names{kernel_name(out, recipe, act, fast_accum, false)};
-  if (!scaled_block_recipe(recipe)) names.push_back(kernel_name(out, recipe, act, fast_accum, true));
+  std::vector<std::string> names{scaled_kernel_name(out, recipe, act, fast_accum, false)};
+  if (!scaled_block_recipe(recipe)) names.push_back(scaled_kernel_name(out, recipe, act, fast_accum, true));
   return names;
 }
 size_t scaled_choice(ScaleRecipe recipe, int64_t m, const std::vector<std::string>& names) {
@@ -72,7 +60,7 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
     if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, A.options().dtype(at::kByte));
     const LaunchStatus status = run(args, bytes ? workspace.data_ptr() : nullptr, bytes, stream);
     TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ",
-                kernel_name(out.scalar_type(), recipe, act, fast_accum, args.swap_ab),
+                scaled_kernel_name(out.scalar_type(), recipe, act, fast_accum, args.swap_ab),
                 " failed: ", status.message);
   };
 #if OPS_WITH_CANDIDATE_KERNELS

@@ -10,6 +10,7 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <torch/library.h>
 
+#include "../csrc/json.h"
 #include "operands.h"
 #include "scaled_gemm.h"
 
@@ -26,6 +27,58 @@ at::Tensor aligned_contiguous(const at::Tensor& t) {
 
 bool scaled_block_recipe(ScaleRecipe recipe) {
   return recipe == ScaleRecipe::Block128 || recipe == ScaleRecipe::Block1x128;
+}
+
+namespace {
+const char* out_name(at::ScalarType out) { return out == at::kBFloat16 ? "bf16" : out == at::kHalf ? "f16" : "f32"; }
+}  // namespace
+
+std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab) {
+  if (scaled_block_recipe(recipe)) {
+    return std::string("sm90_e4m3_") + kBlockScaledGemmConfig + "_" + out_name(out) +
+           (recipe == ScaleRecipe::Block128 ? "_sfa1x128_sfb128x128" : "_sfa1x128_sfb1x128") + "_bias_" +
+           std::string(activation_name(act));
+  }
+  return std::string("sm90_e4m3_") + (swap_ab ? kSwappedScaledGemmConfig : kScaledGemmConfig) +
+         (fast_accum ? "_fp8_fastaccum" : "") + "_" + out_name(out) + "_scaled_bias_" +
+         std::string(activation_name(act));
+}
+
+// One kernel serves tensorwise and rowwise (its epilogue broadcasts a scalar or a vector), fast or two-level
+// accumulation, swapped or not; a blockwise kernel per block shape of B (its mainloop promotes per 128 of K).
+// As with_scaled_config (sm90_scaled_gemm.cuh) instantiates them.
+std::vector<std::string> scaled_kernels_json() {
+  std::vector<std::string> kernels;
+  const auto add = [&](at::ScalarType out, std::initializer_list<ScaleRecipe> recipes, Activation act,
+                       bool fast_accum, bool swap_ab) {
+    std::string names = "[";
+    for (const ScaleRecipe r : recipes) names += (names.size() > 1 ? "," : "") + JsonObject::quote(scale_recipe_name(r));
+    JsonObject o;
+    o.add("name", scaled_kernel_name(out, *recipes.begin(), act, fast_accum, swap_ab))
+        .add("op", "scaled_gemm")
+        .add("sm", 90)
+        .add("dtype", "e4m3")
+        .add("out_dtype", out_name(out))
+        .raw("recipes", names + "]")
+        .add("activation", std::string(activation_name(act)))
+        .add("accumulation", scaled_block_recipe(*recipes.begin()) ? "blockwise promotion"
+                             : fast_accum                          ? "fast"
+                                                                   : "two-level")
+        .add("swap_ab", swap_ab)
+        .add("candidate_only", true);
+    kernels.push_back(o.str());
+  };
+  for (const at::ScalarType out : {at::kBFloat16, at::kHalf, at::kFloat}) {
+    for (int a = 0; a < kNumActivations; ++a) {
+      const Activation act = static_cast<Activation>(a);
+      for (const bool swap_ab : {false, true}) {
+        for (const bool fast : {false, true}) add(out, {ScaleRecipe::Tensorwise, ScaleRecipe::Rowwise}, act, fast, swap_ab);
+      }
+      add(out, {ScaleRecipe::Block128}, act, false, false);
+      add(out, {ScaleRecipe::Block1x128}, act, false, false);
+    }
+  }
+  return kernels;
 }
 
 ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,

@@ -22,9 +22,4 @@ OPS_DECLARE_SCALED_GEMM(f16)
 OPS_DECLARE_SCALED_GEMM(f32)
 #undef OPS_DECLARE_SCALED_GEMM
 
-// The kernels' configuration, for plan(): tile, cluster and schedule (tensorwise/rowwise, swapped, blockwise).
-inline constexpr const char* kScaledGemmConfig = "128x128x128_2x1x1_tn_align16_warpspecialized_cooperative";
-inline constexpr const char* kSwappedScaledGemmConfig = "128x32x128_1x1x1_tnn_align16_warpspecialized_cooperative";
-inline constexpr const char* kBlockScaledGemmConfig = "128x128x128_1x1x1_tn_align16_warpspecialized_cooperative_fp8_blockwise";
-
 }  // namespace ops::cutlass_gemm

@@ -83,11 +83,20 @@ def compiled_build_info():
     return json.loads(torch.ops.ops._build_info())
 
 
-def kernels():
-    """The GEMM kernels the planner knows (cutlass_gemm/kernel_list.h: the CUTLASS instantiations and the
-    SIMT GEMV kernels), as a list of dicts. ``candidate_only`` ones are compiled only with
-    OPS_CANDIDATE_KERNELS=1 (``ops.build_info.CANDIDATE_KERNELS``)."""
-    return json.loads(torch.ops.ops._cutlass_gemm_kernels())
+_KERNEL_OPS = ("cutlass_gemm", "scaled_gemm", "grouped_gemm")
+
+
+def kernels(op=None):
+    """The GEMM family's kernels, as a list of dicts, each with its ``name`` (as ``plan()`` and
+    ``ops.gemm.set_tactic`` spell it) and the ``op`` it serves: ``"cutlass_gemm"`` (and ops.linear:
+    cutlass_gemm/kernel_list.h, the CUTLASS instantiations and the SIMT GEMV kernels), ``"scaled_gemm"``
+    (the SM90 FP8 kernels) and ``"grouped_gemm"`` (the SM90 grouped kernels); ``op``: that op's only.
+    ``candidate_only`` ones are compiled only with OPS_CANDIDATE_KERNELS=1
+    (``ops.build_info.CANDIDATE_KERNELS``)."""
+    if op is not None and op not in _KERNEL_OPS:
+        raise ValueError(f"ops.kernels: op must be None or one of {', '.join(_KERNEL_OPS)}, got {op!r}")
+    listed = json.loads(torch.ops.ops._cutlass_gemm_kernels())
+    return [k for k in listed if op is None or k["op"] == op]
 
 
 def allow_tf32():

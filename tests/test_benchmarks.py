@@ -501,7 +501,7 @@ def test_the_gpu_sweep_covers_every_candidate_configuration_within_its_budget():
     rows = sweep_plan.plan()
     swept = {name.split("/")[0] for r in rows for name in r["names"]}
     acts = {a for _, argv, _ in sweep_plan.FUSED for a in argv[argv.index("--acts") + 1].split(",")}
-    for k in ops.kernels():
+    for k in ops.kernels("cutlass_gemm"):
         # bf16 on SM90, the weight layout (row-major B: the square suite, whose M is never small), the plain
         # epilogue or the swept activations
         served = k["layout_b"] == "col" or not k["swap_ab"]

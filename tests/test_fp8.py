@@ -796,6 +796,7 @@ def test_the_sm90_kernels_follow_a_forced_tactic(recipe):
     sa, sb, ea, eb = recipe_scales(recipe, 200, 512, 384, device="cuda")
     plan = ops.fp8.plan(A, B, sa, sb)
     assert plan["tactic_source"] == "heuristic" and len(plan["candidates"]) == 2 and not plan["swap_ab"]
+    assert set(plan["candidates"]) <= {k["name"] for k in ops.kernels("scaled_gemm")}
     z = (A.double() * ea) @ (B.double() * eb)
     try:
         for name in plan["candidates"]:  # unswapped (the heuristic's at M = 200), then swapped

@@ -67,7 +67,7 @@ def _no_forced_tactic():
 # ---- the instantiation list ----------------------------------------------------------------------
 
 def test_every_shape_config_exists_for_both_half_types_and_common_layouts():
-    kernels = {k["id"]: k for k in ops.kernels()}
+    kernels = {k["id"]: k for k in ops.kernels("cutlass_gemm")}
     for dt in ("f16", "bf16"):
         for layout in ("rr", "rc"):
             assert kernels[f"sm90_{dt}_{layout}"]["config"] == "coop_128x128_c2x1"
@@ -103,7 +103,7 @@ def test_every_kernel_name_spells_its_fields():
     flip = {"row": "col", "col": "row"}
     element = {("float16", "standard"): "f16", ("bfloat16", "standard"): "bf16", ("float32", "tf32"): "tf32",
                ("float32", "3xtf32"): "3xtf32", ("float64", "standard"): "f64"}
-    kernels = ops.kernels()
+    kernels = ops.kernels("cutlass_gemm")
     assert len({k["name"] for k in kernels}) == len(kernels)
     for k in kernels:
         match = NAME.fullmatch(k["name"])
@@ -242,7 +242,7 @@ def test_candidates(M, N, K):
     names = plan["candidates"]
     assert len(names) == len(set(names))
     assert plan["tactic"]["name"] in names
-    kernels = {k["name"]: k for k in ops.kernels()}
+    kernels = {k["name"]: k for k in ops.kernels("cutlass_gemm")}
     k_iterations = -(-K // 64)
     for name in names:
         kernel, *settings = name.split("/")
@@ -318,7 +318,7 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
     A, B = operands(1, 4096, 4096, values=False)
     full, lean = plan_only(A, B), plan_only(A, B, candidate_kernels=False)
     swap, gemv = KERNEL_NAME["sm90_bf16_rc_swap"], KERNEL_NAME["sm90_bf16_rc_gemv"]
-    candidate_only = {k["name"] for k in ops.kernels() if k["candidate_only"]}
+    candidate_only = {k["name"] for k in ops.kernels("cutlass_gemm") if k["candidate_only"]}
     assert any(n.startswith(swap + "/") for n in full["candidates"]) and gemv in full["candidates"]
     assert lean["candidates"] == [n for n in full["candidates"] if n.split("/")[0] not in candidate_only]
     assert lean["tactic"] == full["tactic"]
@@ -362,7 +362,7 @@ def test_a_tactic_named_by_kernel_id_says_the_name():
 
 
 def test_candidate_only_means_the_configs_the_heuristic_never_picks():
-    kernels = ops.kernels()
+    kernels = ops.kernels("cutlass_gemm")
     assert {k["config"] for k in kernels if k["candidate_only"]} == {
         "swap_ab_streamk_128x32_c1x1", "simt_gemv_m16", "pingpong_128x128_c2x1", "coop_128x256_c1x2", "coop_256x128_c2x1",
         "pingpong_64x128_c2x1", "swap_ab_pingpong_64x16_c1x1", "swap_ab_pingpong_64x32_c1x1"}

@@ -484,6 +484,7 @@ def test_the_sm90_kernels_follow_a_forced_tactic():
     a, b, o = A.cuda(), B.cuda(), offs.cuda()
     plan = ops.grouped.plan(a, b, o)
     assert plan["tactic_source"] == "heuristic" and plan["kernel"] == plan["candidates"][0] and len(plan["candidates"]) == 2
+    assert set(plan["candidates"]) <= {k["name"] for k in ops.kernels("grouped_gemm")}
     expected = sm90_launch(A, B, offs).float()
     try:
         for name in plan["candidates"]:  # unswapped (the heuristic's at 125 rows per group), then swapped

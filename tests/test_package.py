@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 import torch
 
 import ops
@@ -37,7 +38,7 @@ def test_build_info():
 
 
 def test_kernel_list():
-    kernels = ops.kernels()
+    kernels = ops.kernels("cutlass_gemm")
     names = {k["name"] for k in kernels}
     assert len(names) == len(kernels)
     # Every dtype x math has all four operand layouts, so row/column-major inputs never need copies.
@@ -46,6 +47,33 @@ def test_kernel_list():
         families.setdefault((k["sm"], k["dtype"], k["math"]), set()).add((k["layout_a"], k["layout_b"]))
     assert all(len(layouts) == 4 for layouts in families.values()), families
     assert (90, "bfloat16", "standard") in families and (80, "float32", "3xtf32") in families
+
+
+def test_kernel_list_names_the_fp8_and_grouped_kernels():
+    # As sm90_scaled_gemm.cuh and sm90_grouped_gemm.cuh instantiate them, under the names plan() reports.
+    everything = ops.kernels()
+    assert {k["op"] for k in everything} == {"cutlass_gemm", "scaled_gemm", "grouped_gemm"}
+    assert len({k["name"] for k in everything}) == len(everything)
+    assert sorted(everything, key=lambda k: k["name"]) == sorted(
+        ops.kernels("cutlass_gemm") + ops.kernels("scaled_gemm") + ops.kernels("grouped_gemm"), key=lambda k: k["name"])
+    scaled = ops.kernels("scaled_gemm")
+    # Per output dtype and activation: fast and two-level, each also swapped, and the two blockwise kernels.
+    assert len(scaled) == 3 * 5 * 6 and all(k["sm"] == 90 and k["candidate_only"] for k in scaled)
+    for k in scaled:
+        blockwise = k["recipes"][0].startswith("blockwise")
+        assert ("fp8_blockwise" in k["name"]) == blockwise and ("fastaccum" in k["name"]) == (k["accumulation"] == "fast")
+        assert ("128x32x128" in k["name"]) == k["swap_ab"] and not (blockwise and k["swap_ab"])
+        assert k["name"].endswith(f"_{k['out_dtype']}_scaled_bias_{k['activation']}") or blockwise
+    assert {(k["out_dtype"], k["activation"]) for k in scaled} == {
+        (o, a) for o in ("bf16", "f16", "f32") for a in ("none", "relu", "gelu", "gelu_tanh", "silu")}
+    grouped = ops.kernels("grouped_gemm")
+    assert len(grouped) == 2 * 5 and all(k["sm"] == 90 and k["candidate_only"] for k in grouped)
+    assert {(k["layout_a"], k["layout_b"], k["swap_ab"]) for k in grouped if k["modes"] == ["2D x 2D"]} == {
+        ("col", "row", False)}
+    assert ("sm90_bf16_128x32x128_1x1x1_nnn_align8_warpspecialized_cooperative_ptr_array"
+            in {k["name"] for k in grouped})  # swapped, row-major B: the kernel's A is B^T, column-major
+    with pytest.raises(ValueError, match="ops.kernels: op must be None or one of cutlass_gemm, scaled_gemm"):
+        ops.kernels("linear")
 
 
 def test_wrong_torch_version_gives_readable_error():
