@@ -88,6 +88,9 @@ TORCH_LIBRARY(ops, m) {
   // JSON of the tuning cache; clearing it; adding entries (load_tuning_cache). cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_tuning_cache() -> str");
   m.def("_cutlass_gemm_clear_tuning_cache() -> ()");
+  // Test hook: how scaled_gemm's and grouped_gemm's SM90 kernels choose among `candidates` under `key`
+  // (forced, tuned, heuristic; autotune due), as JSON. cutlass_gemm/introspection_ops.cpp
+  m.def("_named_tactic_choice(str op, str key, str[] candidates, int heuristic) -> str");
   m.def("_cutlass_gemm_add_tuning(str[] keys, str[] bests, int[] timing_counts, str[] timing_names, "
         "float[] timing_ms) -> ()");
   // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. cutlass_gemm/gemm_cuda.cpp

@@ -2,6 +2,7 @@
 // allocator, then the planned CUTLASS launch (gemm_host.h) with its tactic (tactic_select.h), autotuned
 // when the user asked for it. No CUTLASS headers here.
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -147,18 +148,17 @@ class EventPool {
   std::vector<cudaEvent_t> events_;
 };
 
-// Median milliseconds of kRepeats runs of `tactic` after a warm-up run, each between CUDA events on
-// `stream` (synchronizes it), or -1 when CUTLASS refuses the tactic or its workspace cannot be
-// allocated (an out-of-memory error is caught and the candidate skipped, so tuning never fails a GEMM
-// that the heuristic's tactic can run). The timed interval includes each run's host-side launch work.
-double time_tactic(const Tactic& tactic, const GemmLaunchArgs& args, const at::Tensor& like,
-                   cudaStream_t stream, const EventPool& events, int repeats) {
+// Median milliseconds of `repeats` calls of run (a launch on `stream`; false: CUTLASS refused it) after a
+// warm-up call, each between CUDA events on `stream` (synchronizes it), or -1 when it is refused or its
+// workspace cannot be allocated (an out-of-memory error is caught and the candidate skipped, so tuning
+// never fails a GEMM that the heuristic's choice can run). The timed interval includes each call's host work.
+double time_runs(const std::function<bool()>& run, cudaStream_t stream, const EventPool& events, int repeats) {
   try {
-    if (!run_tactic(tactic, args, like, stream).ok) return -1;
+    if (!run()) return -1;
     C10_CUDA_CHECK(cudaEventRecord(events[0], stream));
     bool ok = true;
     for (int i = 1; i <= repeats && ok; ++i) {
-      ok = run_tactic(tactic, args, like, stream).ok;
+      ok = run();
       C10_CUDA_CHECK(cudaEventRecord(events[i], stream));
     }
     C10_CUDA_CHECK(cudaEventSynchronize(events[repeats]));
@@ -176,11 +176,12 @@ double time_tactic(const Tactic& tactic, const GemmLaunchArgs& args, const at::T
   }
 }
 
+constexpr int kTuningRepeats = 5;
+
 // Times every candidate tactic of `plan` and caches the fastest under `key`. Every candidate writes
 // the complete result into args.d, so the output is right whichever runs last.
 Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, const GemmLaunchArgs& args,
                 const std::string& key, const at::Tensor& like, cudaStream_t stream) {
-  constexpr int kRepeats = 5;
   // Our own synchronizing calls must not invalidate a capture that another thread runs in the
   // default (global) mode.
   const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
@@ -188,9 +189,10 @@ Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, con
   record.tactic = plan.tactic;
   record.resolved = true;
   double best_ms = -1;
-  const EventPool events(kRepeats + 1);
+  const EventPool events(kTuningRepeats + 1);
   for (const Tactic& candidate : candidates) {
-    const double ms = time_tactic(candidate, args, like, stream, events, kRepeats);
+    const auto run = [&] { return run_tactic(candidate, args, like, stream).ok; };
+    const double ms = time_runs(run, stream, events, kTuningRepeats);
     record.timings_ms.emplace_back(tactic_name(candidate), ms);
     if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
       best_ms = ms;
@@ -204,6 +206,28 @@ Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, con
 }
 
 }  // namespace
+
+size_t autotune_named(const std::string& key, const std::vector<std::string>& names, size_t fallback,
+                      const std::function<bool(size_t)>& run) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return fallback;  // timing synchronizes, which capture forbids
+  const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);  // as autotune's
+  const EventPool events(kTuningRepeats + 1);
+  std::vector<double> ms;
+  size_t best = fallback;
+  double best_ms = -1;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ms.push_back(time_runs([&] { return run(i); }, stream, events, kTuningRepeats));
+    if (ms[i] >= 0 && (best_ms < 0 || ms[i] < best_ms)) {
+      best_ms = ms[i];
+      best = i;
+    }
+  }
+  store_tuned_named(key, names, ms, best);
+  return best;
+}
 
 void launch_cutlass(const GemmPlan& plan, const GemmLaunchArgs& launch_args,
                     const at::Tensor& like) {

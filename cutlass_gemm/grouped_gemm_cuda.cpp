@@ -12,6 +12,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "../csrc/checks.h"
@@ -39,8 +41,7 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, const Grou
   return refusal.empty() ? grouped_kernel_refusal(A, B, p, dtype) : refusal;
 }
 
-// The kernels that can run a launch of these layouts (unswapped; swapped but for RaggedK) and the index of
-// the one it runs: the forced tactic's (ops.gemm.set_tactic), else grouped_swap_ab's choice.
+// The kernels that can run a launch of these layouts (unswapped; swapped but for RaggedK).
 std::vector<std::string> grouped_candidates(GroupedGemmLaunchArgs args, at::ScalarType dtype) {
   std::vector<std::string> names;
   for (const bool swap : {false, true}) {
@@ -50,36 +51,52 @@ std::vector<std::string> grouped_candidates(GroupedGemmLaunchArgs args, at::Scal
   }
   return names;
 }
-size_t grouped_choice(const GroupedGemmLaunchArgs& args, const std::vector<std::string>& names) {
-  return choose_named(kOp, names, args.swap_ab ? 1 : 0);
+// A call's tuning cache key: its kernels, the operands' sizes and the group count on the current device.
+std::string grouped_key(const std::vector<std::string>& names, const at::Tensor& A, const at::Tensor& B,
+                        const GroupedProblem& p) {
+  return named_tuning_key(current_device_target(), std::string(kOp) + " " + names[0] + " A=" + c10::str(A.sizes()) +
+                                                       " B=" + c10::str(B.sizes()) + " groups=" +
+                                                       std::to_string(p.groups));
+}
+// The one it runs (index into names): forced, tuned, or grouped_swap_ab's choice (choose_named).
+NamedChoice grouped_choice(const GroupedGemmLaunchArgs& args, const std::vector<std::string>& names,
+                           const std::function<std::string()>& key) {
+  return choose_named(kOp, key, names, args.swap_ab ? 1 : 0);
 }
 
 at::Tensor launch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                   const GroupedProblem& p, at::ScalarType dtype) {
   GroupedLaunch l = prepare_grouped_launch(A, B, offs, p, dtype);
-  l.args.swap_ab = grouped_choice(l.args, grouped_candidates(l.args, dtype)) == 1;
+  const std::vector<std::string> names = grouped_candidates(l.args, dtype);
+  const auto key = [&] { return grouped_key(names, A, B, p); };
+  const NamedChoice choice = grouped_choice(l.args, names, key);
   l.args.device = A.device().index();
   l.args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const cudaError_t pending = cudaGetLastError();
   TORCH_CHECK(pending == cudaSuccess, kOp, ": a CUDA error was pending before the GEMM's launch ",
               "(left by earlier work, not this GEMM): ", cudaGetErrorString(pending));
-  const auto run_with = [&](auto workspace_size, auto run) {
-    const size_t bytes = workspace_size(l.args);
-    const at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, A.options().dtype(at::kByte));
-    const LaunchStatus status = run(l.args, workspace.data_ptr(), bytes, stream);
-    TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", grouped_kernel_name(l.args, dtype), " failed: ", status.message);
-  };
+  size_t (*workspace_size)(const GroupedGemmLaunchArgs&) = nullptr;
+  LaunchStatus (*run)(const GroupedGemmLaunchArgs&, void*, size_t, cudaStream_t) = nullptr;
 #if OPS_WITH_CANDIDATE_KERNELS
   if (dtype == at::kBFloat16) {
-    run_with(grouped_gemm_sm90_bf16_workspace_size, grouped_gemm_sm90_bf16_run);
+    workspace_size = grouped_gemm_sm90_bf16_workspace_size, run = grouped_gemm_sm90_bf16_run;
   } else {
-    run_with(grouped_gemm_sm90_f16_workspace_size, grouped_gemm_sm90_f16_run);
+    workspace_size = grouped_gemm_sm90_f16_workspace_size, run = grouped_gemm_sm90_f16_run;
   }
-#else
-  (void)run_with;
-  TORCH_CHECK(false, kOp, ": the SM90 grouped kernels are not built");
 #endif
+  TORCH_CHECK(run != nullptr, kOp, ": the SM90 grouped kernels are not built");
+  const auto attempt = [&](size_t candidate) {  // names: unswapped, then swapped
+    l.args.swap_ab = candidate == 1;
+    const size_t bytes = workspace_size(l.args);
+    const at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, A.options().dtype(at::kByte));
+    return run(l.args, workspace.data_ptr(), bytes, stream);
+  };
+  const size_t index = choice.autotune ? autotune_named(key(), names, choice.index,
+                                                        [&](size_t i) { return attempt(i).ok; })
+                                       : choice.index;
+  const LaunchStatus status = attempt(index);
+  TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", names[index], " failed: ", status.message);
   return l.d;
 }
 
@@ -113,12 +130,14 @@ std::string grouped_gemm_cuda_path(const at::Tensor& A, const at::Tensor& B, con
   if (why.empty()) {
     GroupedGemmLaunchArgs args = grouped_kernel_layouts(p, A, B);
     const std::vector<std::string> names = grouped_candidates(args, dtype);
-    const size_t choice = grouped_choice(args, names);
+    const auto key = [&] { return grouped_key(names, A, B, p); };
+    const NamedChoice choice = grouped_choice(args, names, key);
     plan.add("path", "cutlass");
-    plan.add("kernel", names[choice]);
-    plan.add("swap_ab", choice == 1);
+    plan.add("kernel", names[choice.index]);
+    plan.add("swap_ab", choice.index == 1);
     plan.raw("candidates", json_names(names));
-    plan.add("tactic_source", forced_tactic().empty() ? "heuristic" : "forced");
+    plan.add("tactic_source", tactic_source_name(choice.source));
+    plan.add("tuning_key", key());
     plan.add("host_sync", false);
     plan.add("offsets", "clamped on the device");
     return plan.str();

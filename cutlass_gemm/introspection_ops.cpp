@@ -142,6 +142,20 @@ bool autotune_enabled_op() { return autotune_enabled(); }
 
 std::string tuning_cache() { return tuning_cache_json(); }
 
+std::string named_tactic_choice(c10::string_view op, c10::string_view key, const std::vector<std::string>& candidates,
+                                int64_t heuristic) {
+  TORCH_CHECK_VALUE(heuristic >= 0 && heuristic < static_cast<int64_t>(candidates.size()),
+                    "_named_tactic_choice: heuristic must index candidates, got ", heuristic);
+  const std::string name(op);
+  const NamedChoice choice = choose_named(name.c_str(), [&] { return std::string(key); }, candidates,
+                                          static_cast<size_t>(heuristic));
+  JsonObject o;
+  o.add("index", static_cast<int64_t>(choice.index))
+      .add("tactic_source", tactic_source_name(choice.source))
+      .add("autotune", choice.autotune);
+  return o.str();
+}
+
 void clear_tuning_cache_op() { clear_tuning_cache(); }
 
 // The entries of a saved tuning cache (ops.gemm.load_tuning_cache validated the file), all or none:
@@ -185,6 +199,7 @@ TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
   m.impl("_cutlass_gemm_set_autotune", &cg::set_autotune_op);
   m.impl("_cutlass_gemm_autotune_enabled", &cg::autotune_enabled_op);
   m.impl("_cutlass_gemm_tuning_cache", &cg::tuning_cache);
+  m.impl("_named_tactic_choice", &cg::named_tactic_choice);
   m.impl("_cutlass_gemm_clear_tuning_cache", &cg::clear_tuning_cache_op);
   m.impl("_cutlass_gemm_add_tuning", &cg::add_tuning);
 }

@@ -98,9 +98,7 @@ std::string plan_json(const GemmPlan& plan, const DeviceTarget& target) {
       .add("splits", plan.tactic.splits)
       .add("swizzle", plan.tactic.swizzle)
       .add("raster", raster_name(plan.tactic.raster));
-  const char* source = plan.tactic_source == TacticSource::Forced  ? "forced"
-                       : plan.tactic_source == TacticSource::Tuned ? "tuned"
-                                                                   : "heuristic";
+  const char* source = tactic_source_name(plan.tactic_source);
   o.add("kernel", kernel_name(plan.tactic.kernel))
       .add("kernel_id", info.id)
       .add("tactic", tactic)

@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "../csrc/json.h"
@@ -31,15 +33,24 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   return "";
 }
 
-// The kernels that can run this call (blockwise: one; else unswapped and swapped) and the index of the one
-// it runs: the forced tactic's (ops.gemm.set_tactic), else scaled_swap_ab's choice.
+// The kernels that can run this call (blockwise: one; else unswapped and swapped).
 std::vector<std::string> scaled_candidates(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
   std::vector<std::string> names{scaled_kernel_name(out, recipe, act, fast_accum, false)};
   if (!scaled_block_recipe(recipe)) names.push_back(scaled_kernel_name(out, recipe, act, fast_accum, true));
   return names;
 }
-size_t scaled_choice(ScaleRecipe recipe, int64_t m, const std::vector<std::string>& names) {
-  return choose_named(kOp, names, scaled_swap_ab(scaled_block_recipe(recipe), m) ? 1 : 0);
+// A call's tuning cache key: its kernels, recipe, bias and extents on the current device.
+std::string scaled_key(const std::vector<std::string>& names, ScaleRecipe recipe, bool bias, int64_t m, int64_t n,
+                       int64_t k) {
+  return named_tuning_key(current_device_target(), std::string(kOp) + " " + names[0] + " " +
+                                                       scale_recipe_name(recipe) + (bias ? " bias" : "") +
+                                                       " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                                       " k=" + std::to_string(k));
+}
+// The one it runs (index into names): forced, tuned, or scaled_swap_ab's choice (choose_named).
+NamedChoice scaled_choice(ScaleRecipe recipe, int64_t m, const std::vector<std::string>& names,
+                          const std::function<std::string()>& key) {
+  return choose_named(kOp, key, names, scaled_swap_ab(scaled_block_recipe(recipe), m) ? 1 : 0);
 }
 
 void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
@@ -47,32 +58,37 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
             at::Tensor& out) {
   ScaledLaunch l = prepare_scaled_launch(A, B, scale_a, scale_b, bias, recipe, act, fast_accum, out);
   ScaledGemmLaunchArgs& args = l.args;
-  args.swap_ab = scaled_choice(recipe, args.m, scaled_candidates(out.scalar_type(), recipe, act, fast_accum)) == 1;
+  const std::vector<std::string> names = scaled_candidates(out.scalar_type(), recipe, act, fast_accum);
+  const auto key = [&] { return scaled_key(names, recipe, bias.has_value(), args.m, args.n, args.k); };
+  const NamedChoice choice = scaled_choice(recipe, args.m, names, key);
   args.device = A.device().index();
   args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const cudaError_t pending = cudaGetLastError();
   TORCH_CHECK(pending == cudaSuccess, kOp, ": a CUDA error was pending before the GEMM's launch ",
               "(left by earlier work, not this GEMM): ", cudaGetErrorString(pending));
-  const auto run_with = [&](auto workspace_size, auto run) {
+  size_t (*workspace_size)(const ScaledGemmLaunchArgs&) = nullptr;
+  LaunchStatus (*run)(const ScaledGemmLaunchArgs&, void*, size_t, cudaStream_t) = nullptr;
+#if OPS_WITH_CANDIDATE_KERNELS
+  switch (out.scalar_type()) {
+    case at::kBFloat16: workspace_size = scaled_gemm_sm90_bf16_workspace_size, run = scaled_gemm_sm90_bf16_run; break;
+    case at::kHalf: workspace_size = scaled_gemm_sm90_f16_workspace_size, run = scaled_gemm_sm90_f16_run; break;
+    default: workspace_size = scaled_gemm_sm90_f32_workspace_size, run = scaled_gemm_sm90_f32_run; break;
+  }
+#endif
+  TORCH_CHECK(run != nullptr, kOp, ": the SM90 FP8 kernels are not built");
+  const auto attempt = [&](size_t candidate) {  // names: unswapped, then swapped
+    args.swap_ab = candidate == 1;
     const size_t bytes = workspace_size(args);
     at::Tensor workspace;
     if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, A.options().dtype(at::kByte));
-    const LaunchStatus status = run(args, bytes ? workspace.data_ptr() : nullptr, bytes, stream);
-    TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ",
-                scaled_kernel_name(out.scalar_type(), recipe, act, fast_accum, args.swap_ab),
-                " failed: ", status.message);
+    return run(args, bytes ? workspace.data_ptr() : nullptr, bytes, stream);
   };
-#if OPS_WITH_CANDIDATE_KERNELS
-  switch (out.scalar_type()) {
-    case at::kBFloat16: run_with(scaled_gemm_sm90_bf16_workspace_size, scaled_gemm_sm90_bf16_run); break;
-    case at::kHalf: run_with(scaled_gemm_sm90_f16_workspace_size, scaled_gemm_sm90_f16_run); break;
-    default: run_with(scaled_gemm_sm90_f32_workspace_size, scaled_gemm_sm90_f32_run); break;
-  }
-#else
-  (void)run_with;
-  TORCH_CHECK(false, kOp, ": the SM90 FP8 kernels are not built");
-#endif
+  const size_t index = choice.autotune ? autotune_named(key(), names, choice.index,
+                                                        [&](size_t i) { return attempt(i).ok; })
+                                       : choice.index;
+  const LaunchStatus status = attempt(index);
+  TORCH_CHECK(status.ok, kOp, ": CUTLASS kernel ", names[index], " failed: ", status.message);
   if (!l.in_place) out.copy_(l.d);
 }
 
@@ -116,11 +132,13 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   plan.add("path", why.empty() ? "cutlass" : "formula");
   if (why.empty()) {
     const std::vector<std::string> names = scaled_candidates(dtype, recipe, act, use_fast_accum);
-    const size_t choice = scaled_choice(recipe, A.size(0), names);
-    plan.add("kernel", names[choice]);
-    plan.add("swap_ab", !scaled_block_recipe(recipe) && choice == 1);
+    const auto key = [&] { return scaled_key(names, recipe, bias.has_value(), A.size(0), B.size(1), A.size(1)); };
+    const NamedChoice choice = scaled_choice(recipe, A.size(0), names, key);
+    plan.add("kernel", names[choice.index]);
+    plan.add("swap_ab", !scaled_block_recipe(recipe) && choice.index == 1);
     plan.raw("candidates", json_names(names));
-    plan.add("tactic_source", forced_tactic().empty() ? "heuristic" : "forced");
+    plan.add("tactic_source", tactic_source_name(choice.source));
+    plan.add("tuning_key", key());
   } else {
     plan.add("kernel", "");
   }

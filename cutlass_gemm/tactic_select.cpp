@@ -49,6 +49,12 @@ TacticControls& controls() {
   return *instance;
 }
 
+// The device part of a tuning key: model, compute capability and SM count.
+std::string device_key(const DeviceTarget& target) {
+  return target.name + " sm" + std::to_string(target.cc_major) + std::to_string(target.cc_minor) + "x" +
+         std::to_string(target.sm_count);
+}
+
 }  // namespace
 
 void select_tactic(GemmPlan& plan, const DeviceTarget& target, const char* op, const std::string& dtype) {
@@ -72,13 +78,62 @@ void select_tactic(GemmPlan& plan, const DeviceTarget& target, const char* op, c
   }
 }
 
-size_t choose_named(const char* op, const std::vector<std::string>& candidates, size_t heuristic) {
+NamedChoice choose_named(const char* op, const std::function<std::string()>& key_of,
+                         const std::vector<std::string>& candidates, size_t heuristic) {
+  NamedChoice choice;
+  choice.index = heuristic;
   const std::string forced = forced_tactic();
-  if (forced.empty()) return heuristic;
-  const auto it = std::find(candidates.begin(), candidates.end(), forced);
-  TORCH_CHECK(it != candidates.end(), op, ": the forced tactic '", forced, "' cannot run this call; its candidates are: ",
-              json_names(candidates), ". Clear it with ops.gemm.set_tactic(None).");
-  return static_cast<size_t>(it - candidates.begin());
+  if (!forced.empty()) {
+    const auto it = std::find(candidates.begin(), candidates.end(), forced);
+    TORCH_CHECK(it != candidates.end(), op, ": the forced tactic '", forced,
+                "' cannot run this call; its candidates are: ", json_names(candidates),
+                ". Clear it with ops.gemm.set_tactic(None).");
+    choice.index = static_cast<size_t>(it - candidates.begin());
+    choice.source = TacticSource::Forced;
+    return choice;
+  }
+  const bool autotune = autotune_flag.load(std::memory_order_relaxed);
+  if (!autotune && !tuning_cache_used.load(std::memory_order_relaxed)) return choice;
+  const std::string key = key_of();
+  std::string dropped;
+  {
+    std::lock_guard<std::mutex> lock(controls().mutex);
+    const auto it = controls().cache.find(key);
+    if (it != controls().cache.end()) {
+      const auto named = std::find(candidates.begin(), candidates.end(), it->second.best);
+      if (named != candidates.end()) {
+        choice.index = static_cast<size_t>(named - candidates.begin());
+        choice.source = TacticSource::Tuned;
+        return choice;
+      }
+      dropped = it->second.best;
+      controls().cache.erase(it);
+      tuning_cache_used.store(!controls().cache.empty());
+    }
+  }
+  if (!dropped.empty()) {
+    TORCH_WARN(op, ": the tuning cache chose '", dropped, "' for '", key, "', which is not one of its candidates ",
+               json_names(candidates), " in this build of ops (a cache saved by another version?); dropped that ",
+               "entry, the call runs the ", autotune ? "autotuner's" : "heuristic's", " choice.");
+  }
+  choice.autotune = autotune && candidates.size() > 1;
+  return choice;
+}
+
+std::string named_tuning_key(const DeviceTarget& target, const std::string& problem) {
+  return device_key(target) + " " + problem;
+}
+
+void store_tuned_named(const std::string& key, const std::vector<std::string>& names, const std::vector<double>& ms,
+                       size_t best) {
+  TuningRecord record;
+  record.best = names.at(best);
+  for (size_t i = 0; i < names.size() && i < ms.size(); ++i) record.timings_ms.emplace_back(names[i], ms[i]);
+  store_tuned({{key, std::move(record)}});
+}
+
+const char* tactic_source_name(TacticSource source) {
+  return source == TacticSource::Forced ? "forced" : source == TacticSource::Tuned ? "tuned" : "heuristic";
 }
 
 std::string json_names(const std::vector<std::string>& names) {
@@ -104,8 +159,7 @@ void set_autotune(bool enabled) { autotune_flag.store(enabled); }
 bool autotune_enabled() { return autotune_flag.load(std::memory_order_relaxed); }
 
 std::string tuning_key(const GemmPlan& plan, const DeviceTarget& target) {
-  return target.name + " sm" + std::to_string(target.cc_major) + std::to_string(target.cc_minor) + "x" +
-         std::to_string(target.sm_count) + " " +
+  return device_key(target) + " " +
          (plan.family.empty() ? std::string("none") : family_name(plan.family.front())) +
          " m=" + std::to_string(plan.m) + " n=" + std::to_string(plan.n) + " k=" + std::to_string(plan.k) +
          " ld=" + std::to_string(plan.a.ld) + "," + std::to_string(plan.b.ld) + "," +

@@ -3,6 +3,7 @@
 // Shared by every GEMM of the family.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,12 +24,27 @@ void select_tactic(GemmPlan& plan, const DeviceTarget& target, const char* op, c
 void set_forced_tactic(const std::string& name);
 std::string forced_tactic();
 
-// For the GEMMs whose candidates are a short list of kernel names (scaled_gemm's and grouped_gemm's SM90
-// kernels): the index in `candidates` of the forced tactic, or `heuristic` where none is forced. A forced
-// tactic not among them raises, naming `op` and the candidates, as for cutlass_gemm.
-size_t choose_named(const char* op, const std::vector<std::string>& candidates, size_t heuristic);
+// The GEMMs whose candidates are a short list of kernel names (scaled_gemm's and grouped_gemm's SM90 kernels)
+// choose as cutlass_gemm does: the forced tactic (one not among them raises, naming `op` and the candidates),
+// else the tuning cache's choice under key() (a record naming none of them is dropped with a warning), else
+// `heuristic`. plan() and the launch make the same choice; `autotune`: autotuning is on, nothing is forced
+// or cached, and there are several candidates (the launcher times them: autotune_named, gemm_cuda.h).
+struct NamedChoice {
+  size_t index = 0;
+  TacticSource source = TacticSource::Heuristic;
+  bool autotune = false;
+};
+NamedChoice choose_named(const char* op, const std::function<std::string()>& key,
+                         const std::vector<std::string>& candidates, size_t heuristic);
+// Their cache key: the device model and SM count, as tuning_key's, then `problem` (the op, its kernels and
+// extents, as the caller spells them).
+std::string named_tuning_key(const DeviceTarget& target, const std::string& problem);
+// Caches names[best] for `key` with each candidate's median ms (< 0: it could not run).
+void store_tuned_named(const std::string& key, const std::vector<std::string>& names, const std::vector<double>& ms,
+                       size_t best);
 // The names as a JSON array, for plan().
 std::string json_names(const std::vector<std::string>& names);
+const char* tactic_source_name(TacticSource source);  // "heuristic", "forced", "tuned"
 
 // Autotuning (off by default): on a GEMM shape without a cached choice, time every candidate tactic on
 // the device (synchronizing), keep the fastest for that shape and use it from then on. Never during

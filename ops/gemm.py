@@ -208,7 +208,9 @@ def set_autotune(enabled: bool) -> bool:
     device model) without a cached choice times every candidate tactic (a warm-up run and the median of
     5 runs each, between CUDA events: this synchronizes the stream once) and caches the fastest. A
     shape first seen during CUDA graph capture runs the heuristic's choice and is not tuned (timing
-    would synchronize a capturing stream).
+    would synchronize a capturing stream). The SM90 kernels of ``scaled_gemm`` and ``grouped_gemm`` are
+    tuned the same way between their candidates (keyed by ``ops.fp8.plan`` / ``ops.grouped.plan``
+    ``tuning_key``: their kernels, the extents and the device model), into the same cache.
 
     Cached choices (tuned here, or loaded with ``load_tuning_cache``) are used whenever present, with
     autotuning on or off; turning it off only stops new shapes from being timed (``clear_tuning_cache``

@@ -811,6 +811,29 @@ def test_the_sm90_kernels_follow_a_forced_tactic(recipe):
 
 
 @pytest.mark.cuda
+def test_the_sm90_kernels_autotune_into_the_tuning_cache():
+    if torch.cuda.get_device_capability() != (9, 0) or not ops.build_info.CANDIDATE_KERNELS:
+        pytest.skip("the SM90 FP8 kernels run on sm_90a in a build with OPS_CANDIDATE_KERNELS=1")
+    A, B = fp8(16, 512, device="cuda"), fp8(384, 512, seed=1, device="cuda").t()
+    sa, sb, ea, eb = recipe_scales("rowwise", 16, 512, 384, device="cuda")
+    z = (A.double() * ea) @ (B.double() * eb)
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.set_autotune(True)
+    try:
+        plan = ops.fp8.plan(A, B, sa, sb)
+        assert plan["tactic_source"] == "heuristic" and plan["swap_ab"]
+        assert (ops.scaled_gemm(A, B, sa, sb).double() - z).abs().max() <= 2.0 ** -7 * z.abs().max()
+        entry = next(e for e in ops.gemm.tuning_cache() if e["key"] == plan["tuning_key"])
+        assert set(entry["timings_ms"]) == set(plan["candidates"]) and entry["best"] in plan["candidates"], entry
+        tuned = ops.fp8.plan(A, B, sa, sb)
+        assert tuned["tactic_source"] == "tuned" and tuned["kernel"] == entry["best"]
+        assert (ops.scaled_gemm(A, B, sa, sb).double() - z).abs().max() <= 2.0 ** -7 * z.abs().max()
+    finally:
+        ops.gemm.set_autotune(False)
+        ops.gemm.clear_tuning_cache()
+
+
+@pytest.mark.cuda
 def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
     """transformers' own fine-grained FP8 path (its Triton or DeepGEMM kernels) against ops' on one layer."""
     fg = pytest.importorskip("transformers.integrations.finegrained_fp8")

@@ -547,6 +547,43 @@ def test_a_stale_choice_is_dropped_with_a_warning(tmp_path, clean_tuning_cache, 
     assert ops.gemm.tuning_cache() == []  # dropped: warned once
 
 
+def test_the_fp8_and_grouped_kernels_choose_as_cutlass_gemm_does(tmp_path, clean_tuning_cache, capfd):
+    # scaled_gemm's and grouped_gemm's SM90 kernels (candidates: kernel names) take the forced tactic, else
+    # the tuning cache's choice for their key, else the heuristic's; autotuning is due where nothing is
+    # forced or cached and there is a choice. plan() and the launch both choose through this.
+    import json
+
+    names = [k["name"] for k in ops.kernels("grouped_gemm") if k["dtype"] == "bf16" and k["layout_b"] == "col"]
+    assert len(names) == 2  # unswapped, swapped
+
+    def choice(key, candidates=names, heuristic=0):
+        return json.loads(torch.ops.ops._named_tactic_choice("grouped_gemm", key, candidates, heuristic))
+
+    assert choice("k1") == {"index": 0, "tactic_source": "heuristic", "autotune": False}
+    assert choice("k1", heuristic=1)["index"] == 1
+    ops.gemm.set_autotune(True)
+    assert choice("k1") == {"index": 0, "tactic_source": "heuristic", "autotune": True}
+    assert choice("k1", names[:1])["autotune"] is False  # nothing to choose from
+    ops.gemm.set_autotune(False)
+    ops.gemm.load_tuning_cache(write_tuning_file(tmp_path / "t.json", [
+        {"key": "k1", "best": names[1], "timings_ms": {names[0]: 2.0, names[1]: 1.0}},
+        {"key": "k2", "best": "sm90_bf16_gone"}]))
+    assert choice("k1") == {"index": 1, "tactic_source": "tuned", "autotune": False}
+    ops.gemm.set_tactic(names[0])
+    try:
+        assert choice("k1") == {"index": 0, "tactic_source": "forced", "autotune": False}
+        ops.gemm.set_tactic(names[0] + "/dp")
+        with pytest.raises(RuntimeError, match="grouped_gemm: the forced tactic .* cannot run this call"):
+            choice("k1")
+    finally:
+        ops.gemm.set_tactic(None)
+    assert choice("k2", heuristic=1) == {"index": 1, "tactic_source": "heuristic", "autotune": False}
+    assert "grouped_gemm: the tuning cache chose 'sm90_bf16_gone' for 'k2'" in capfd.readouterr().err
+    assert [e["key"] for e in ops.gemm.tuning_cache()] == ["k1"]  # the stale entry dropped, warned once
+    with pytest.raises(ValueError, match="heuristic must index candidates"):
+        choice("k1", heuristic=2)
+
+
 def test_a_cached_candidate_this_build_lacks_is_dropped_saying_why(tmp_path, clean_tuning_cache, capfd):
     A, B = operands(16, 256, 512)
     key = plan_only(A, B)["tuning_key"]

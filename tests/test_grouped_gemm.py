@@ -500,6 +500,28 @@ def test_the_sm90_kernels_follow_a_forced_tactic():
 
 
 @pytest.mark.cuda
+def test_the_sm90_kernels_autotune_into_the_tuning_cache():
+    if not sm90_kernels_built():
+        pytest.skip("the SM90 grouped kernels run on sm_90a in a build with OPS_CANDIDATE_KERNELS=1")
+    A, B, offs = make(GPU_KERNEL_CASES[-3], torch.bfloat16, b_transposed=True)
+    a, b, o = A.cuda(), B.cuda(), offs.cuda()
+    expected = sm90_launch(A, B, offs).float()
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.set_autotune(True)
+    try:
+        plan = ops.grouped.plan(a, b, o)
+        torch.testing.assert_close(ops.grouped_gemm(a, b, o).cpu().float(), expected, atol=0.5, rtol=1e-2)
+        entry = next(e for e in ops.gemm.tuning_cache() if e["key"] == plan["tuning_key"])
+        assert set(entry["timings_ms"]) == set(plan["candidates"]) and entry["best"] in plan["candidates"], entry
+        tuned = ops.grouped.plan(a, b, o)
+        assert tuned["tactic_source"] == "tuned" and tuned["kernel"] == entry["best"]
+        torch.testing.assert_close(ops.grouped_gemm(a, b, o).cpu().float(), expected, atol=0.5, rtol=1e-2)
+    finally:
+        ops.gemm.set_autotune(False)
+        ops.gemm.clear_tuning_cache()
+
+
+@pytest.mark.cuda
 def test_cuda_offsets_are_clamped_on_the_device_and_bfloat16_captures_in_a_graph():
     A, B, _ = make(CASES[0], torch.bfloat16, "cuda", b_transposed=True)
     plan = ops.grouped.plan(A, B, offsets([3, 3, 4, 13], "cuda"))
