@@ -126,6 +126,10 @@ TORCH_LIBRARY(ops, m) {
   // cutlass_gemm/scaled_gemm_launch.cpp
   m.def("_scaled_gemm_emulate(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
         "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> Tensor");
+  // scaled_gemm's CUDA path through torch._scaled_mm on CPU tensors (raises where it does not take the call).
+  // cutlass_gemm/scaled_gemm.cpp
+  m.def("_scaled_gemm_torch_path(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+        "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> Tensor");
   // grouped_gemm's CUDA path (torch._grouped_mm on offsets clamped on the device) on CPU tensors.
   // cutlass_gemm/grouped_gemm.cpp
   m.def("_grouped_gemm_torch_path(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");

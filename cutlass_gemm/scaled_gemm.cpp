@@ -6,6 +6,11 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+
 #include "../csrc/json.h"
 #include "scaled_gemm.h"
 
@@ -54,6 +59,81 @@ void scaled_gemm_formula_into(const at::Tensor& A, const at::Tensor& B, const at
   out.copy_(z);
 }
 
+namespace {
+
+// The calls torch._scaled_mm refused (its checks raise before any launch), by what decides that: device,
+// recipe, operand dtypes, the dtype asked of torch and whether torch adds the bias; torch's message.
+struct TorchRefusals {
+  std::mutex mutex;
+  std::map<std::string, std::string> by_kind;
+};
+TorchRefusals& torch_refusals() {
+  static TorchRefusals* instance = new TorchRefusals();  // never destroyed: usable at exit
+  return *instance;
+}
+
+// torch computes act = none itself (its bias too); with an activation it returns the float32 product, the
+// bias and the activation are added here and the result rounded once, as the formula.
+at::ScalarType torch_out(Activation act, at::ScalarType dtype) { return act == Activation::None ? dtype : at::kFloat; }
+
+std::string torch_kind(const at::Tensor& A, const at::Tensor& B, ScaleRecipe recipe, at::ScalarType out, bool bias) {
+  return c10::str(A.device(), " ", scale_recipe_name(recipe), " ", A.scalar_type(), " x ", B.scalar_type(), " -> ",
+                  out, bias ? " with bias" : "");
+}
+
+bool has_bias(const c10::optional<at::Tensor>& bias) { return bias.has_value() && bias->defined(); }
+
+}  // namespace
+
+std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
+                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype) {
+  if (scaled_block_recipe(recipe)) {
+    return "blockwise scales are not given to torch._scaled_mm (its block-scale layouts differ between torch versions)";
+  }
+  const at::ScalarType out = torch_out(act, dtype);
+  const std::string kind = torch_kind(A, B, recipe, out, has_bias(bias) && act == Activation::None);
+  std::lock_guard<std::mutex> lock(torch_refusals().mutex);
+  const auto it = torch_refusals().by_kind.find(kind);
+  return it == torch_refusals().by_kind.end() ? std::string() : "torch._scaled_mm refused " + kind + ": " + it->second;
+}
+
+bool scaled_gemm_torch_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                            const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, ScaleRecipe recipe,
+                            Activation act, bool use_fast_accum, at::Tensor& out) {
+  if (!scaled_gemm_torch_refusal(A, B, bias, recipe, act, out.scalar_type()).empty()) return false;
+  const at::ScalarType dtype = torch_out(act, out.scalar_type());
+  const bool direct = act == Activation::None;
+  const std::string kind = torch_kind(A, B, recipe, dtype, has_bias(bias) && direct);
+  try {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    // torch takes A row-major, B column-major, float32 scales of one element (tensorwise) or (M, 1) and (1, N).
+    const at::Tensor a = A.is_contiguous() ? A : A.contiguous();
+    const at::Tensor b = B.t().is_contiguous() ? B : B.t().contiguous().t();
+    const bool tensorwise = recipe == ScaleRecipe::Tensorwise;
+    const at::Tensor sa = tensorwise ? scale_a.reshape({}) : scale_a.contiguous();
+    const at::Tensor sb = tensorwise ? scale_b.reshape({}) : scale_b.contiguous();
+    const c10::optional<at::Tensor> torch_bias = direct && has_bias(bias) ? bias : c10::optional<at::Tensor>();
+    at::Tensor z = at::_scaled_mm(a, b, sa, sb, torch_bias, c10::nullopt, dtype, use_fast_accum);
+    if (!direct) {
+      if (has_bias(bias)) z.add_(bias->to(at::kFloat));
+      apply_activation_(z, act);
+    }
+    out.copy_(z);
+    return true;
+  } catch (const c10::AcceleratorError&) {
+    throw;  // a device error, not a refusal
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {  // torch's checks (c10::Error), or a Python kernel registered in its place
+    const auto* error = dynamic_cast<const c10::Error*>(&e);
+    std::lock_guard<std::mutex> lock(torch_refusals().mutex);
+    torch_refusals().by_kind[kind] = error != nullptr ? error->what_without_backtrace() : e.what();
+    return false;
+  }
+}
+
 std::string scaled_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                              const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
                              c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
@@ -92,10 +172,29 @@ void scaled_gemm_out(const at::Tensor& A, const at::Tensor& B, const at::Tensor&
 }
 
 }  // namespace
+namespace {
+
+// The CUDA path's torch._scaled_mm step on CPU tensors; raises where it does not take the call.
+at::Tensor scaled_gemm_torch_path(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                  const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
+                                  c10::optional<at::ScalarType> out_dtype, c10::string_view activation,
+                                  bool use_fast_accum) {
+  return scaled_gemm_with(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum,
+                          [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& sa, const at::Tensor& sb,
+                             const c10::optional<at::Tensor>& bi, ScaleRecipe recipe, Activation act, bool fast,
+                             at::Tensor& out) {
+                            const bool taken = scaled_gemm_torch_into(a, b, sa, sb, bi, recipe, act, fast, out);
+                            TORCH_CHECK(taken, "_scaled_gemm_torch_path: not taken: ",
+                                        scaled_gemm_torch_refusal(a, b, bi, recipe, act, out.scalar_type()));
+                          });
+}
+
+}  // namespace
 }  // namespace ops::cutlass_gemm
 
 TORCH_LIBRARY_IMPL(ops, CPU, m) {
   m.impl("scaled_gemm", &ops::cutlass_gemm::scaled_gemm);
+  m.impl("_scaled_gemm_torch_path", &ops::cutlass_gemm::scaled_gemm_torch_path);
   m.impl("scaled_gemm.out", &ops::cutlass_gemm::scaled_gemm_out);
 }
 

@@ -1,6 +1,7 @@
 // The CUDA kernel of ops::scaled_gemm: the SM90 FP8 CUTLASS kernels (sm90_scaled_gemm.cuh) where they take
-// the call (built, an sm_90a device, e4m3 A and B), else the dequantized formula (scaled_gemm.cpp). Operands the kernels cannot read in place (A not row-major, B not
-// column-major, misaligned) are copied first; plan() names the path and why.
+// the call (built, an sm_90a device, e4m3 A and B), else torch._scaled_mm (tensorwise and rowwise, where torch
+// takes the call), else the dequantized formula (scaled_gemm.cpp). Operands the kernels cannot read in place
+// (A not row-major, B not column-major, misaligned) are copied first; plan() names the path and why.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -98,7 +99,7 @@ void compute(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a
   const c10::cuda::CUDAGuard guard(A.device());
   if (why_not_cutlass(A, B, recipe).empty()) {
     launch(A, B, scale_a, scale_b, bias, recipe, act, fast_accum, out);
-  } else {
+  } else if (!scaled_gemm_torch_into(A, B, scale_a, scale_b, bias, recipe, act, fast_accum, out)) {
     scaled_gemm_formula_into(A, B, scale_a, scale_b, bias, recipe, act, out);
   }
 }
@@ -129,7 +130,8 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   const std::string why = why_not_cutlass(A, B, recipe);
   JsonObject plan;
   plan.add("recipe", scale_recipe_name(recipe));
-  plan.add("path", why.empty() ? "cutlass" : "formula");
+  const std::string torch_refusal = why.empty() ? "" : scaled_gemm_torch_refusal(A, B, bias, recipe, act, dtype);
+  plan.add("path", why.empty() ? "cutlass" : torch_refusal.empty() ? "torch._scaled_mm" : "formula");
   if (why.empty()) {
     const std::vector<std::string> names = scaled_candidates(dtype, recipe, act, use_fast_accum);
     const auto key = [&] { return scaled_key(names, recipe, bias.has_value(), A.size(0), B.size(1), A.size(1)); };
@@ -142,7 +144,9 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   } else {
     plan.add("kernel", "");
   }
-  plan.add("reason", why.empty() ? "an SM90 FP8 kernel takes the call" : why);
+  plan.add("reason", why.empty()             ? std::string("an SM90 FP8 kernel takes the call")
+                     : torch_refusal.empty() ? why + "; torch._scaled_mm takes it (the formula if torch refuses it)"
+                                             : why + "; " + torch_refusal);
   return plan.str();
 }
 

@@ -118,9 +118,11 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
 
     Computation: each code times its scale in float32, the product, the bias and the activation in
     float32, one rounding to ``out_dtype``: what ``torch._scaled_mm`` computes on CPU, equal bit for bit
-    for the recipes it runs there. On CUDA the same ATen formula, except where an SM90 FP8 CUTLASS kernel
-    takes the call (e4m3 A and B, a binary built with the candidate kernels: float32 accumulation on the
-    tensor cores, the bias and activation in its epilogue); ``plan()`` says which.
+    for the recipes it runs there. On CUDA an SM90 FP8 CUTLASS kernel where one takes the call (e4m3 A and
+    B, a binary built with the candidate kernels: float32 accumulation on the tensor cores, the bias and
+    activation in its epilogue), else ``torch._scaled_mm`` for tensorwise and rowwise (its float32 product
+    where there is an activation, applied before one rounding), else the same ATen formula (also every call
+    of a kind torch has refused); ``plan()`` says which.
 
     Autograd: not differentiable (FP8 operands have no gradient): with grad mode on, an argument that
     requires grad raises.
@@ -141,8 +143,8 @@ def plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
          bias: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None, activation: str = "none",
          use_fast_accum: bool = False) -> dict:
     """The path ``scaled_gemm`` takes for these arguments, without running it: ``recipe``, ``path``
-    ("cutlass": an SM90 FP8 kernel, named in ``kernel``; "formula": the dequantized ATen formula) and
-    ``reason``. Raises as ``scaled_gemm`` does for bad arguments."""
+    ("cutlass": an SM90 FP8 kernel, named in ``kernel``, with its ``candidates``, ``tactic_source`` and
+    ``tuning_key``; "torch._scaled_mm"; "formula": the dequantized ATen formula) and ``reason``. Raises as ``scaled_gemm`` does for bad arguments."""
     return json.loads(torch.ops.ops._scaled_gemm_plan(A, B, scale_a, scale_b, bias, out_dtype, activation,
                                                       use_fast_accum))
 

@@ -755,7 +755,7 @@ ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functio
 def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_accum):
     # Where the SM90 FP8 kernels are built and run (plan() says so), every epilogue, with and without a
     # bias, with operands read in place and through copies, and ragged M (37: blockwise scale_a rows padded
-    # to 16 bytes); elsewhere the formula.
+    # to 16 bytes); elsewhere torch._scaled_mm or the formula.
     A0, B0 = fp8(200, 512, device="cuda"), fp8(384, 512, seed=1, device="cuda").t()
     plan = ops.fp8.plan(A0, B0, *recipe_scales(recipe, 200, 512, 384, device="cuda")[:2], out_dtype=out_dtype,
                         use_fast_accum=fast_accum)
@@ -766,8 +766,9 @@ def test_the_sm90_kernels_against_the_float64_product(recipe, out_dtype, fast_ac
         small = ops.fp8.plan(A0[:1], B0, *recipe_scales(recipe, 1, 512, 384, device="cuda")[:2], out_dtype=out_dtype,
                              use_fast_accum=fast_accum)
         assert small["swap_ab"] == (recipe in ("tensorwise", "rowwise")) and not plan["swap_ab"], small
-    else:
-        assert plan["path"] == "formula", plan
+    else:  # torch._scaled_mm for tensorwise and rowwise, unless torch has refused such a call here
+        expected = "formula" if recipe.startswith("block") else "torch._scaled_mm"
+        assert plan["path"] == expected or "torch._scaled_mm refused" in plan["reason"], plan
     eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[out_dtype]
     if fast_accum and recipe in ("tensorwise", "rowwise"):
         eps = max(eps, 2.0 ** -9)  # the tensor cores' fast FP8 accumulation drops low bits
@@ -877,3 +878,64 @@ def test_vmap_equals_a_loop_over_samples(recipe):
     assert torch.equal(torch.vmap(g, in_dims=(-1, -1))(Bs, sbs), expected)
     empty = torch.vmap(f)(A[:0], sa[:0])
     assert empty.shape == (0, M, N) and empty.dtype == torch.float32
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_torch_scaled_mm_path_equals_the_formula(recipe, out_dtype):
+    # CUDA's path where no CUTLASS kernel takes the call: torch._scaled_mm, torch adding the bias without an
+    # activation, else its float32 product with the bias and activation added after and one rounding. On CPU
+    # torch's product is the formula's, so the two agree bit for bit; B of either layout, e5m2 for one side.
+    M, K, N = 24, 160, 48
+    sa, sb, _, _ = recipe_scales(recipe, M, K, N)
+    A = fp8(M, K)
+    for B in (fp8(N, K, seed=1).t(), fp8(K, N, seed=1), fp8(N, K, dtype=torch.float8_e5m2, seed=1).t()):
+        for act in ("none", "relu", "gelu_tanh", "silu"):
+            for bias in (None, torch.randn(N).to(out_dtype)):
+                got = torch.ops.ops._scaled_gemm_torch_path(A, B, sa, sb, bias, out_dtype, act)
+                expected = ops.scaled_gemm(A, B, sa, sb, bias=bias, out_dtype=out_dtype, activation=act)
+                assert got.dtype == out_dtype and torch.equal(got, expected), (B.dtype, act, bias is None)
+
+
+def test_the_torch_scaled_mm_path_takes_no_blockwise_scales():
+    sa, sb, _, _ = recipe_scales("block128", 16, 256, 128)
+    with pytest.raises(RuntimeError, match="not taken: blockwise scales are not given to torch._scaled_mm"):
+        torch.ops.ops._scaled_gemm_torch_path(fp8(16, 256), fp8(128, 256, seed=1).t(), sa, sb)
+
+
+def test_a_call_torch_scaled_mm_refuses_takes_the_formula_and_its_kind_is_not_asked_again():
+    # torch._scaled_mm's CPU kernel replaced by one that refuses (as torch does on a GPU without FP8, or for a
+    # dtype it lacks): the path says no, naming torch's message, and asks torch no more for that kind of call.
+    from conftest import REPO, run_python
+
+    code = r"""
+import torch, ops
+calls = []
+def refuse(*args, **kwargs):
+    calls.append(1)
+    raise RuntimeError("this device has no FP8 GEMM")
+lib = torch.library.Library("aten", "IMPL")
+lib.impl("_scaled_mm", refuse, "CPU")
+A = torch.randn(16, 64).to(torch.float8_e4m3fn)
+B = torch.randn(32, 64).to(torch.float8_e4m3fn).t()
+s = torch.tensor(0.5)
+for _ in range(2):
+    try:
+        torch.ops.ops._scaled_gemm_torch_path(A, B, s, s)
+        raise SystemExit("taken")
+    except RuntimeError as e:
+        assert "torch._scaled_mm refused cpu tensorwise Float8_e4m3fn x Float8_e4m3fn -> BFloat16" in str(e), e
+        assert "this device has no FP8 GEMM" in str(e), e
+assert len(calls) == 1, calls
+try:
+    torch.ops.ops._scaled_gemm_torch_path(A, B, s, s, out_dtype=torch.float32)  # another kind: asked again
+    raise SystemExit("taken")
+except RuntimeError as e:
+    assert "-> Float: " in str(e), e
+assert len(calls) == 2
+plan = ops.fp8.plan(A, B, s, s)  # CPU: the formula, whatever torch does
+assert plan["path"] == "formula", plan
+print("ok")
+"""
+    result = run_python(code, cwd=REPO)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
