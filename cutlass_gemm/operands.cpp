@@ -34,6 +34,11 @@ at::Tensor copy_operand(const at::Tensor& x, const OperandPlan& plan, bool poiso
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
 
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return aligned16(c) ? c : c.clone();
+}
+
 bool tma_in_place(const at::Tensor& t, bool row_major) {
   const int64_t last = t.dim() - 1, bytes = t.element_size();
   const int64_t inner = row_major ? last : last - 1, outer = row_major ? last - 1 : last;

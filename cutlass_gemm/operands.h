@@ -13,6 +13,8 @@ namespace ops::cutlass_gemm {
 MatrixView view_of(const at::Tensor& t);
 
 bool aligned16(const at::Tensor& t);  // its data pointer is 16-byte aligned
+// t contiguous from a 16-byte aligned address (vector loads of scales and bias; torch's FP8 GEMM operands).
+at::Tensor aligned_contiguous(const at::Tensor& t);
 
 // Whether TMA loads `t` (a matrix, or a 3-D batch of them) in place in the layout asked for (row-major: unit
 // stride along each row; else column-major): its leading dimension at least the rows' (columns') length,

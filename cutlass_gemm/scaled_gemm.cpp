@@ -12,6 +12,7 @@
 #include <new>
 
 #include "../csrc/json.h"
+#include "operands.h"  // aligned_contiguous
 #include "scaled_gemm.h"
 
 namespace ops::cutlass_gemm {
@@ -106,13 +107,15 @@ bool scaled_gemm_torch_into(const at::Tensor& A, const at::Tensor& B, const at::
   const std::string kind = torch_kind(A, B, recipe, dtype, has_bias(bias) && direct);
   try {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    // torch takes A row-major, B column-major, float32 scales of one element (tensorwise) or (M, 1) and (1, N).
-    const at::Tensor a = A.is_contiguous() ? A : A.contiguous();
-    const at::Tensor b = B.t().is_contiguous() ? B : B.t().contiguous().t();
+    // torch takes A row-major, B column-major, float32 scales of one element (tensorwise) or (M, 1) and (1, N);
+    // each contiguous from a 16-byte aligned address here, so that no refusal comes of an address or layout.
+    const at::Tensor a = aligned_contiguous(A);
+    const at::Tensor b = aligned_contiguous(B.t()).t();
     const bool tensorwise = recipe == ScaleRecipe::Tensorwise;
-    const at::Tensor sa = tensorwise ? scale_a.reshape({}) : scale_a.contiguous();
-    const at::Tensor sb = tensorwise ? scale_b.reshape({}) : scale_b.contiguous();
-    const c10::optional<at::Tensor> torch_bias = direct && has_bias(bias) ? bias : c10::optional<at::Tensor>();
+    const at::Tensor sa = tensorwise ? scale_a.reshape({}) : aligned_contiguous(scale_a);
+    const at::Tensor sb = tensorwise ? scale_b.reshape({}) : aligned_contiguous(scale_b);
+    const c10::optional<at::Tensor> torch_bias =
+        direct && has_bias(bias) ? c10::optional<at::Tensor>(aligned_contiguous(*bias)) : c10::optional<at::Tensor>();
     at::Tensor z = at::_scaled_mm(a, b, sa, sb, torch_bias, c10::nullopt, dtype, use_fast_accum);
     if (!direct) {
       if (has_bias(bias)) z.add_(bias->to(at::kFloat));

@@ -15,16 +15,6 @@
 #include "scaled_gemm.h"
 
 namespace ops::cutlass_gemm {
-namespace {
-
-// t contiguous from a 16-byte aligned address (the epilogue's vector loads of scales and bias).
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  return aligned16(c) ? c : c.clone();
-}
-
-}  // namespace
-
 bool scaled_block_recipe(ScaleRecipe recipe) {
   return recipe == ScaleRecipe::Block128 || recipe == ScaleRecipe::Block1x128;
 }

@@ -891,7 +891,7 @@ def test_the_torch_scaled_mm_path_equals_the_formula(recipe, out_dtype):
     A = fp8(M, K)
     for B in (fp8(N, K, seed=1).t(), fp8(K, N, seed=1), fp8(N, K, dtype=torch.float8_e5m2, seed=1).t()):
         for act in ("none", "relu", "gelu_tanh", "silu"):
-            for bias in (None, torch.randn(N).to(out_dtype)):
+            for bias in (None, torch.randn(N).to(out_dtype), torch.randn(N + 1).to(out_dtype)[1:]):  # misaligned
                 got = torch.ops.ops._scaled_gemm_torch_path(A, B, sa, sb, bias, out_dtype, act)
                 expected = ops.scaled_gemm(A, B, sa, sb, bias=bias, out_dtype=out_dtype, activation=act)
                 assert got.dtype == out_dtype and torch.equal(got, expected), (B.dtype, act, bias is None)
