@@ -63,7 +63,7 @@ void scaled_gemm_formula_into(const at::Tensor& A, const at::Tensor& B, const at
 namespace {
 
 // The calls torch._scaled_mm refused (its checks raise before any launch), by what decides that: device,
-// recipe, operand dtypes, the dtype asked of torch and whether torch adds the bias; torch's message.
+// recipe, operand dtypes, the dtype asked of torch, whether torch adds the bias and use_fast_accum; torch's message.
 struct TorchRefusals {
   std::mutex mutex;
   std::map<std::string, std::string> by_kind;
@@ -77,9 +77,10 @@ TorchRefusals& torch_refusals() {
 // bias and the activation are added here and the result rounded once, as the formula.
 at::ScalarType torch_out(Activation act, at::ScalarType dtype) { return act == Activation::None ? dtype : at::kFloat; }
 
-std::string torch_kind(const at::Tensor& A, const at::Tensor& B, ScaleRecipe recipe, at::ScalarType out, bool bias) {
+std::string torch_kind(const at::Tensor& A, const at::Tensor& B, ScaleRecipe recipe, at::ScalarType out, bool bias,
+                       bool fast_accum) {
   return c10::str(A.device(), " ", scale_recipe_name(recipe), " ", A.scalar_type(), " x ", B.scalar_type(), " -> ",
-                  out, bias ? " with bias" : "");
+                  out, bias ? " with bias" : "", fast_accum ? " fast accumulation" : "");
 }
 
 bool has_bias(const c10::optional<at::Tensor>& bias) { return bias.has_value() && bias->defined(); }
@@ -87,12 +88,12 @@ bool has_bias(const c10::optional<at::Tensor>& bias) { return bias.has_value() &
 }  // namespace
 
 std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
-                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype) {
+                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype, bool fast_accum) {
   if (scaled_block_recipe(recipe)) {
     return "blockwise scales are not given to torch._scaled_mm (its block-scale layouts differ between torch versions)";
   }
   const at::ScalarType out = torch_out(act, dtype);
-  const std::string kind = torch_kind(A, B, recipe, out, has_bias(bias) && act == Activation::None);
+  const std::string kind = torch_kind(A, B, recipe, out, has_bias(bias) && act == Activation::None, fast_accum);
   std::lock_guard<std::mutex> lock(torch_refusals().mutex);
   const auto it = torch_refusals().by_kind.find(kind);
   return it == torch_refusals().by_kind.end() ? std::string() : "torch._scaled_mm refused " + kind + ": " + it->second;
@@ -101,10 +102,10 @@ std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, 
 bool scaled_gemm_torch_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, ScaleRecipe recipe,
                             Activation act, bool use_fast_accum, at::Tensor& out) {
-  if (!scaled_gemm_torch_refusal(A, B, bias, recipe, act, out.scalar_type()).empty()) return false;
+  if (!scaled_gemm_torch_refusal(A, B, bias, recipe, act, out.scalar_type(), use_fast_accum).empty()) return false;
   const at::ScalarType dtype = torch_out(act, out.scalar_type());
   const bool direct = act == Activation::None;
-  const std::string kind = torch_kind(A, B, recipe, dtype, has_bias(bias) && direct);
+  const std::string kind = torch_kind(A, B, recipe, dtype, has_bias(bias) && direct, use_fast_accum);
   try {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     // torch takes A row-major, B column-major, float32 scales of one element (tensorwise) or (M, 1) and (1, N);
@@ -188,7 +189,7 @@ at::Tensor scaled_gemm_torch_path(const at::Tensor& A, const at::Tensor& B, cons
                              at::Tensor& out) {
                             const bool taken = scaled_gemm_torch_into(a, b, sa, sb, bi, recipe, act, fast, out);
                             TORCH_CHECK(taken, "_scaled_gemm_torch_path: not taken: ",
-                                        scaled_gemm_torch_refusal(a, b, bi, recipe, act, out.scalar_type()));
+                                        scaled_gemm_torch_refusal(a, b, bi, recipe, act, out.scalar_type(), fast));
                           });
 }
 

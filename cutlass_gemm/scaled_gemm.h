@@ -56,14 +56,14 @@ bool scaled_block_recipe(ScaleRecipe recipe);  // the two blockwise recipes
 // torch._scaled_mm as a path (CUDA, where no CUTLASS kernel takes the call): tensorwise and rowwise, torch
 // adding the bias where there is no activation, else a float32 product to which the bias and activation
 // are applied here, one rounding into out. Returns false, out untouched, where torch refuses the call; such
-// a refusal is kept for every call of its kind (device, recipe, dtypes, bias), which then takes the
+// a refusal is kept for every call of its kind (device, recipe, dtypes, bias, use_fast_accum), which then takes the
 // formula without asking torch again.
 bool scaled_gemm_torch_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, ScaleRecipe recipe,
                             Activation act, bool use_fast_accum, at::Tensor& out);
 // Why that path does not take such a call ("" where it will ask torch): blockwise, or torch's refusal.
 std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
-                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype);
+                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype, bool fast_accum);
 
 // The SM90 FP8 kernels' configurations (sm90_scaled_gemm.cuh): tile, cluster and schedule of the
 // tensorwise/rowwise, swapped and blockwise kernels, as their names spell them.

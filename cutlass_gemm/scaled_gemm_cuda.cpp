@@ -130,7 +130,8 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   const std::string why = why_not_cutlass(A, B, recipe);
   JsonObject plan;
   plan.add("recipe", scale_recipe_name(recipe));
-  const std::string torch_refusal = why.empty() ? "" : scaled_gemm_torch_refusal(A, B, bias, recipe, act, dtype);
+  const std::string torch_refusal =
+      why.empty() ? "" : scaled_gemm_torch_refusal(A, B, bias, recipe, act, dtype, use_fast_accum);
   plan.add("path", why.empty() ? "cutlass" : torch_refusal.empty() ? "torch._scaled_mm" : "formula");
   if (why.empty()) {
     const std::vector<std::string> names = scaled_candidates(dtype, recipe, act, use_fast_accum);

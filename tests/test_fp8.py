@@ -933,6 +933,12 @@ try:
 except RuntimeError as e:
     assert "-> Float: " in str(e), e
 assert len(calls) == 2
+try:
+    torch.ops.ops._scaled_gemm_torch_path(A, B, s, s, use_fast_accum=True)  # fast accumulation: another kind
+    raise SystemExit("taken")
+except RuntimeError as e:
+    assert "BFloat16 fast accumulation: " in str(e), e
+assert len(calls) == 3
 plan = ops.fp8.plan(A, B, s, s)  # CPU: the formula, whatever torch does
 assert plan["path"] == "formula", plan
 print("ok")
