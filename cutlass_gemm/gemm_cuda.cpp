@@ -176,33 +176,43 @@ double time_runs(const std::function<bool()>& run, cudaStream_t stream, const Ev
   }
 }
 
-constexpr int kTuningRepeats = 5;
-
-// Times every candidate tactic of `plan` and caches the fastest under `key`. Every candidate writes
-// the complete result into args.d, so the output is right whichever runs last.
-Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, const GemmLaunchArgs& args,
-                const std::string& key, const at::Tensor& like, cudaStream_t stream) {
+// Times candidates 0..n-1 (run(i) launches candidate i on `stream`; false: CUTLASS refused it) as time_runs
+// does, with 5 timed runs each: their median ms (-1: could not run). `best` becomes the fastest's index and
+// keeps its value where none ran. Every candidate writes the complete result, so the output is right
+// whichever runs last.
+std::vector<double> time_candidates(size_t n, const std::function<bool(size_t)>& run, cudaStream_t stream,
+                                    size_t* best) {
+  constexpr int kRepeats = 5;
   // Our own synchronizing calls must not invalidate a capture that another thread runs in the
   // default (global) mode.
   const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
-  TuningRecord record;
-  record.tactic = plan.tactic;
-  record.resolved = true;
+  const EventPool events(kRepeats + 1);
+  std::vector<double> ms;
   double best_ms = -1;
-  const EventPool events(kTuningRepeats + 1);
-  for (const Tactic& candidate : candidates) {
-    const auto run = [&] { return run_tactic(candidate, args, like, stream).ok; };
-    const double ms = time_runs(run, stream, events, kTuningRepeats);
-    record.timings_ms.emplace_back(tactic_name(candidate), ms);
-    if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
-      best_ms = ms;
-      record.tactic = candidate;
+  for (size_t i = 0; i < n; ++i) {
+    ms.push_back(time_runs([&] { return run(i); }, stream, events, kRepeats));
+    if (ms[i] >= 0 && (best_ms < 0 || ms[i] < best_ms)) {
+      best_ms = ms[i];
+      *best = i;
     }
   }
+  return ms;
+}
+
+// Times every candidate tactic of `plan` and caches the fastest under `key` (none ran: plan.tactic).
+Tactic autotune(const GemmPlan& plan, const std::vector<Tactic>& candidates, const GemmLaunchArgs& args,
+                const std::string& key, const at::Tensor& like, cudaStream_t stream) {
+  size_t best = candidates.size();
+  const std::vector<double> ms = time_candidates(
+      candidates.size(), [&](size_t i) { return run_tactic(candidates[i], args, like, stream).ok; }, stream, &best);
+  TuningRecord record;
+  record.tactic = best < candidates.size() ? candidates[best] : plan.tactic;
+  record.resolved = true;
+  for (size_t i = 0; i < candidates.size(); ++i) record.timings_ms.emplace_back(tactic_name(candidates[i]), ms[i]);
   record.best = tactic_name(record.tactic);
-  const Tactic best = record.tactic;
+  const Tactic chosen = record.tactic;
   store_tuned({{key, std::move(record)}});
-  return best;
+  return chosen;
 }
 
 }  // namespace
@@ -213,18 +223,8 @@ size_t autotune_named(const std::string& key, const std::vector<std::string>& na
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) return fallback;  // timing synchronizes, which capture forbids
-  const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);  // as autotune's
-  const EventPool events(kTuningRepeats + 1);
-  std::vector<double> ms;
   size_t best = fallback;
-  double best_ms = -1;
-  for (size_t i = 0; i < names.size(); ++i) {
-    ms.push_back(time_runs([&] { return run(i); }, stream, events, kTuningRepeats));
-    if (ms[i] >= 0 && (best_ms < 0 || ms[i] < best_ms)) {
-      best_ms = ms[i];
-      best = i;
-    }
-  }
+  const std::vector<double> ms = time_candidates(names.size(), run, stream, &best);
   store_tuned_named(key, names, ms, best);
   return best;
 }
