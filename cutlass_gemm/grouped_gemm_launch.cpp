@@ -13,6 +13,7 @@
 #include "../csrc/json.h"
 #include "grouped_gemm.h"
 #include "operands.h"
+#include "tactic_select.h"  // json_names
 
 namespace ops::cutlass_gemm {
 namespace {
@@ -107,13 +108,12 @@ std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarTyp
 std::vector<std::string> grouped_kernels_json() {
   struct Variant {
     bool a_row_major, b_row_major, swap_ab;
-    const char* modes;
   };
-  constexpr Variant kVariants[] = {{true, true, false, "[\"2D x 3D\",\"3D x 3D\"]"},
-                                   {true, false, false, "[\"2D x 3D\",\"3D x 3D\"]"},
-                                   {true, true, true, "[\"2D x 3D\",\"3D x 3D\"]"},
-                                   {true, false, true, "[\"2D x 3D\",\"3D x 3D\"]"},
-                                   {false, true, false, "[\"2D x 2D\"]"}};
+  constexpr Variant kVariants[] = {
+      {true, true, false}, {true, false, false}, {true, true, true}, {true, false, true}, {false, true, false}};
+  const std::string row_a_modes =
+      json_names({grouped_mode_name(GroupedMode::RaggedM), grouped_mode_name(GroupedMode::Batched)});
+  const std::string column_a_modes = json_names({grouped_mode_name(GroupedMode::RaggedK)});
   std::vector<std::string> kernels;
   for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
     for (const Variant& v : kVariants) {
@@ -126,7 +126,7 @@ std::vector<std::string> grouped_kernels_json() {
           .add("op", "grouped_gemm")
           .add("sm", 90)
           .add("dtype", dtype == at::kBFloat16 ? "bf16" : "f16")
-          .raw("modes", v.modes)
+          .raw("modes", v.a_row_major ? row_a_modes : column_a_modes)
           .add("layout_a", v.a_row_major ? "row" : "col")
           .add("layout_b", v.b_row_major ? "row" : "col")
           .add("swap_ab", v.swap_ab)

@@ -85,27 +85,31 @@ std::string torch_kind(const at::Tensor& A, const at::Tensor& B, ScaleRecipe rec
 
 bool has_bias(const c10::optional<at::Tensor>& bias) { return bias.has_value() && bias->defined(); }
 
-}  // namespace
-
-std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
-                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype, bool fast_accum) {
+// Why the path does not take a call of `kind` ("" where it asks torch).
+std::string refusal_of(ScaleRecipe recipe, const std::string& kind) {
   if (scaled_block_recipe(recipe)) {
     return "blockwise scales are not given to torch._scaled_mm (its block-scale layouts differ between torch versions)";
   }
-  const at::ScalarType out = torch_out(act, dtype);
-  const std::string kind = torch_kind(A, B, recipe, out, has_bias(bias) && act == Activation::None, fast_accum);
   std::lock_guard<std::mutex> lock(torch_refusals().mutex);
   const auto it = torch_refusals().by_kind.find(kind);
   return it == torch_refusals().by_kind.end() ? std::string() : "torch._scaled_mm refused " + kind + ": " + it->second;
 }
 
+}  // namespace
+
+std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
+                                      ScaleRecipe recipe, Activation act, at::ScalarType dtype, bool fast_accum) {
+  return refusal_of(recipe, torch_kind(A, B, recipe, torch_out(act, dtype), has_bias(bias) && act == Activation::None,
+                                       fast_accum));
+}
+
 bool scaled_gemm_torch_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, ScaleRecipe recipe,
                             Activation act, bool use_fast_accum, at::Tensor& out) {
-  if (!scaled_gemm_torch_refusal(A, B, bias, recipe, act, out.scalar_type(), use_fast_accum).empty()) return false;
   const at::ScalarType dtype = torch_out(act, out.scalar_type());
   const bool direct = act == Activation::None;
   const std::string kind = torch_kind(A, B, recipe, dtype, has_bias(bias) && direct, use_fast_accum);
+  if (!refusal_of(recipe, kind).empty()) return false;
   try {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     // torch takes A row-major, B column-major, float32 scales of one element (tensorwise) or (M, 1) and (1, N);
@@ -174,9 +178,6 @@ void scaled_gemm_out(const at::Tensor& A, const at::Tensor& B, const at::Tensor&
                      c10::string_view activation, bool use_fast_accum, at::Tensor& out) {
   scaled_gemm_out_with(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out, formula);
 }
-
-}  // namespace
-namespace {
 
 // The CUDA path's torch._scaled_mm step on CPU tensors; raises where it does not take the call.
 at::Tensor scaled_gemm_torch_path(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,

@@ -13,6 +13,7 @@
 #include "../csrc/json.h"
 #include "operands.h"
 #include "scaled_gemm.h"
+#include "tactic_select.h"  // json_names
 
 namespace ops::cutlass_gemm {
 bool scaled_block_recipe(ScaleRecipe recipe) {
@@ -41,15 +42,15 @@ std::vector<std::string> scaled_kernels_json() {
   std::vector<std::string> kernels;
   const auto add = [&](at::ScalarType out, std::initializer_list<ScaleRecipe> recipes, Activation act,
                        bool fast_accum, bool swap_ab) {
-    std::string names = "[";
-    for (const ScaleRecipe r : recipes) names += (names.size() > 1 ? "," : "") + JsonObject::quote(scale_recipe_name(r));
+    std::vector<std::string> names;
+    for (const ScaleRecipe r : recipes) names.emplace_back(scale_recipe_name(r));
     JsonObject o;
     o.add("name", scaled_kernel_name(out, *recipes.begin(), act, fast_accum, swap_ab))
         .add("op", "scaled_gemm")
         .add("sm", 90)
         .add("dtype", "e4m3")
         .add("out_dtype", out_name(out))
-        .raw("recipes", names + "]")
+        .raw("recipes", json_names(names))
         .add("activation", std::string(activation_name(act)))
         .add("accumulation", scaled_block_recipe(*recipes.begin()) ? "blockwise promotion"
                              : fast_accum                          ? "fast"
