@@ -33,17 +33,17 @@ struct ScaledGemmLaunchArgs {
   // it by TMA, which takes 16-byte aligned rows; the padding is never read into a result).
   int64_t scale_a_ld = 0;
   bool fast_accum = false;  // else two-level accumulation (CUTLASS's promotion into float32 every 4 k-blocks)
-  // Tensorwise and rowwise at small m (scaled_swap_ab): the kernel runs D^T (n x m, column-major: the
-  // row-major D) = B^T A^T on 128x32 tiles, so that the few rows of A (decode's tokens) fill the kernel's
-  // narrow N tile and B streams through the 128-row side; scale_a and scale_b swap broadcast directions.
+  // At small m (scaled_swap_ab): the kernel runs D^T (n x m, column-major: the row-major D) = B^T A^T on
+  // 128x32 tiles, so that the few rows of A (decode's tokens) fill the kernel's narrow N tile and B streams
+  // through the 128-row side; scale_a and scale_b swap broadcast directions (blockwise: swap operands).
   bool swap_ab = false;
   Epilogue act = Epilogue::BiasIdentity;  // a Bias<Act> epilogue (the bias may be null)
   int device = 0;
   int sm_count = 0;
 };
 
-// Whether a launch runs swapped (ScaledGemmLaunchArgs::swap_ab): tensorwise and rowwise with m <= 32, where
-// a 128-row tile would be mostly idle. A prior, to be fitted on an H200.
-inline bool scaled_swap_ab(bool block_scaled, int64_t m) { return !block_scaled && m <= 32; }
+// Whether a launch runs swapped (ScaledGemmLaunchArgs::swap_ab): m <= 32, where a 128-row tile would be
+// mostly idle. A prior, to be fitted on an H200.
+inline bool scaled_swap_ab(int64_t m) { return m <= 32; }
 
 }  // namespace ops::cutlass_gemm

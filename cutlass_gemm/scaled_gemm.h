@@ -70,6 +70,8 @@ std::string scaled_gemm_torch_refusal(const at::Tensor& A, const at::Tensor& B, 
 inline constexpr const char* kScaledGemmConfig = "128x128x128_2x1x1_tn_align16_warpspecialized_cooperative";
 inline constexpr const char* kSwappedScaledGemmConfig = "128x32x128_1x1x1_tnn_align16_warpspecialized_cooperative";
 inline constexpr const char* kBlockScaledGemmConfig = "128x128x128_1x1x1_tn_align16_warpspecialized_cooperative_fp8_blockwise";
+inline constexpr const char* kSwappedBlockScaledGemmConfig =
+    "128x32x128_1x1x1_tnn_align16_warpspecialized_cooperative_fp8_blockwise";
 // The kernel of a launch (out: bfloat16, float16 or float32), e.g.
 // sm90_e4m3_128x128x128_2x1x1_tn_align16_warpspecialized_cooperative_bf16_scaled_bias_none.
 std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab);

@@ -34,11 +34,9 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   return "";
 }
 
-// The kernels that can run this call (blockwise: one; else unswapped and swapped).
+// The kernels that can run this call: unswapped and swapped.
 std::vector<std::string> scaled_candidates(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
-  std::vector<std::string> names{scaled_kernel_name(out, recipe, act, fast_accum, false)};
-  if (!scaled_block_recipe(recipe)) names.push_back(scaled_kernel_name(out, recipe, act, fast_accum, true));
-  return names;
+  return {scaled_kernel_name(out, recipe, act, fast_accum, false), scaled_kernel_name(out, recipe, act, fast_accum, true)};
 }
 // A call's tuning cache key: its kernels, recipe, bias and extents on the current device.
 std::string scaled_key(const std::vector<std::string>& names, ScaleRecipe recipe, bool bias, int64_t m, int64_t n,
@@ -49,9 +47,8 @@ std::string scaled_key(const std::vector<std::string>& names, ScaleRecipe recipe
                                                        " k=" + std::to_string(k));
 }
 // The one it runs (index into names): forced, tuned, or scaled_swap_ab's choice (choose_named).
-NamedChoice scaled_choice(ScaleRecipe recipe, int64_t m, const std::vector<std::string>& names,
-                          const std::function<std::string()>& key) {
-  return choose_named(kOp, key, names, scaled_swap_ab(scaled_block_recipe(recipe), m) ? 1 : 0);
+NamedChoice scaled_choice(int64_t m, const std::vector<std::string>& names, const std::function<std::string()>& key) {
+  return choose_named(kOp, key, names, scaled_swap_ab(m) ? 1 : 0);
 }
 
 void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
@@ -61,7 +58,7 @@ void launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
   ScaledGemmLaunchArgs& args = l.args;
   const std::vector<std::string> names = scaled_candidates(out.scalar_type(), recipe, act, fast_accum);
   const auto key = [&] { return scaled_key(names, recipe, bias.has_value(), args.m, args.n, args.k); };
-  const NamedChoice choice = scaled_choice(recipe, args.m, names, key);
+  const NamedChoice choice = scaled_choice(args.m, names, key);
   args.device = A.device().index();
   args.sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -136,9 +133,9 @@ std::string scaled_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, cons
   if (why.empty()) {
     const std::vector<std::string> names = scaled_candidates(dtype, recipe, act, use_fast_accum);
     const auto key = [&] { return scaled_key(names, recipe, bias.has_value(), A.size(0), B.size(1), A.size(1)); };
-    const NamedChoice choice = scaled_choice(recipe, A.size(0), names, key);
+    const NamedChoice choice = scaled_choice(A.size(0), names, key);
     plan.add("kernel", names[choice.index]);
-    plan.add("swap_ab", !scaled_block_recipe(recipe) && choice.index == 1);
+    plan.add("swap_ab", choice.index == 1);
     plan.raw("candidates", json_names(names));
     plan.add("tactic_source", tactic_source_name(choice.source));
     plan.add("tuning_key", key());

@@ -26,7 +26,8 @@ const char* out_name(at::ScalarType out) { return out == at::kBFloat16 ? "bf16" 
 
 std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab) {
   if (scaled_block_recipe(recipe)) {
-    return std::string("sm90_e4m3_") + kBlockScaledGemmConfig + "_" + out_name(out) +
+    return std::string("sm90_e4m3_") + (swap_ab ? kSwappedBlockScaledGemmConfig : kBlockScaledGemmConfig) + "_" +
+           out_name(out) +
            (recipe == ScaleRecipe::Block128 ? "_sfa1x128_sfb128x128" : "_sfa1x128_sfb1x128") + "_bias_" +
            std::string(activation_name(act));
   }
@@ -36,7 +37,7 @@ std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activatio
 }
 
 // One kernel serves tensorwise and rowwise (its epilogue broadcasts a scalar or a vector), fast or two-level
-// accumulation, swapped or not; a blockwise kernel per block shape of B (its mainloop promotes per 128 of K).
+// accumulation; a blockwise kernel per block shape of B (its mainloop promotes per 128 of K); each swapped or not.
 // As with_scaled_config (sm90_scaled_gemm.cuh) instantiates them.
 std::vector<std::string> scaled_kernels_json() {
   std::vector<std::string> kernels;
@@ -65,8 +66,10 @@ std::vector<std::string> scaled_kernels_json() {
       for (const bool swap_ab : {false, true}) {
         for (const bool fast : {false, true}) add(out, {ScaleRecipe::Tensorwise, ScaleRecipe::Rowwise}, act, fast, swap_ab);
       }
-      add(out, {ScaleRecipe::Block128}, act, false, false);
-      add(out, {ScaleRecipe::Block1x128}, act, false, false);
+      for (const bool swap_ab : {false, true}) {
+        add(out, {ScaleRecipe::Block128}, act, false, swap_ab);
+        add(out, {ScaleRecipe::Block1x128}, act, false, swap_ab);
+      }
     }
   }
   return kernels;
@@ -110,7 +113,7 @@ ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, con
   args.scale_a_ld = sa_ld;
   args.bias = l.bias.defined() ? l.bias.const_data_ptr() : nullptr;
   args.fast_accum = fast_accum;
-  args.swap_ab = scaled_swap_ab(args.block_scaled, args.m);
+  args.swap_ab = scaled_swap_ab(args.m);
   args.act = bias_epilogue(act);
   return l;
 }

@@ -4,7 +4,8 @@
 // rounded once to D's dtype. The scales broadcast as vectors or as scalars, chosen at run time
 // (CUTLASS's dynamic row/column broadcast); a null bias adds 0. Blockwise scales (Sm90BlockScaledGemmConfig):
 // CUTLASS's FP8 blockwise mainloop (example 67) scales each 128-deep K block's partial product by its
-// scale_a row and scale_b block as it accumulates in float32; the epilogue is act(acc + bias[n]).
+// scale_a row and scale_b block as it accumulates in float32; the epilogue is act(acc + bias[n]); at small
+// M swapped on 128x32x128 tiles as well.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -139,23 +140,29 @@ struct Sm90ScaledGemmConfig {
   }
 };
 
-// kBlockN: the columns one scale_b entry covers (128 or 1); scale_a covers one row, both 128 of K.
-template <typename ElementD, Epilogue kAct, int kBlockN>
+// kBlockN: the columns one scale_b entry covers (128 or 1); scale_a covers one row, both 128 of K. kSwapAB:
+// D^T = B^T A^T on 128x32x128 tiles as above; the user's scale_b then scales the kernel's A (kBlockN rows
+// per entry) and scale_a its B (one column per entry), the bias broadcasts along the kernel's rows.
+template <typename ElementD, Epilogue kAct, int kBlockN, bool kSwapAB = false>
 struct Sm90BlockScaledGemmConfig {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
+                                       cute::Shape<cute::_128, cute::_128, cute::_128>>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // Both scale tensors M/N-major: scale_a stored (ceil(K/128), M), scale_b (ceil(K/128), ceil(N/kBlockN)).
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kBlockN, 128, cute::GMMA::Major::MN,
-                                                                cute::GMMA::Major::MN>;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? kBlockN : 1, kSwapAB ? 1 : kBlockN, 128,
+                                                                cute::GMMA::Major::MN, cute::GMMA::Major::MN>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
-                                                           cute::Stride<cute::_0, cute::_1, int64_t>>;
+  using Bias = std::conditional_t<
+      kSwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>>;
   using PlusBias = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
-  using CollectiveEpilogue = ScaledEpilogue<ElementD, kAct, PlusBias, TileShape, ClusterShape>;
+  using CollectiveEpilogue = ScaledEpilogue<ElementD, kAct, PlusBias, TileShape, ClusterShape, LayoutD>;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t,
       cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16, cutlass::float_e4m3_t,
@@ -168,14 +175,19 @@ struct Sm90BlockScaledGemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
-    const ScaledOperands<Kernel> o(a);
-    const auto problem = cute::make_shape(static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1);
-    const auto padded = cute::make_shape(static_cast<int>(a.scale_a_ld), static_cast<int>(a.n), static_cast<int>(a.k), 1);
+    const ScaledOperands<Kernel, kSwapAB> o(a);
+    // scale_a's layout spans its padded row length (scale_a_ld >= m) along its M (swapped: the kernel's N).
+    const int sa_ld = static_cast<int>(a.scale_a_ld), k = static_cast<int>(a.k);
+    const auto problem = cute::make_shape(o.m, o.n, k, 1);
+    const auto sfa_shape = kSwapAB ? problem : cute::make_shape(sa_ld, o.n, k, 1);
+    const auto sfb_shape = kSwapAB ? cute::make_shape(o.m, sa_ld, k, 1) : problem;
+    const float* sfa = kSwapAB ? a.scale_b : a.scale_a;
+    const float* sfb = kSwapAB ? a.scale_a : a.scale_b;
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
-        {static_cast<const cutlass::float_e4m3_t*>(a.a), o.a, static_cast<const cutlass::float_e4m3_t*>(a.b), o.b,
-         a.scale_a, ScaleConfig::tile_atom_to_shape_SFA(padded), a.scale_b, ScaleConfig::tile_atom_to_shape_SFB(problem)},
+        {o.m, o.n, o.k, 1},
+        {o.pa, o.a, o.pb, o.b, sfa, ScaleConfig::tile_atom_to_shape_SFA(sfa_shape), sfb,
+         ScaleConfig::tile_atom_to_shape_SFB(sfb_shape)},
         {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
         o.hw_info};
     // The tree's arguments: {PlusBias's {acc, bias, op}, act's op}.
@@ -189,10 +201,10 @@ struct Scaled {
   template <Epilogue kAct>
   using type = Sm90ScaledGemmConfig<ElementD, kAct, kFastAccum, kSwapAB>;
 };
-template <typename ElementD, int kBlockN>
+template <typename ElementD, int kBlockN, bool kSwapAB>
 struct BlockScaled {
   template <Epilogue kAct>
-  using type = Sm90BlockScaledGemmConfig<ElementD, kAct, kBlockN>;
+  using type = Sm90BlockScaledGemmConfig<ElementD, kAct, kBlockN, kSwapAB>;
 };
 
 // fn.template operator()<Config<kAct>>() for the activation of `act`.
@@ -212,9 +224,11 @@ template <typename ElementD, typename Fn>
 auto with_scaled_config(const ScaledGemmLaunchArgs& args, Fn&& fn) {
   if (args.block_scaled) {
     if (args.block_n == 1) {
-      return with_activation<BlockScaled<ElementD, 1>::template type>(args.act, fn);
+      if (args.swap_ab) return with_activation<BlockScaled<ElementD, 1, true>::template type>(args.act, fn);
+      return with_activation<BlockScaled<ElementD, 1, false>::template type>(args.act, fn);
     }
-    return with_activation<BlockScaled<ElementD, 128>::template type>(args.act, fn);
+    if (args.swap_ab) return with_activation<BlockScaled<ElementD, 128, true>::template type>(args.act, fn);
+    return with_activation<BlockScaled<ElementD, 128, false>::template type>(args.act, fn);
   }
   if (args.swap_ab) {
     if (args.fast_accum) return with_activation<Scaled<ElementD, true, true>::template type>(args.act, fn);

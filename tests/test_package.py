@@ -57,12 +57,12 @@ def test_kernel_list_names_the_fp8_and_grouped_kernels():
     assert sorted(everything, key=lambda k: k["name"]) == sorted(
         ops.kernels("cutlass_gemm") + ops.kernels("scaled_gemm") + ops.kernels("grouped_gemm"), key=lambda k: k["name"])
     scaled = ops.kernels("scaled_gemm")
-    # Per output dtype and activation: fast and two-level, each also swapped, and the two blockwise kernels.
-    assert len(scaled) == 3 * 5 * 6 and all(k["sm"] == 90 and k["candidate_only"] for k in scaled)
+    # Per output dtype and activation: fast and two-level and the two blockwise kernels, each also swapped.
+    assert len(scaled) == 3 * 5 * 8 and all(k["sm"] == 90 and k["candidate_only"] for k in scaled)
     for k in scaled:
         blockwise = k["recipes"][0].startswith("blockwise")
         assert ("fp8_blockwise" in k["name"]) == blockwise and ("fastaccum" in k["name"]) == (k["accumulation"] == "fast")
-        assert ("128x32x128" in k["name"]) == k["swap_ab"] and not (blockwise and k["swap_ab"])
+        assert ("128x32x128" in k["name"]) == k["swap_ab"] == ("_tnn_" in k["name"])
         assert k["name"].endswith(f"_{k['out_dtype']}_scaled_bias_{k['activation']}") or blockwise
     assert {(k["out_dtype"], k["activation"]) for k in scaled} == {
         (o, a) for o in ("bf16", "f16", "f32") for a in ("none", "relu", "gelu", "gelu_tanh", "silu")}
