@@ -2,7 +2,8 @@
 transformers need not be imported), each with what it computes. Names are ``<model folder>.<class>``:
 the class ``<class>`` of ``transformers.models.<model folder>.modeling_<model folder>``, or
 ``<model folder>.<module>.<class>`` for another modeling module of the folder. Listed from transformers
-5.24: tests/test_hf_class_lists.py checks that each list holds exactly the classes of the installed
+5.25 (whose BailingHybridMLP clamps its gate and up products, so it is not listed):
+tests/test_hf_class_lists.py checks that each list holds exactly the classes of the installed
 transformers whose own forward is the reference class's, and tests/test_models.py runs every listed class
 against its converted module, so a class whose formula changes in a later release fails a test instead
 of converting silently.
@@ -71,10 +72,10 @@ RMS_NORM_LLAMA = _classes("""
     hunyuan_v1_moe.HunYuanMoEV1RMSNorm hunyuan_vl.HunYuanVLRMSNorm hy_v3.HYV3RMSNorm hy_v4.HYV4RMSNorm
     hy_v4_vl.HYV4VLRMSNorm hyperclovax.HyperCLOVAXRMSNorm idefics2.Idefics2RMSNorm idefics3.Idefics3RMSNorm
     inkling.InklingRMSNorm internvl.InternVLVisionRMSNorm jamba.JambaRMSNorm jetmoe.JetMoeRMSNorm
-    kimi_linear.KimiLinearRMSNorm kolibri1.Kolibri1RMSNorm laguna.LagunaRMSNorm lfm2.Lfm2RMSNorm
+    kimi_linear.KimiLinearRMSNorm kolibri1.Kolibri1RMSNorm kolibri1_1.Kolibri1_1RMSNorm laguna.LagunaRMSNorm lfm2.Lfm2RMSNorm
     lfm2_moe.Lfm2MoeRMSNorm lfm3.Lfm3RMSNorm lfm3_vl.Lfm3VlVisionRMSNorm lighton_ocr.LightOnOcrRMSNorm
     llama.LlamaRMSNorm longcat_flash.LongcatFlashRMSNorm mamba.MambaRMSNorm mamba2.Mamba2RMSNorm
-    mellum.MellumRMSNorm mimo_v2_flash.MiMoV2FlashRMSNorm minicpm3.MiniCPM3RMSNorm minimax.MiniMaxRMSNorm
+    mellum.MellumRMSNorm mimo_v2_flash.MiMoV2FlashRMSNorm minicpm3.MiniCPM3RMSNorm minicpm5_moe.MiniCPM5MoeRMSNorm minimax.MiniMaxRMSNorm
     minimax_m2.MiniMaxM2RMSNorm ministral.MinistralRMSNorm ministral3.Ministral3RMSNorm
     mistral.MistralRMSNorm mistral3.Mistral3RMSNorm mistral4.Mistral4RMSNorm
     mistral_large4.MistralLarge4RMSNorm mixtral.MixtralRMSNorm mllama.MllamaTextRMSNorm molmo2.Molmo2RMSNorm
@@ -137,7 +138,7 @@ DENSE_ACT = _classes("""
 # ``gated_mlp``: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, as LlamaMLP.
 GATED_MLP = _classes("""
     afmoe.AfmoeMLP aimv2.Aimv2MLP aria.AriaSharedExpertsMLP axk1.AXK1MLP axk2.AXK2MLP
-    bailing_hybrid.BailingHybridMLP bamba.BambaMLP blt.BltMLP chameleon.ChameleonMLP cohere.CohereMLP
+    bamba.BambaMLP blt.BltMLP chameleon.ChameleonMLP cohere.CohereMLP
     cohere2.Cohere2MLP cohere2_moe.Cohere2MoeMLP cohere_compass.CohereCompassMLP csm.CsmMLP cwm.CwmMLP
     deepseek_ocr2.DeepseekOcr2TextMLP deepseek_ocr2.DeepseekOcr2VisionMLP deepseek_v2.DeepseekV2MLP
     deepseek_v3.DeepseekV3MLP deepseek_v32.DeepseekV32MLP deimv2.Deimv2SwiGLUFFN diffllama.DiffLlamaMLP
@@ -155,15 +156,15 @@ GATED_MLP = _classes("""
     helium.HeliumMLP higgs_audio_v2.HiggsAudioV2MLP hrm_text.HrmTextMLP hunyuan_v1_dense.HunYuanDenseV1MLP
     hunyuan_v1_moe.HunYuanMoEV1MLP hunyuan_vl.HunYuanVLMLP hy_v3.HYV3MLP hy_v4.HYV4MLP hy_v4_vl.HYV4VLMLP
     hyperclovax.HyperCLOVAXMLP idefics.IdeficsMLP idefics2.Idefics2MLP jamba.JambaMLP
-    kimi_linear.KimiLinearMLP kolibri1.Kolibri1MLP laguna.LagunaMLP lara_mini.LaraMiniMLP llama.LlamaMLP
-    longcat_flash.LongcatFlashMLP mellum.MellumMLP mimo_v2_flash.MiMoV2FlashMLP minicpm3.MiniCPM3MLP
+    kimi_linear.KimiLinearMLP kolibri1.Kolibri1MLP kolibri1_1.Kolibri1_1MLP laguna.LagunaMLP lara_mini.LaraMiniMLP llama.LlamaMLP
+    longcat_flash.LongcatFlashMLP mellum.MellumMLP mimo_v2_flash.MiMoV2FlashMLP minicpm3.MiniCPM3MLP minicpm5_moe.MiniCPM5MoeMLP
     ministral.MinistralMLP ministral3.Ministral3MLP mistral.MistralMLP mistral4.Mistral4MLP
     mistral_large4.MistralLarge4TextMLP mllama.MllamaTextMLP molmo2.Molmo2ImageProjectorMLP molmo2.Molmo2MLP
     moonshine_streaming.MoonshinMoonshineStreamingDecoderMLP muse_glimmer.MuseGlimmerTextMLP
     muse_glimmer_assistant.MuseGlimmerAssistantMLP muse_spark.MuseSparkTextMLP nomic_bert.NomicBertMLP
     olmo.OlmoMLP olmo2.Olmo2MLP olmo3.Olmo3MLP olmo_hybrid.OlmoHybridMLP olmoe.OlmoeMLP ovis2.Ovis2MLP
     ovis2.Ovis2VisionMLP paddleocr_vl.PaddleOCRMLP pe_audio.PeAudioEncoderMLP
-    pe_audio_video.PeAudioVideoEncoderMLP pe_video.PeVideoEncoderMLP pixtral.PixtralMLP qwen2.Qwen2MLP
+    pe_audio_video.PeAudioVideoEncoderMLP pe_video.PeVideoEncoderMLP pi05.PI05MLP pixtral.PixtralMLP qwen2.Qwen2MLP
     qwen2_5_omni.Qwen2_5OmniMLP qwen2_5_omni.Qwen2MLP qwen2_5_vl.Qwen2_5_VLMLP qwen2_5_vl.Qwen2MLP
     qwen2_moe.Qwen2MoeMLP qwen2_vl.Qwen2MLP qwen3.Qwen3MLP qwen3_5.Qwen3_5MLP qwen3_5_moe.Qwen3_5MoeMLP
     qwen3_moe.Qwen3MoeMLP qwen3_next.Qwen3NextMLP qwen3_omni_moe.Qwen3OmniMoeCode2WavMlp
