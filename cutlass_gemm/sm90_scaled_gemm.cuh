@@ -82,16 +82,28 @@ using ScaledEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder
                                                cutlass::FloatRoundStyle::round_to_nearest>,
         Tree>>::CollectiveOp;
 
+// The tile, D's layout and the bias broadcast of both kernel families: 128x128x128 tiles, D row-major, the
+// bias along its columns; swapped (kSwapAB), 128x32x128 tiles, D^T column-major, the bias along its rows.
+template <typename ElementD, bool kSwapAB>
+struct ScaledTiling {
+  using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
+                                       cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using Bias = std::conditional_t<
+      kSwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>>;
+};
+
 // kSwapAB (ScaledGemmLaunchArgs::swap_ab): the transposed problem on 128x32x128 tiles, D^T column-major;
 // scale_a then broadcasts along the kernel's rows (one per column of D^T), scale_b and the bias along its
 // columns. The tree is the same expression either way: scale_a * (scale_b * acc) + bias.
 template <typename ElementD, Epilogue kAct, bool kFastAccum, bool kSwapAB = false>
 struct Sm90ScaledGemmConfig {
-  using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
-                                       cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using TileShape = typename ScaledTiling<ElementD, kSwapAB>::TileShape;
   using ClusterShape = std::conditional_t<kSwapAB, cute::Shape<cute::_1, cute::_1, cute::_1>,
                                           cute::Shape<cute::_2, cute::_1, cute::_1>>;
-  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = typename ScaledTiling<ElementD, kSwapAB>::LayoutD;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // A vector of one value per row (Col) or per column (Row) of the kernel's D, or one scalar (the bool stride).
   using PerRow = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
@@ -100,10 +112,7 @@ struct Sm90ScaledGemmConfig {
                                                                 cute::Stride<cute::_0, bool, int64_t>>;
   using ScaleA = std::conditional_t<kSwapAB, PerColumn, PerRow>;
   using ScaleB = std::conditional_t<kSwapAB, PerRow, PerColumn>;
-  using Bias = std::conditional_t<
-      kSwapAB,
-      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>>;
+  using Bias = typename ScaledTiling<ElementD, kSwapAB>::Bias;
   using TimesB = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
       cutlass::epilogue::fusion::Sm90AccFetch>;
@@ -145,20 +154,16 @@ struct Sm90ScaledGemmConfig {
 // per entry) and scale_a its B (one column per entry), the bias broadcasts along the kernel's rows.
 template <typename ElementD, Epilogue kAct, int kBlockN, bool kSwapAB = false>
 struct Sm90BlockScaledGemmConfig {
-  using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
-                                       cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using TileShape = typename ScaledTiling<ElementD, kSwapAB>::TileShape;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = typename ScaledTiling<ElementD, kSwapAB>::LayoutD;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // Both scale tensors M/N-major: scale_a stored (ceil(K/128), M), scale_b (ceil(K/128), ceil(N/kBlockN)).
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? kBlockN : 1, kSwapAB ? 1 : kBlockN, 128,
                                                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  using Bias = std::conditional_t<
-      kSwapAB,
-      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>>;
+  using Bias = typename ScaledTiling<ElementD, kSwapAB>::Bias;
   using PlusBias = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
