@@ -6,23 +6,107 @@ the class ``<class>`` of ``transformers.models.<model folder>.modeling_<model fo
 tests/test_hf_class_lists.py checks that each list holds exactly the classes of the installed
 transformers whose own forward is the reference class's, and tests/test_models.py runs every listed class
 against its converted module, so a class whose formula changes in a later release fails a test instead
-of converting silently.
+of converting silently. On the user's transformers, ``formula_changed`` compares each listed class's own
+forward with the formula its list was written for, so that ``ops.nn.convert`` leaves a class alone (and
+says so) whose forward a release has changed since, instead of converting it silently.
 """
 
+import ast
 import functools
+import inspect
+import sys
+import textwrap
+from typing import Optional, Tuple
 
 import torch
 
 
-def _classes(names: str) -> frozenset:
-    """{(module, qualname)} of whitespace-separated names: ``folder.Class`` (in ``modeling_<folder>``) or
+class ClassList(frozenset):
+    """{(module, qualname)} of the listed classes, with ``formulas``: the source of the forward they all
+    run, as the list's reference class writes it (one or more spellings)."""
+
+    formulas: Tuple[str, ...]
+
+    def __new__(cls, keys, formulas: Tuple[str, ...]):
+        self = super().__new__(cls, keys)
+        self.formulas = formulas
+        return self
+
+    def __reduce__(self):
+        return ClassList, (frozenset(self), self.formulas)
+
+
+def _classes(names: str, *formulas: str) -> ClassList:
+    """The ClassList of whitespace-separated names: ``folder.Class`` (in ``modeling_<folder>``) or
     ``folder.module.Class`` (another modeling module of the folder, as ``data2vec.modeling_data2vec_text``)."""
     keys = set()
     for name in names.split():
         parts = name.split(".")
         folder, module, cls = (parts[0], f"modeling_{parts[0]}", parts[1]) if len(parts) == 2 else parts
         keys.add((f"transformers.models.{folder}.{module}", cls))
-    return frozenset(keys)
+    return ClassList(keys, tuple(textwrap.dedent(f) for f in formulas))
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names):
+        self.names = names
+
+    def visit_Name(self, node):
+        node.id = self.names.get(node.id, node.id)
+        return node
+
+    def visit_arg(self, node):
+        node.arg, node.annotation = self.names.get(node.arg, node.arg), None
+        return node
+
+
+def normalized_forward(source: str) -> str:
+    """ast.dump of a function's source without its docstring, annotations, argument and local names (by
+    position instead) and with a trailing ``v = e; return v`` as ``return e``; decorators kept."""
+    node = ast.parse(textwrap.dedent(source)).body[0]
+    node.name, node.returns = "forward", None
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    if (len(body) >= 2 and isinstance(body[-1], ast.Return) and isinstance(body[-1].value, ast.Name)
+            and isinstance(body[-2], ast.Assign) and len(body[-2].targets) == 1
+            and isinstance(body[-2].targets[0], ast.Name) and body[-2].targets[0].id == body[-1].value.id):
+        body = body[:-2] + [ast.Return(body[-2].value)]
+    node.body = body
+    args = node.args
+    names = {}
+    for arg in args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]:
+        names[arg.arg] = "self" if arg.arg == "self" else f"arg{len(names)}"
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in names:
+            names[n.id] = f"local{len(names)}"
+    return ast.dump(_Rename(names).visit(node), annotate_fields=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _normalized_formulas(formulas: Tuple[str, ...]) -> frozenset:
+    return frozenset(normalized_forward(f) for f in formulas)
+
+
+@functools.lru_cache(maxsize=None)
+def _formula_changed(cls: type, formulas: Tuple[str, ...]) -> Optional[str]:
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return f"{cls.__qualname__}.forward has no source to compare with the formula ops fuses"
+    if normalized_forward(source) in _normalized_formulas(formulas):
+        return None
+    version = getattr(sys.modules.get("transformers"), "__version__", "?")
+    return (f"{cls.__qualname__}.forward in transformers {version} is not the formula ops fuses for its class "
+            "list (a release changed it)")
+
+
+def formula_changed(cls: type, classes: ClassList) -> Optional[str]:
+    """For a class of `classes`: None if its own forward is their formula (compared as
+    ``normalized_forward`` source, once per class), else why not (transformers changed it, or it has no
+    source)."""
+    return _formula_changed(cls, classes.formulas)
 
 
 def _bound_to(fn, module, funcs) -> bool:
@@ -94,6 +178,13 @@ RMS_NORM_LLAMA = _classes("""
     vibevoice_acoustic_tokenizer.VibeVoiceAcousticTokenizerRMSNorm vibevoice_asr.VibeVoiceAsrRMSNorm
     voxtral_realtime.VoxtralRealtimeRMSNorm xcodec2.Xcodec2RMSNorm youtu.YoutuRMSNorm zamba.ZambaRMSNorm
     zamba2.Zamba2RMSNorm zaya.ZayaRMSNorm
+""", """
+    def forward(self, hidden_states):  # LlamaRMSNorm's
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
 """)
 
 # The same x_hat, then ``(weight * x_hat).to(input_dtype)`` (Olmo2: one rounding to the input's dtype).
@@ -103,6 +194,20 @@ RMS_NORM_CAST = _classes("""
     inkling2_loop.Inkling2LoopRMSNorm lara_mini.LaraMiniRMSNorm nemotron_h.NemotronHRMSNorm
     nemotron_h_omni.NemotronH_Omni_RMSNorm olmo2.Olmo2RMSNorm olmo3.Olmo3RMSNorm
     olmo_hybrid.OlmoHybridRMSNorm openai_privacy_filter.OpenAIPrivacyFilterRMSNorm
+""", """
+    def forward(self, hidden_states):  # Olmo2RMSNorm's
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight * hidden_states).to(input_dtype)
+""", """
+    def forward(self, hidden_states):  # HeliumRMSNorm's
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)
 """)
 
 
@@ -133,6 +238,11 @@ DENSE_ACT = _classes("""
     vilt.ViltIntermediate visual_bert.VisualBertIntermediate xlm_roberta.XLMRobertaIntermediate
     xlm_roberta_xl.XLMRobertaXLIntermediate xmod.XmodIntermediate yolos.YolosIntermediate
     yoso.YosoIntermediate
+""", """
+    def forward(self, hidden_states):  # BertIntermediate's
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.intermediate_act_fn(hidden_states)
+        return hidden_states
 """)
 
 # ``gated_mlp``: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, as LlamaMLP.
@@ -175,6 +285,10 @@ GATED_MLP = _classes("""
     ultrabert.UltrabertMLP unlimited_ocr.UnlimitedOcrTextMLP vaultgemma.VaultGemmaMLP vibevoice.VibeVoiceMLP
     videomt.VideomtGatedMLP videomt.VideomtSwiGLUFFN voxtral_realtime.VoxtralRealtimeMLP
     voxtral_realtime.VoxtralRealtimeTextMLP youtu.YoutuMLP zamba.ZambaMLP
+""", """
+    def forward(self, x):  # LlamaMLP's
+        down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return down_proj
 """)
 
 # ``gate_up_mlp``: ``gate, up = gate_up_proj(x).chunk(2, dim=-1); down_proj(up * activation_fn(gate))``, as Phi3MLP.
@@ -182,4 +296,10 @@ GATE_UP_MLP = _classes("""
     dia.DiaMLP dots3_note.Dots3NoteAudioMLP esmfold2.EsmFold2SwiGLU glm.GlmMLP glm4.Glm4MLP
     glm4v.Glm4vTextMLP glm_image.GlmImageTextMLP glm_ocr.GlmOcrTextMLP phi3.Phi3MLP
     phi4_multimodal.Phi4MultimodalMLP
+""", """
+    def forward(self, hidden_states):  # Phi3MLP's
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+        return self.down_proj(up_states)
 """)

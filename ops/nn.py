@@ -238,13 +238,19 @@ def _copy_instance_attributes(source: torch.nn.Module, target: torch.nn.Module) 
             vars(target)[name] = value
 
 
+def _norm_list(module: torch.nn.Module) -> Optional[_hf_classes.ClassList]:
+    """The transformers RMSNorm list naming the module's class, if any."""
+    key = _hf_classes.class_key(module)
+    return next((c for c in (_hf_classes.RMS_NORM_LLAMA, _hf_classes.RMS_NORM_CAST) if key in c), None)
+
+
 def _is_rms_norm(module: torch.nn.Module) -> bool:
     """torch.nn.RMSNorm itself (a subclass may compute something else), or a listed transformers RMSNorm
-    with a 1-D weight Parameter and a float ``variance_epsilon``."""
+    that still runs its list's formula, with a 1-D weight Parameter and a float ``variance_epsilon``."""
     if type(module) is torch.nn.RMSNorm:
         return True
-    key = _hf_classes.class_key(module)
-    if key not in _hf_classes.RMS_NORM_LLAMA and key not in _hf_classes.RMS_NORM_CAST:
+    classes = _norm_list(module)
+    if classes is None or _hf_classes.formula_changed(type(module), classes) is not None:
         return False
     weight = module._parameters.get("weight")
     return (isinstance(weight, torch.nn.Parameter) and not isinstance(weight, torch.nn.UninitializedParameter)
@@ -375,7 +381,9 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), with child
     modules or a ``forward`` set on the instance, compiled in place (``module.compile()``: convert
     first), with DTensor parameters (convert before ``parallelize_module`` / ``fully_shard``), of other
-    dtypes, an ``nn.RMSNorm`` over several dimensions and an uninitialized ``nn.LazyLinear``. A module
+    dtypes, an ``nn.RMSNorm`` over several dimensions, an uninitialized ``nn.LazyLinear``, and listed
+    transformers classes whose own forward, in the installed release, is not the formula ops fuses for
+    them (``ops._hf_classes.formula_changed``). A module
     shared by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
     Linear or RMSNorm is reported: wrap it, or use ``Linear.from_linear``).
 
@@ -440,6 +448,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 report.fp8.append(prefix + name)
                 continue
             is_linear = type(child) is torch.nn.Linear
+            norms = None if is_linear or child is None else _norm_list(child)
+            if norms is not None and (why := _hf_classes.formula_changed(type(child), norms)) is not None:
+                report.skipped.append((prefix + name, why))
+                continue
             if not is_linear and (child is None or not _is_rms_norm(child)):
                 continue
             if (why := _why_not_plain(child)) is not None:

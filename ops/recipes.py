@@ -181,12 +181,15 @@ def _gate_up_mlp_forward(self, hidden_states):
 class Recipe:
     """A fused forward for the listed block classes, and what a block must hold for it to apply."""
 
-    def __init__(self, name: str, forward: Callable, classes: frozenset, linears, activation: str, acts):
+    def __init__(self, name: str, forward: Callable, classes: _hf_classes.ClassList, linears, activation: str, acts):
         self.name, self.forward, self.classes = name, forward, classes
         self.linears, self.activation, self.acts = linears, activation, acts
 
     def why_not(self, block) -> Optional[str]:
         """None if the recipe applies to this block now, else the reason."""
+        changed = _hf_classes.formula_changed(type(block), self.classes)
+        if changed is not None:
+            return changed
         for name in self.linears:
             if not _plain_linear(block._modules.get(name)):
                 return f"{name} is not a plain Linear (another class, hooks or extra parameters)"

@@ -41,41 +41,9 @@ LISTS = {
 }
 
 
-class _Rename(ast.NodeTransformer):
-    def __init__(self, names):
-        self.names = names
-
-    def visit_Name(self, node):
-        node.id = self.names.get(node.id, node.id)
-        return node
-
-    def visit_arg(self, node):
-        node.arg, node.annotation = self.names.get(node.arg, node.arg), None
-        return node
-
-
 def normalized_forward(fn) -> str:
-    """ast.dump of a function's source without its docstring, annotations, argument and local names (by
-    position instead) and with a trailing ``v = e; return v`` as ``return e``; decorators kept."""
-    node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
-    node.name, node.returns = "forward", None
-    body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        body = body[1:]
-    if (len(body) >= 2 and isinstance(body[-1], ast.Return) and isinstance(body[-1].value, ast.Name)
-            and isinstance(body[-2], ast.Assign) and len(body[-2].targets) == 1
-            and isinstance(body[-2].targets[0], ast.Name) and body[-2].targets[0].id == body[-1].value.id):
-        body = body[:-2] + [ast.Return(body[-2].value)]
-    node.body = body
-    args = node.args
-    names = {}
-    for arg in args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]:
-        names[arg.arg] = "self" if arg.arg == "self" else f"arg{len(names)}"
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in names:
-            names[n.id] = f"local{len(names)}"
-    return ast.dump(_Rename(names).visit(node), annotate_fields=False)
+    """ops' normalized form of a function's source (names by position, no docstring or annotations)."""
+    return _hf_classes.normalized_forward(inspect.getsource(fn))
 
 
 def _self_attributes(fn) -> frozenset:
@@ -234,3 +202,73 @@ def test_each_list_is_every_class_with_the_reference_formula(name, scan):
     assert not missing and not wrong, (
         f"{name}: classes with the reference formula that are not listed: {' '.join(sorted(map(_name, missing)))}; "
         f"listed classes that do not have it: {' '.join(sorted(map(_name, wrong)))}")
+
+
+@pytest.mark.parametrize("name", list(LISTS))
+def test_each_lists_formula_is_its_reference_classes_forward(name):
+    # The formulas convert compares classes with at run time (ops._hf_classes.formula_changed) are the
+    # installed references' forwards: a release that changes a reference fails here.
+    transformers = pytest.importorskip("transformers")
+    listed, references, _ = LISTS[name]
+    formulas = {_hf_classes.normalized_forward(f) for f in listed.formulas}
+    for folder, qualname in references:
+        cls = getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), qualname, None)
+        if cls is not None:
+            assert normalized_forward(cls.forward) in formulas, f"{name}: {qualname} {transformers.__version__}"
+
+
+class ChangedRMSNorm(torch.nn.Module):
+    """LlamaRMSNorm's attributes, Gemma's formula ((1 + weight) * x_hat)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight, self.variance_epsilon = torch.nn.Parameter(torch.randn(hidden)), 1e-6
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (1 + self.weight) * hidden_states.to(input_dtype)
+
+
+class ClampedMLP(torch.nn.Module):
+    """LlamaMLP's parts; its forward clamps the product (as BailingHybridMLP's in transformers 5.25)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.gate_proj, self.up_proj = torch.nn.Linear(hidden, 32), torch.nn.Linear(hidden, 32)
+        self.down_proj, self.act_fn = torch.nn.Linear(32, hidden), torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj((self.act_fn(self.gate_proj(x)) * self.up_proj(x)).clamp(-0.1, 0.1))
+
+
+class RenamedMLP(ClampedMLP):
+    """LlamaMLP's forward, other names."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = self.down_proj(self.act_fn(self.gate_proj(hidden)) * self.up_proj(hidden))
+        return out
+
+
+def test_convert_leaves_a_listed_class_alone_whose_forward_is_not_its_lists_formula(monkeypatch):
+    # As if a transformers release changed listed classes' forwards: convert compares each with its list's
+    # formula at run time and reports the changed ones instead of converting them.
+    def listed(classes, *extra):
+        return _hf_classes.ClassList(classes | {(c.__module__, c.__qualname__) for c in extra}, classes.formulas)
+
+    monkeypatch.setattr(_hf_classes, "RMS_NORM_LLAMA", listed(_hf_classes.RMS_NORM_LLAMA, ChangedRMSNorm))
+    recipe = _recipe("gated_mlp")
+    monkeypatch.setattr(recipe, "classes", listed(recipe.classes, ClampedMLP, RenamedMLP))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(ChangedRMSNorm(16), ClampedMLP(16), RenamedMLP(16))
+    x = torch.randn(3, 16)
+    expected = model(x)
+    report = ops.nn.convert(model)
+    assert type(model[0]) is ChangedRMSNorm and report.rms_norm == []
+    assert report.recipes == [("2", "gated_mlp")]
+    reasons = dict(report.skipped)
+    assert "ChangedRMSNorm.forward in transformers" in reasons["0"]
+    assert "ClampedMLP.forward in transformers" in reasons["1"] and "not the formula" in reasons["1"]
+    torch.testing.assert_close(model(x), expected)
