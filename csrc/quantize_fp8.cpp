@@ -128,7 +128,8 @@ Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_formula(const Fp8Quantization& q, const at::Tensor& input,
                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: not differentiable
-  const at::Tensor xf = input.to(at::kFloat);
+  // Row-major, as the fake kernel and the kernels give the codes.
+  const at::Tensor xf = input.contiguous().to(at::kFloat);
   at::Tensor s;
   if (q.given) {
     s = scale->reshape(q.scale_shape).clone(at::MemoryFormat::Contiguous);  // an output of its own

@@ -52,8 +52,13 @@ void scaled_gemm_formula_into(const at::Tensor& A, const at::Tensor& B, const at
                       const c10::optional<at::Tensor>& bias, ScaleRecipe recipe, Activation act, at::Tensor& out) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   const int64_t K = A.size(1), N = B.size(1);
-  const at::Tensor a = A.to(at::kFloat).mul_(expand_scale_a(scale_a, recipe, K));
-  const at::Tensor b = B.to(at::kFloat).mul_(expand_scale_b(scale_b, recipe, K, N));
+  // Row-major float32 copies, as torch._scaled_mm's CPU path makes them: mm of a column-major B at M <= 3
+  // sums in another order (a few ulps).
+  const auto contiguous = [](const at::Tensor& t) {
+    return t.to(at::kFloat, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
+  };
+  const at::Tensor a = contiguous(A).mul_(expand_scale_a(scale_a, recipe, K));
+  const at::Tensor b = contiguous(B).mul_(expand_scale_b(scale_b, recipe, K, N));
   at::Tensor z = at::mm(a, b);
   if (bias.has_value() && bias->defined()) z.add_(bias->to(at::kFloat));
   apply_activation_(z, act);

@@ -47,8 +47,19 @@ void scaled_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Te
   const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
   const ScaleRecipe recipe = check_scaled_gemm_inputs("scaled_gemm", A, B, scale_a, scale_b, bias, dtype);
   const Activation act = parse_activation("scaled_gemm", activation);
-  check_gemm_out("scaled_gemm", A, B, out, dtype, "out_dtype");
-  compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out);
+  const at::Tensor no_bias;
+  bool may_alias = check_gemm_out("scaled_gemm", A, B, out, dtype, "out_dtype");
+  // The kernels' epilogue reads the scales and the bias while it writes out.
+  may_alias |= check_out_memory("scaled_gemm", out, {{"scale_a", &scale_a}, {"scale_b", &scale_b},
+                                                     {"bias", bias.has_value() ? &*bias : &no_bias}});
+  if (!may_alias) {
+    compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out);
+    return;
+  }
+  at::Tensor result = at::empty(out.sizes(), out.options());  // out shares memory with an input undecidably
+  compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, result);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  out.copy_(result);
 }
 
 bool scaled_block_recipe(ScaleRecipe recipe);  // the two blockwise recipes

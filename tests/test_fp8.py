@@ -65,7 +65,7 @@ def torch_scaled_mm_on_cpu(A, B, sa, sb, bias, out_dtype):
     except RuntimeError as e:
         if "only supports per-tensor scaling" not in str(e) or sa.numel() == 1:
             raise
-    z = (A.float() * sa) @ (B.float() * sb)
+    z = (A.float() * sa).contiguous() @ (B.float() * sb).contiguous()
     return (z if bias is None else z + bias.float()).to(out_dtype)
 
 
@@ -74,8 +74,9 @@ def torch_scaled_mm_on_cpu(A, B, sa, sb, bias, out_dtype):
 @pytest.mark.parametrize("dtypes", [(E4, E4), (E4, E5), (E5, E4)], ids=["e4m3", "e4m3xe5m2", "e5m2xe4m3"])
 @pytest.mark.parametrize("layout", ["B col-major", "B row-major", "A col-major"])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_equals_torch_scaled_mm_on_cpu(out_dtype, recipe, dtypes, layout, with_bias):
-    M, K, N = 37, 272, 48
+@pytest.mark.parametrize("M", [37, 2])  # M <= 3: ATen's mm sums a column-major B in another order
+def test_equals_torch_scaled_mm_on_cpu(out_dtype, recipe, dtypes, layout, with_bias, M):
+    K, N = 272, 48
     A = fp8(M, K, dtype=dtypes[0])
     B = fp8(N, K, dtype=dtypes[1], seed=1).t()  # column-major (the weight layout)
     if layout == "B row-major":
@@ -203,6 +204,24 @@ def test_out_with_internal_overlap_is_refused():
     A, B = fp8(4, 32), fp8(32, 16, seed=1)
     with pytest.raises(RuntimeError, match="scaled_gemm: out"):
         ops.scaled_gemm(A, B, torch.tensor(1.0), torch.tensor(1.0), out=torch.zeros(1, 16).expand(4, 16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_overlapping_a_scale_or_the_bias_is_refused(device):
+    # The kernels' epilogue reads the scales and the bias while it writes out.
+    A, B, sa = fp8(4, 32, device=device), fp8(32, 16, seed=1, device=device), scales(4, 1, device=device)
+    out = torch.zeros(4, 16, device=device)
+    with pytest.raises(RuntimeError, match="scaled_gemm: out overlaps scale_b in memory"):
+        ops.scaled_gemm(A, B, sa, out[1:2], out=out)
+    with pytest.raises(RuntimeError, match="scaled_gemm: out overlaps bias in memory"):
+        ops.scaled_gemm(A, B, sa, scales(1, 16, device=device), bias=out[2], out=out)
+    # Views of one buffer whose overlap ATen cannot decide: computed into a temporary first.
+    buf = torch.zeros(4, 32, device=device)
+    bias = buf[0, 16:].copy_(torch.randn(16))
+    before = bias.clone()
+    expected = ops.scaled_gemm(A, B, sa, scales(1, 16, device=device), bias=before, out_dtype=torch.float32)
+    ops.scaled_gemm(A, B, sa, scales(1, 16, device=device), bias=bias, out=buf[:, :16])
+    assert torch.equal(buf[:, :16], expected) and torch.equal(buf[0, 16:], before)
 
 
 def test_not_differentiable():
@@ -466,9 +485,12 @@ def test_pow2_scales_are_the_power_of_two_at_or_above_the_scale():
 
 
 def test_quantize_opcheck_compile_and_no_grad():
-    for granularity in ("tensor", "row", "group", "block"):
-        x = torch.randn(5, 200)
-        torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (x, granularity), test_utils=OPCHECK_UTILS)
+    # Codes come row-major from every path (the kernel's and the formula's), as the fake kernel says: also
+    # for transposed input, float64 (the formula) and per tensor or block (the formula).
+    for x in (torch.randn(5, 200), torch.randn(200, 5).t(), torch.randn(200, 5, dtype=torch.float64).t(),
+              torch.randn(32, 6, 4).transpose(0, 2)):
+        for granularity in ("tensor", "row", "group", "block")[:4 if x.dim() == 2 else 3]:
+            torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (x, granularity), test_utils=OPCHECK_UTILS)
     torch.library.opcheck(torch.ops.ops.quantize_fp8.default, (torch.randn(3, 16), "row"),
                           {"scale": torch.ones(3, 1)}, test_utils=OPCHECK_UTILS)
 
@@ -886,7 +908,11 @@ def test_the_torch_scaled_mm_path_equals_the_formula(recipe, out_dtype):
     # CUDA's path where no CUTLASS kernel takes the call: torch._scaled_mm, torch adding the bias without an
     # activation, else its float32 product with the bias and activation added after and one rounding. On CPU
     # torch's product is the formula's, so the two agree bit for bit; B of either layout, e5m2 for one side.
-    M, K, N = 24, 160, 48
+    for M in (24, 3):
+        check_the_torch_scaled_mm_path(recipe, out_dtype, M, 160, 48)
+
+
+def check_the_torch_scaled_mm_path(recipe, out_dtype, M, K, N):
     sa, sb, _, _ = recipe_scales(recipe, M, K, N)
     A = fp8(M, K)
     try:
