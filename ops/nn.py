@@ -71,15 +71,17 @@ class Fp8Linear(torch.nn.Module):
     (ceil(N/128), ceil(K/128)), DeepSeek-V3's ``weight_scale_inv`` layout). Each call quantizes the input
     per token (rowwise) or per 1x128 group (blockwise) with ``ops.quantize_fp8`` and returns the input's
     dtype (bfloat16, float16 or float32). Buffers: ``weight`` (N, K) ``float8_e4m3fn``, ``weight_scale``
-    float32, ``bias`` (N,) or None. in_features and out_features must be multiples of 16. Not
-    differentiable: call it under ``torch.no_grad()`` / ``torch.inference_mode()`` (an input that
+    float32, ``bias`` (N,) or None (of ``dtype``: torch's default dtype where None, as ``nn.Linear``).
+    ``module.to(dtype)``, ``.half()`` and the like cast the bias only: the codes and their scales keep
+    their dtypes (a device move applies to all). in_features and out_features must be multiples of 16.
+    Not differentiable: call it under ``torch.no_grad()`` / ``torch.inference_mode()`` (an input that
     requires grad raises).
     """
 
     RECIPES = ("rowwise", "blockwise")
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str = "rowwise",
-                 activation: str = "none", device=None, dtype=torch.bfloat16):
+                 activation: str = "none", device=None, dtype=None):
         super().__init__()
         if recipe not in self.RECIPES:
             raise ValueError(f"ops.nn.Fp8Linear: recipe must be one of {self.RECIPES}, got {recipe!r}")
@@ -93,6 +95,19 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device))
         self.register_buffer("weight_scale", torch.ones(scale_shape, device=device))
         self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
+
+    _QUANTIZED = ("weight", "weight_scale")
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype) casts every floating-point tensor, FP8 codes and float32 scales included (a
+        # bfloat16 scale loses bits): those two keep their dtypes, and follow a device move.
+        kept = {name: self._buffers[name] for name in self._QUANTIZED}
+        super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new = self._buffers[name]
+            if old is not None and new is not None and new.dtype != old.dtype:
+                self._buffers[name] = old.to(new.device)
+        return self
 
     @classmethod
     def from_linear(cls, module: torch.nn.Linear, recipe: str = "rowwise", activation: str = "none") -> "Fp8Linear":
@@ -128,12 +143,18 @@ class Fp8Linear(torch.nn.Module):
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if input.dim() == 0 or input.shape[-1] != self.in_features:
+            raise RuntimeError(f"ops.nn.Fp8Linear: expected input with last dimension {self.in_features} "
+                               f"(in_features), got shape {list(input.shape)}")
+        if input.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise RuntimeError(f"ops.nn.Fp8Linear: expected input of dtype torch.bfloat16, torch.float16 or "
+                               f"torch.float32 (the output's), got {input.dtype}")
         x = input.reshape(-1, self.in_features)
         codes, scale = _fp8.quantize_fp8(x, "row" if self.recipe == "rowwise" else "group")
         bias = None if self.bias is None else self.bias.to(input.dtype)
         y = _fp8.scaled_gemm(codes, self.weight.t(), scale, self.weight_scale.t(), bias, out_dtype=input.dtype,
                              activation=self.activation)
-        return y.reshape(*input.shape[:-1], self.out_features)
+        return y.reshape(list(input.shape[:-1]) + [self.out_features])  # a list: TorchScript takes no *shape
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "

@@ -308,6 +308,11 @@ def test_torchscript():
     A, B = fp8(4, 32), fp8(32, 16, seed=1)
     one = torch.tensor(1.0)
     assert torch.equal(f(A, B, one), ops.scaled_gemm(A, B, one, one, activation="relu"))
+    for recipe in ops.nn.Fp8Linear.RECIPES:
+        module = ops.nn.Fp8Linear.from_linear(torch.nn.Linear(32, 16), recipe, activation="gelu")
+        x = torch.randn(2, 3, 32)
+        with torch.no_grad():
+            assert torch.equal(torch.jit.script(module)(x), module(x))
 
 
 # ---- ops.quantize_fp8 ----------------------------------------------------------------------------
@@ -534,6 +539,38 @@ def test_fp8_linear_is_the_quantized_formula(recipe, dtype):
         torch.testing.assert_close(compiled(x), y)
     with pytest.raises(RuntimeError, match="not differentiable"):
         fp8_lin(x.requires_grad_())
+
+
+def test_fp8_linear_keeps_codes_and_scales_through_dtype_casts_and_state_dicts():
+    lin = torch.nn.Linear(64, 32)
+    fp8_lin = ops.nn.Fp8Linear.from_linear(lin)
+    codes, scale = fp8_lin.weight.clone(), fp8_lin.weight_scale.clone()
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        y = fp8_lin(x)
+        for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.float(), lambda m: m.double(),
+                     lambda m: m.to("cpu", torch.float16)):
+            cast(fp8_lin)
+            assert torch.equal(fp8_lin.weight.view(torch.uint8), codes.view(torch.uint8))
+            assert fp8_lin.weight_scale.dtype == torch.float32 and torch.equal(fp8_lin.weight_scale, scale)
+        assert fp8_lin.bias.dtype == torch.float16
+        fp8_lin.float()
+        torch.testing.assert_close(fp8_lin(x), y, rtol=1e-3, atol=1e-3)  # the bias once rounded to float16
+        # A module built without a dtype has torch's default one, as nn.Linear: the round trip is exact.
+        fresh = ops.nn.Fp8Linear(64, 32)
+        src = ops.nn.Fp8Linear.from_linear(lin)
+        fresh.load_state_dict(src.state_dict())
+        assert fresh.bias.dtype == torch.float32 and torch.equal(fresh(x), src(x))
+
+
+def test_fp8_linear_bad_input():
+    fp8_lin = ops.nn.Fp8Linear.from_linear(torch.nn.Linear(32, 16))
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: expected input with last dimension 32 "
+                                               r"\(in_features\), got shape \[4, 64\]"):
+            fp8_lin(torch.randn(4, 64))
+        with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: expected input of dtype .* got torch.float64"):
+            fp8_lin(torch.randn(4, 32, dtype=torch.float64))
 
 
 def test_fp8_linear_bad_arguments():
