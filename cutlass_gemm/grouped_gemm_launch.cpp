@@ -42,9 +42,8 @@ std::string grouped_kernel_refusal(const at::Tensor& A, const at::Tensor& B, con
   }
   if (p.groups == 0 || A.numel() == 0 || B.numel() == 0) return "an empty problem";
   const int64_t m = A.size(-2), k = A.size(-1), n = B.size(-1);
-  if (std::max({m, n, k}) > std::numeric_limits<int32_t>::max()) {
-    return "an extent of 2^31 or more (CUTLASS's problem sizes are int32)";
-  }
+  const std::string extents = int32_extents_refusal({m, n, k});
+  if (!extents.empty()) return extents;
   // The rows of each operand the kernel reads: K for a row-major A and a column-major B, N for a row-major
   // B and D, M for RaggedK's column-major A.
   const bool aligned = multiple_of_16_bytes(n, A) &&

@@ -34,6 +34,12 @@ at::Tensor copy_operand(const at::Tensor& x, const OperandPlan& plan, bool poiso
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
 
+std::string int32_extents_refusal(std::initializer_list<int64_t> extents) {
+  return std::max(extents) > std::numeric_limits<int32_t>::max()
+             ? "an extent of 2^31 or more (CUTLASS's problem sizes are int32)"
+             : "";
+}
+
 at::Tensor aligned_contiguous(const at::Tensor& t) {
   const at::Tensor c = t.contiguous();
   return aligned16(c) ? c : c.clone();

@@ -5,6 +5,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <initializer_list>
+#include <string>
+
 #include "plan.h"
 
 namespace ops::cutlass_gemm {
@@ -13,6 +16,8 @@ namespace ops::cutlass_gemm {
 MatrixView view_of(const at::Tensor& t);
 
 bool aligned16(const at::Tensor& t);  // its data pointer is 16-byte aligned
+// "" where every extent fits CUTLASS's int32 problem sizes and strides, else why not.
+std::string int32_extents_refusal(std::initializer_list<int64_t> extents);
 // t contiguous from a 16-byte aligned address (vector loads of scales and bias; torch's FP8 GEMM operands).
 at::Tensor aligned_contiguous(const at::Tensor& t);
 
