@@ -173,7 +173,8 @@ const char* grouped_mode_name(GroupedMode mode) {
 }
 
 GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
-                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype) {
+                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype,
+                                         const char* dtype_origin) {
   check_gemm_defined(op, A, B);
   TORCH_CHECK(A.dim() == 2 || A.dim() == 3, op, ": expected A to be 2-D (M, K) or 3-D (G, M, K), got a ", A.dim(),
               "-D tensor of shape ", A.sizes());
@@ -188,7 +189,7 @@ GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, co
   TORCH_CHECK(A.layout() == at::kStrided && B.layout() == at::kStrided, op,
               ": A and B must be dense (strided) tensors, got ", A.layout(), " and ", B.layout());
   const bool half = A.scalar_type() == at::kHalf || A.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(out_dtype == A.scalar_type() || (half && out_dtype == at::kFloat), op, ": expected out_dtype to be ",
+  TORCH_CHECK(out_dtype == A.scalar_type() || (half && out_dtype == at::kFloat), op, ": expected ", dtype_origin, " to be ",
               torch_dtype_name(A.scalar_type()), " (A's dtype)", half ? " or torch.float32" : "", ", got ",
               torch_dtype_name(out_dtype));
   TORCH_CHECK(A.size(-1) == B.size(-2), op, ": A and B must agree on K (A's last dimension, B's second to last), "
@@ -304,7 +305,8 @@ void check_dense_on(const char* op, const char* name, const at::Tensor& t, const
 
 ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
-                                     const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
+                                     const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                     const char* dtype_origin) {
   check_gemm_defined(op, A, B);
   TORCH_CHECK(scale_a.defined() && scale_b.defined(), op, ": scale_a and scale_b must be defined tensors");
   check_gemm_shapes(op, A, B);
@@ -315,7 +317,7 @@ ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const 
               ": A and B cannot both be torch.float8_e5m2 (as torch._scaled_mm: the tensor cores take e5m2 "
               "for one operand at most)");
   TORCH_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat, op,
-              ": expected out_dtype to be torch.bfloat16, torch.float16 or torch.float32, got ",
+              ": expected ", dtype_origin, " to be torch.bfloat16, torch.float16 or torch.float32, got ",
               torch_dtype_name(out_dtype));
   const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
   TORCH_CHECK(K % 16 == 0 && N % 16 == 0, op,
@@ -352,7 +354,7 @@ ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const 
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, op, ": expected bias of shape (N,) = (", N, ",), got ",
                 bias->sizes());
     TORCH_CHECK(bias->scalar_type() == out_dtype, op, ": expected bias's dtype to be ", torch_dtype_name(out_dtype),
-                " (out_dtype), got ", torch_dtype_name(bias->scalar_type()));
+                " (", dtype_origin, "), got ", torch_dtype_name(bias->scalar_type()));
     check_dense_on(op, "bias", *bias, A);
   }
   return recipe;

@@ -73,7 +73,8 @@ inline at::Tensor expand_block_scale(const at::Tensor& scale, int64_t dim, int64
 // device; dense tensors. Returns the recipe.
 ScaleRecipe check_scaled_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
-                                     const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype);
+                                     const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                     const char* dtype_origin = "out_dtype");
 
 // grouped_gemm's modes, torch._grouped_mm's, named by what offs (int32 cumulative group ends) cuts:
 //   RaggedM  A (M, K), B (G, K, N), offs (G,) over M; out (M, N)     the MoE forward
@@ -95,7 +96,8 @@ const char* grouped_mode_name(GroupedMode mode);  // "2D x 3D", ...
 // contraction) and on G; offs given exactly where a side is 2-D: 1-D int32 of G elements, contiguous, on
 // A's device; out_dtype A's dtype, or float32 for half types. Reads no offsets' values (on CUDA that is a host sync).
 GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
-                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype);
+                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype,
+                                         const char* dtype_origin = "out_dtype");
 // offs's values, on the host: non-negative, non-decreasing, at most the extent they cut.
 void check_group_offsets(const char* op, const GroupedProblem& problem, const int32_t* offs);
 // grouped_gemm.out's out: problem.out_sizes, `dtype` (named as dtype_origin), A's device, and what

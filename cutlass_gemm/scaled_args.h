@@ -46,4 +46,48 @@ struct ScaledGemmLaunchArgs {
 // mostly idle. A prior, to be fitted on an H200.
 inline bool scaled_swap_ab(int64_t m) { return m <= 32; }
 
+// Where the user's operands and scales go in the kernel's own problem (swap_ab applied), for the kernel
+// configurations (sm90_scaled_gemm.cuh) and the CPU replay (scaled_gemm_launch.cpp) alike: the kernel's D
+// (m x n) = act(scale_a * (scale_b * (A @ B)) + bias), its A (m x k) row-major and B (k x n) column-major.
+// Swapped, the kernel's A is the user's B^T, its B the user's A^T and its D = the user's D^T, column-major.
+// A scale or the bias "along columns" holds one value per column of the kernel's D (a row broadcast),
+// otherwise one per row. Blockwise, SFA scales the kernel's A (one per `granularity` rows and 128 of K) and
+// SFB its B, each stored MN-major (its M or N extent fastest, rounded up to the granularity).
+constexpr bool scale_a_along_columns(bool swap_ab) { return swap_ab; }
+constexpr bool scale_b_along_columns(bool swap_ab) { return !swap_ab; }
+constexpr bool bias_along_columns(bool swap_ab) { return !swap_ab; }
+constexpr int sfa_granularity(bool swap_ab, int block_n) { return swap_ab ? block_n : 1; }
+constexpr int sfb_granularity(bool swap_ab, int block_n) { return swap_ab ? 1 : block_n; }
+
+struct ScaledKernelProblem {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;  // row-major, lda
+  const void* b = nullptr;  // column-major, ldb
+  int64_t lda = 0, ldb = 0;
+  bool d_column_major = false;  // D with ScaledGemmLaunchArgs::ldd
+  // Blockwise: the tensors and the M (SFA) and N (SFB) extents the scale layouts span (the padded scale_a's
+  // row length where it lies along that mode).
+  const float* sfa = nullptr;
+  const float* sfb = nullptr;
+  int64_t sfa_extent = 0, sfb_extent = 0;
+};
+
+inline ScaledKernelProblem scaled_kernel_problem(const ScaledGemmLaunchArgs& args) {
+  const bool swap = args.swap_ab;
+  ScaledKernelProblem p;
+  p.m = swap ? args.n : args.m;
+  p.n = swap ? args.m : args.n;
+  p.k = args.k;
+  p.a = swap ? args.b : args.a;
+  p.lda = swap ? args.ldb : args.lda;
+  p.b = swap ? args.a : args.b;
+  p.ldb = swap ? args.lda : args.ldb;
+  p.d_column_major = swap;
+  p.sfa = swap ? args.scale_b : args.scale_a;
+  p.sfb = swap ? args.scale_a : args.scale_b;
+  p.sfa_extent = swap ? p.m : args.scale_a_ld;
+  p.sfb_extent = swap ? args.scale_a_ld : p.n;
+  return p;
+}
+
 }  // namespace ops::cutlass_gemm

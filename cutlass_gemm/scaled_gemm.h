@@ -45,10 +45,11 @@ void scaled_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Te
                           at::Tensor& out, Compute&& compute) {
   TORCH_CHECK(out.defined(), "scaled_gemm: out must be a defined tensor");
   const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
-  const ScaleRecipe recipe = check_scaled_gemm_inputs("scaled_gemm", A, B, scale_a, scale_b, bias, dtype);
+  const char* origin = out_dtype.has_value() ? "out_dtype" : "out's dtype";
+  const ScaleRecipe recipe = check_scaled_gemm_inputs("scaled_gemm", A, B, scale_a, scale_b, bias, dtype, origin);
   const Activation act = parse_activation("scaled_gemm", activation);
   const at::Tensor no_bias;
-  bool may_alias = check_gemm_out("scaled_gemm", A, B, out, dtype, "out_dtype");
+  bool may_alias = check_gemm_out("scaled_gemm", A, B, out, dtype, origin);
   // The kernels' epilogue reads the scales and the bias while it writes out.
   may_alias |= check_out_memory("scaled_gemm", out, {{"scale_a", &scale_a}, {"scale_b", &scale_b},
                                                      {"bias", bias.has_value() ? &*bias : &no_bias}});
@@ -86,6 +87,8 @@ inline constexpr const char* kSwappedBlockScaledGemmConfig =
 // The kernel of a launch (out: bfloat16, float16 or float32), e.g.
 // sm90_e4m3_128x128x128_2x1x1_tn_align16_warpspecialized_cooperative_bf16_scaled_bias_none.
 std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum, bool swap_ab);
+// The kernels that can run a call: unswapped and swapped (ScaledGemmLaunchArgs::swap_ab), in that order.
+std::vector<std::string> scaled_candidates(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum);
 // Every SM90 FP8 kernel the candidate build compiles (ops.kernels()), as JSON objects.
 std::vector<std::string> scaled_kernels_json();
 

@@ -36,10 +36,6 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, ScaleRecip
   return int32_extents_refusal({A.size(0) + 3, B.size(1), A.size(1)});
 }
 
-// The kernels that can run this call: unswapped and swapped.
-std::vector<std::string> scaled_candidates(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
-  return {scaled_kernel_name(out, recipe, act, fast_accum, false), scaled_kernel_name(out, recipe, act, fast_accum, true)};
-}
 // A call's tuning cache key: its kernels, recipe, bias and extents on the current device.
 std::string scaled_key(const std::vector<std::string>& names, ScaleRecipe recipe, bool bias, int64_t m, int64_t n,
                        int64_t k) {

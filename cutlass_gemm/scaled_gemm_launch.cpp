@@ -4,6 +4,8 @@
 // dimensions. The test hook _scaled_gemm_emulate runs both on CPU tensors, so the host side of the CUDA
 // path is checked without a GPU.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -75,6 +77,10 @@ std::vector<std::string> scaled_kernels_json() {
   return kernels;
 }
 
+std::vector<std::string> scaled_candidates(at::ScalarType out, ScaleRecipe recipe, Activation act, bool fast_accum) {
+  return {scaled_kernel_name(out, recipe, act, fast_accum, false), scaled_kernel_name(out, recipe, act, fast_accum, true)};
+}
+
 ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                    const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
                                    ScaleRecipe recipe, Activation act, bool fast_accum, at::Tensor& out) {
@@ -118,38 +124,53 @@ ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, con
   return l;
 }
 
-// A swapped launch (swap_ab) computes the same elements from the same memory (D^T's column-major (n, m) is
-// D's row-major (m, n)): one replay serves both.
-void replay_scaled_launch(const ScaledGemmLaunchArgs& a, at::ScalarType out_dtype) {
-  const auto* A = static_cast<const c10::Float8_e4m3fn*>(a.a);
-  const auto* B = static_cast<const c10::Float8_e4m3fn*>(a.b);
-  const int64_t k_blocks = (a.k + kScaleBlock - 1) / kScaleBlock;
-  const int64_t n_blocks = (a.n + a.block_n - 1) / a.block_n;
-  at::Tensor z = at::empty({a.m, a.n}, at::kFloat);
+// The kernel's own problem (scaled_kernel_problem: swapped, D^T = B^T A^T with the scales and the bias
+// along the other mode of D^T and the blockwise scales in each other's place), computed from the raw
+// pointers, leading dimensions and scale layouts, each K block's partial product scaled as the blockwise
+// mainloop scales it.
+void replay_scaled_launch(const ScaledGemmLaunchArgs& args, at::ScalarType out_dtype) {
+  const ScaledKernelProblem p = scaled_kernel_problem(args);
+  const bool swap = args.swap_ab;
+  const auto* A = static_cast<const c10::Float8_e4m3fn*>(p.a);
+  const auto* B = static_cast<const c10::Float8_e4m3fn*>(p.b);
+  const int64_t k_blocks = (p.k + kScaleBlock - 1) / kScaleBlock;
+  // CUTLASS's blockwise scale layouts: (ceil(extent / granularity), K blocks), the first mode fastest.
+  const int ga = sfa_granularity(swap, args.block_n), gb = sfb_granularity(swap, args.block_n);
+  const int64_t sfa_ld = (p.sfa_extent + ga - 1) / ga, sfb_ld = (p.sfb_extent + gb - 1) / gb;
+  const auto scale = [](const float* s, bool vector, bool along_columns, int64_t i, int64_t j) {
+    return s[vector ? (along_columns ? j : i) : 0];
+  };
+  at::Tensor z = at::empty({p.m, p.n}, at::kFloat);
   float* zp = z.data_ptr<float>();
-  for (int64_t m = 0; m < a.m; ++m) {
-    for (int64_t n = 0; n < a.n; ++n) {
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
       float acc = 0;
-      if (a.block_scaled) {
+      if (args.block_scaled) {
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
           float part = 0;
-          for (int64_t k = kb * kScaleBlock; k < std::min(a.k, (kb + 1) * kScaleBlock); ++k) {
-            part += static_cast<float>(A[m * a.lda + k]) * static_cast<float>(B[n * a.ldb + k]);
+          for (int64_t k = kb * kScaleBlock; k < std::min(p.k, (kb + 1) * kScaleBlock); ++k) {
+            part += static_cast<float>(A[i * p.lda + k]) * static_cast<float>(B[j * p.ldb + k]);
           }
-          acc += part * a.scale_a[kb * a.scale_a_ld + m] * a.scale_b[kb * n_blocks + n / a.block_n];
+          acc += part * p.sfa[kb * sfa_ld + i / ga] * p.sfb[kb * sfb_ld + j / gb];
         }
       } else {
-        for (int64_t k = 0; k < a.k; ++k) acc += static_cast<float>(A[m * a.lda + k]) * static_cast<float>(B[n * a.ldb + k]);
-        acc = a.scale_a[a.scale_a_per_row ? m : 0] * (a.scale_b[a.scale_b_per_column ? n : 0] * acc);
+        for (int64_t k = 0; k < p.k; ++k) acc += static_cast<float>(A[i * p.lda + k]) * static_cast<float>(B[j * p.ldb + k]);
+        acc = scale(args.scale_a, args.scale_a_per_row, scale_a_along_columns(swap), i, j) *
+              (scale(args.scale_b, args.scale_b_per_column, scale_b_along_columns(swap), i, j) * acc);
       }
-      zp[m * a.n + n] = acc;
+      zp[i * p.n + j] = acc;
     }
   }
-  if (a.bias != nullptr) {
-    z.add_(at::from_blob(const_cast<void*>(a.bias), {a.n}, at::TensorOptions().dtype(out_dtype)).to(at::kFloat));
+  if (args.bias != nullptr) {
+    const bool columns = bias_along_columns(swap);
+    const at::Tensor bias = at::from_blob(const_cast<void*>(args.bias), {columns ? p.n : p.m},
+                                          at::TensorOptions().dtype(out_dtype));
+    z.add_(columns ? bias.to(at::kFloat).reshape({1, p.n}) : bias.to(at::kFloat).reshape({p.m, 1}));
   }
-  apply_activation_(z, epilogue_activation(a.act));
-  at::from_blob(a.d, {a.m, a.n}, {a.ldd, 1}, at::TensorOptions().dtype(out_dtype)).copy_(z);
+  apply_activation_(z, epilogue_activation(args.act));
+  const std::vector<int64_t> strides = p.d_column_major ? std::vector<int64_t>{1, args.ldd}
+                                                        : std::vector<int64_t>{args.ldd, 1};
+  at::from_blob(args.d, {p.m, p.n}, strides, at::TensorOptions().dtype(out_dtype)).copy_(z);
 }
 
 namespace {
@@ -167,6 +188,11 @@ at::Tensor scaled_gemm_emulate(const at::Tensor& A, const at::Tensor& B, const a
                                         "_scaled_gemm_emulate: the FP8 kernels take float8_e4m3fn A and B");
                             const at::AutoDispatchBelowADInplaceOrView below_autograd;
                             ScaledLaunch l = prepare_scaled_launch(a, b, sa, sb, bi, recipe, act, fast, out);
+                            // A forced tactic (ops.gemm.set_tactic) picks the variant, as on CUDA.
+                            const NamedChoice choice = choose_named(
+                                "_scaled_gemm_emulate", [] { return std::string(); },
+                                scaled_candidates(out.scalar_type(), recipe, act, fast), l.args.swap_ab ? 1 : 0);
+                            l.args.swap_ab = choice.index == 1;
                             replay_scaled_launch(l.args, out.scalar_type());
                             if (!l.in_place) out.copy_(l.d);
                           });

@@ -24,11 +24,12 @@
 
 namespace ops::cutlass_gemm {
 
-// The kernel's problem (m, n, k), its operand pointers and strides, and the hardware info of a launch: A
-// (row-major), B (column-major), D (row-major); swapped, A is the user's B^T (B's memory, row-major with
-// ldb), B the user's A^T (A's memory, column-major with lda) and D^T column-major with ldd.
-template <typename Kernel, bool kSwapAB = false>
+// The kernel's problem (m, n, k), its operand pointers and strides, and the hardware info of a launch, from
+// scaled_kernel_problem (scaled_args.h, which the CPU replay reads too): A row-major, B column-major, D
+// row-major or (swapped) column-major.
+template <typename Kernel>
 struct ScaledOperands {
+  ScaledKernelProblem p;
   int m, n, k;
   const cutlass::float_e4m3_t* pa;
   const cutlass::float_e4m3_t* pb;
@@ -38,18 +39,17 @@ struct ScaledOperands {
   cutlass::KernelHardwareInfo hw_info;
 
   explicit ScaledOperands(const ScaledGemmLaunchArgs& args)
-      : m(static_cast<int>(kSwapAB ? args.n : args.m)),
-        n(static_cast<int>(kSwapAB ? args.m : args.n)),
-        k(static_cast<int>(args.k)),
-        pa(static_cast<const cutlass::float_e4m3_t*>(kSwapAB ? args.b : args.a)),
-        pb(static_cast<const cutlass::float_e4m3_t*>(kSwapAB ? args.a : args.b)),
-        a(stride_with_ld<typename Kernel::StrideA>(kSwapAB ? args.ldb : args.lda,
-                                                   matrix_extent<cutlass::layout::RowMajor>(m, k, kSwapAB ? args.ldb : args.lda))),
-        b(stride_with_ld<typename Kernel::StrideB>(
-            kSwapAB ? args.lda : args.ldb, matrix_extent<cutlass::layout::ColumnMajor>(k, n, kSwapAB ? args.lda : args.ldb))),
+      : p(scaled_kernel_problem(args)),
+        m(static_cast<int>(p.m)),
+        n(static_cast<int>(p.n)),
+        k(static_cast<int>(p.k)),
+        pa(static_cast<const cutlass::float_e4m3_t*>(p.a)),
+        pb(static_cast<const cutlass::float_e4m3_t*>(p.b)),
+        a(stride_with_ld<typename Kernel::StrideA>(p.lda, matrix_extent<cutlass::layout::RowMajor>(m, k, p.lda))),
+        b(stride_with_ld<typename Kernel::StrideB>(p.ldb, matrix_extent<cutlass::layout::ColumnMajor>(k, n, p.ldb))),
         d(stride_with_ld<typename Kernel::StrideD>(
-            args.ldd, kSwapAB ? matrix_extent<cutlass::layout::ColumnMajor>(m, n, args.ldd)
-                              : matrix_extent<cutlass::layout::RowMajor>(m, n, args.ldd))) {
+            args.ldd, p.d_column_major ? matrix_extent<cutlass::layout::ColumnMajor>(m, n, args.ldd)
+                                       : matrix_extent<cutlass::layout::RowMajor>(m, n, args.ldd))) {
     hw_info.device_id = args.device;
     hw_info.sm_count = args.sm_count;
   }
@@ -82,17 +82,18 @@ using ScaledEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder
                                                cutlass::FloatRoundStyle::round_to_nearest>,
         Tree>>::CollectiveOp;
 
-// The tile, D's layout and the bias broadcast of both kernel families: 128x128x128 tiles, D row-major, the
-// bias along its columns; swapped (kSwapAB), 128x32x128 tiles, D^T column-major, the bias along its rows.
+// The tile, D's layout and the bias broadcast of both kernel families: 128x128x128 tiles, D row-major;
+// swapped (kSwapAB), 128x32x128 tiles, D^T column-major; the bias along the columns or rows of the kernel's
+// D as bias_along_columns says.
 template <typename ElementD, bool kSwapAB>
 struct ScaledTiling {
   using TileShape = std::conditional_t<kSwapAB, cute::Shape<cute::_128, cute::_32, cute::_128>,
                                        cute::Shape<cute::_128, cute::_128, cute::_128>>;
   using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using Bias = std::conditional_t<
-      kSwapAB,
-      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>>;
+      bias_along_columns(kSwapAB),
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>>,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_1, cute::_0, int64_t>>>;
 };
 
 // kSwapAB (ScaledGemmLaunchArgs::swap_ab): the transposed problem on 128x32x128 tiles, D^T column-major;
@@ -110,8 +111,8 @@ struct Sm90ScaledGemmConfig {
                                                              cute::Stride<bool, cute::_0, int64_t>>;
   using PerColumn = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
                                                                 cute::Stride<cute::_0, bool, int64_t>>;
-  using ScaleA = std::conditional_t<kSwapAB, PerColumn, PerRow>;
-  using ScaleB = std::conditional_t<kSwapAB, PerRow, PerColumn>;
+  using ScaleA = std::conditional_t<scale_a_along_columns(kSwapAB), PerColumn, PerRow>;
+  using ScaleB = std::conditional_t<scale_b_along_columns(kSwapAB), PerColumn, PerRow>;
   using Bias = typename ScaledTiling<ElementD, kSwapAB>::Bias;
   using TimesB = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
@@ -132,7 +133,7 @@ struct Sm90ScaledGemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
-    const ScaledOperands<Kernel, kSwapAB> o(a);
+    const ScaledOperands<Kernel> o(a);
     typename Gemm::Arguments arguments{cutlass::gemm::GemmUniversalMode::kGemm,
                                        {o.m, o.n, o.k, 1},
                                        {o.pa, o.a, o.pb, o.b},
@@ -159,8 +160,9 @@ struct Sm90BlockScaledGemmConfig {
   using LayoutD = typename ScaledTiling<ElementD, kSwapAB>::LayoutD;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // Both scale tensors M/N-major: scale_a stored (ceil(K/128), M), scale_b (ceil(K/128), ceil(N/kBlockN)).
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? kBlockN : 1, kSwapAB ? 1 : kBlockN, 128,
-                                                                cute::GMMA::Major::MN, cute::GMMA::Major::MN>;
+  using ScaleConfig =
+      cutlass::detail::Sm90BlockwiseScaleConfig<sfa_granularity(kSwapAB, kBlockN), sfb_granularity(kSwapAB, kBlockN),
+                                                128, cute::GMMA::Major::MN, cute::GMMA::Major::MN>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using Bias = typename ScaledTiling<ElementD, kSwapAB>::Bias;
@@ -180,18 +182,14 @@ struct Sm90BlockScaledGemmConfig {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<OnlyOnSm90a<Kernel>>;
 
   static typename Gemm::Arguments arguments(const ScaledGemmLaunchArgs& a) {
-    const ScaledOperands<Kernel, kSwapAB> o(a);
-    // scale_a's layout spans its padded row length (scale_a_ld >= m) along its M (swapped: the kernel's N).
-    const int sa_ld = static_cast<int>(a.scale_a_ld), k = static_cast<int>(a.k);
-    const auto problem = cute::make_shape(o.m, o.n, k, 1);
-    const auto sfa_shape = kSwapAB ? problem : cute::make_shape(sa_ld, o.n, k, 1);
-    const auto sfb_shape = kSwapAB ? cute::make_shape(o.m, sa_ld, k, 1) : problem;
-    const float* sfa = kSwapAB ? a.scale_b : a.scale_a;
-    const float* sfb = kSwapAB ? a.scale_a : a.scale_b;
+    const ScaledOperands<Kernel> o(a);
+    // Each scale layout spans its extent along M (SFA) or N (SFB): the padded scale_a's row length there.
+    const auto sfa_shape = cute::make_shape(static_cast<int>(o.p.sfa_extent), o.n, o.k, 1);
+    const auto sfb_shape = cute::make_shape(o.m, static_cast<int>(o.p.sfb_extent), o.k, 1);
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {o.m, o.n, o.k, 1},
-        {o.pa, o.a, o.pb, o.b, sfa, ScaleConfig::tile_atom_to_shape_SFA(sfa_shape), sfb,
+        {o.pa, o.a, o.pb, o.b, o.p.sfa, ScaleConfig::tile_atom_to_shape_SFA(sfa_shape), o.p.sfb,
          ScaleConfig::tile_atom_to_shape_SFB(sfb_shape)},
         {{}, nullptr, o.d, static_cast<ElementD*>(a.d), o.d},
         o.hw_info};

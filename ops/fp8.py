@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from . import _library, _overlap, fused as _fused
-from .gemm import _check_gemm_out, _check_gemm_shapes
+from .gemm import _check_gemm_out, _check_gemm_shapes, _check_out_memory
 from .linear import _check_activation
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -33,14 +33,14 @@ def recipe_of(m, k, n, scale_a_shape, scale_b_shape):
     return None
 
 
-def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype):
+def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype, origin="out_dtype"):
     """The checks of csrc/checks.cpp (check_scaled_gemm_inputs), for fake tensors; returns the recipe."""
     _check_gemm_shapes(op, A, B)
     torch._check(A.dtype in _FP8 and B.dtype in _FP8, lambda: f"{op}: expected A and B to be torch.float8_e4m3fn "
                  f"or torch.float8_e5m2, got A {A.dtype} and B {B.dtype}")
     torch._check(not (A.dtype == B.dtype == torch.float8_e5m2), lambda: f"{op}: A and B cannot both be "
                  "torch.float8_e5m2 (as torch._scaled_mm: the tensor cores take e5m2 for one operand at most)")
-    torch._check(out_dtype in _OUT_DTYPES, lambda: f"{op}: expected out_dtype to be torch.bfloat16, torch.float16 "
+    torch._check(out_dtype in _OUT_DTYPES, lambda: f"{op}: expected {origin} to be torch.bfloat16, torch.float16 "
                  f"or torch.float32, got {out_dtype}")
     M, K, N = A.shape[0], A.shape[1], B.shape[1]
     torch._check(K % 16 == 0 and N % 16 == 0, lambda: f"{op}: expected K and N to be multiples of 16 (the FP8 "
@@ -61,7 +61,7 @@ def _recipe(op, A, B, scale_a, scale_b, bias, out_dtype):
     if bias is not None:
         torch._check(bias.dim() == 1 and bias.shape[0] == N, lambda: f"{op}: expected bias of shape (N,) = ({N},), "
                      f"got {list(bias.shape)}")
-        torch._check(bias.dtype == out_dtype, lambda: f"{op}: expected bias's dtype to be {out_dtype} (out_dtype), "
+        torch._check(bias.dtype == out_dtype, lambda: f"{op}: expected bias's dtype to be {out_dtype} ({origin}), "
                      f"got {bias.dtype}")
         torch._check(bias.device == A.device, lambda: f"{op}: expected bias on {A.device} (A's device), got "
                      f"{bias.device}")
@@ -79,10 +79,12 @@ def _scaled_gemm_fake(A, B, scale_a, scale_b, bias=None, out_dtype=None, activat
 @torch.library.register_fake("ops::scaled_gemm.out")
 def _scaled_gemm_out_fake(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="none",
                           use_fast_accum=False, *, out):
+    origin = "out's dtype" if out_dtype is None else "out_dtype"
     out_dtype = out.dtype if out_dtype is None else out_dtype
-    _recipe("scaled_gemm", A, B, scale_a, scale_b, bias, out_dtype)
+    _recipe("scaled_gemm", A, B, scale_a, scale_b, bias, out_dtype, origin)
     _check_activation("scaled_gemm", activation)
-    _check_gemm_out("scaled_gemm", A, B, out, out_dtype, "out_dtype")
+    _check_gemm_out("scaled_gemm", A, B, out, out_dtype, origin)
+    _check_out_memory("scaled_gemm", out, {"scale_a": scale_a, "scale_b": scale_b, "bias": bias})
 
 
 def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,

@@ -164,6 +164,10 @@ BAD = [
      r"scaled_gemm: expected bias of shape \(N,\) = \(16,\), got \[8\]"),
     ("bias dtype", _args(bias=torch.ones(16)), RuntimeError,
      r"scaled_gemm: expected bias's dtype to be torch.bfloat16 \(out_dtype\), got torch.float32"),
+    ("out's dtype", _args(out=torch.empty(4, 16, dtype=torch.float64)), RuntimeError,  # no out_dtype: out's decides
+     r"scaled_gemm: expected out's dtype to be torch.bfloat16, torch.float16 or torch.float32, got torch.float64"),
+    ("bias dtype with out", _args(bias=torch.ones(16), out=torch.empty(4, 16, dtype=torch.float16)), RuntimeError,
+     r"scaled_gemm: expected bias's dtype to be torch.float16 \(out's dtype\), got torch.float32"),
     ("activation", _args(activation="tanh"), ValueError,
      r'scaled_gemm: expected activation to be one of "none", "relu", "gelu", "gelu_tanh", "silu", got "tanh"'),
 ]
@@ -771,6 +775,18 @@ def test_plan_names_the_path_on_cpu():
         ops.fp8.plan(A, B, sa, sb, activation="tanh")
 
 
+def scaled_kernel_candidates(recipe, out_dtype, act):
+    """The unswapped and the swapped SM90 kernel of a call (ops.kernels), two-level accumulation."""
+    names = {"tensorwise": "tensorwise", "rowwise": "rowwise", "block128": "blockwise 1x128 x 128x128",
+             "block1x128": "blockwise 1x128 x 1x128"}
+    dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[out_dtype]
+    found = sorted((k["swap_ab"], k["name"]) for k in ops.kernels("scaled_gemm")
+                   if names[recipe] in k["recipes"] and k["out_dtype"] == dtype and k["activation"] == act
+                   and k["accumulation"] != "fast")
+    assert [swap for swap, _ in found] == [False, True], found
+    return [name for _, name in found]
+
+
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "block128", "block1x128"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_the_sm90_launch_replayed_on_cpu_equals_the_formula(recipe, out_dtype):
@@ -792,9 +808,17 @@ def test_the_sm90_launch_replayed_on_cpu_equals_the_formula(recipe, out_dtype):
             sa = torch.cat([torch.zeros(1), sa.reshape(-1)])[1:].reshape(sa.shape)
             sb = torch.cat([torch.zeros(1), sb.reshape(-1)])[1:].reshape(sb.shape)
         for act in ("none", "gelu_tanh"):
-            got = torch.ops.ops._scaled_gemm_emulate(A, B, sa, sb, bias, out_dtype, act).double()
             want = ops.scaled_gemm(A, B, sa, sb, bias, out_dtype=out_dtype, activation=act).double()
+            got = torch.ops.ops._scaled_gemm_emulate(A, B, sa, sb, bias, out_dtype, act).double()
             assert (got - want).abs().max() <= 2 * eps * want.abs().max(), (M, K, N, layout, act)
+            # Each kernel variant forced, the swapped one (D^T = B^T A^T) at every M too.
+            for name in scaled_kernel_candidates(recipe, out_dtype, act):
+                ops.gemm.set_tactic(name)
+                try:
+                    got = torch.ops.ops._scaled_gemm_emulate(A, B, sa, sb, bias, out_dtype, act).double()
+                finally:
+                    ops.gemm.set_tactic(None)
+                assert (got - want).abs().max() <= 2 * eps * want.abs().max(), (M, K, N, layout, act, name)
     A, B = fp8(8, 64), fp8(32, 64, seed=1).t()
     sa, sb, _, _ = recipe_scales(recipe, 8, 64, 32)
     got = torch.ops.ops._scaled_gemm_emulate(A, B, sa, sb)
