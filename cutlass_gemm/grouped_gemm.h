@@ -43,8 +43,9 @@ void grouped_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const c10::
                            c10::optional<at::ScalarType> out_dtype, at::Tensor& out, Compute&& compute) {
   TORCH_CHECK(out.defined(), "grouped_gemm: out must be a defined tensor");
   const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
-  const GroupedProblem p = check_grouped_gemm_inputs("grouped_gemm", A, B, offs, dtype);
-  check_grouped_gemm_out("grouped_gemm", p, A, B, offs, out, dtype, "out_dtype");
+  const char* origin = out_dtype.has_value() ? "out_dtype" : "out's dtype";
+  const GroupedProblem p = check_grouped_gemm_inputs("grouped_gemm", A, B, offs, dtype, origin);
+  check_grouped_gemm_out("grouped_gemm", p, A, B, offs, out, dtype, origin);
   const at::Tensor result = compute(A, B, offs, p, dtype);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   out.copy_(result);
@@ -65,7 +66,8 @@ struct GroupedLaunch {
 GroupedGemmLaunchArgs grouped_kernel_layouts(const GroupedProblem& p, const at::Tensor& A, const at::Tensor& B);
 GroupedLaunch prepare_grouped_launch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                                      const GroupedProblem& p, at::ScalarType dtype);
-// What the kernels compute from `args`, on CPU memory (the test hook _grouped_gemm_emulate).
+// What the kernels compute from `args`, on CPU memory (the test hook _grouped_gemm_emulate): each group's
+// product summed in float64 (the kernels sum in float32, in an order of their own) and rounded once.
 void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);
 // The kernel's name, e.g. sm90_bf16_128x128x64_1x1x1_tnt_align8_warpspecialized_cooperative_ptr_array.
 std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);

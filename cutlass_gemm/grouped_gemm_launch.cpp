@@ -155,12 +155,12 @@ void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dty
       matrix(d + s.d * bytes, args.m, args.n, args.ldd, true).zero_();
     } else if (s.m > 0 && args.swap_ab) {
       // The kernel's problem: D^T (n x m, column-major) = B^T (n x k, B's layout flipped) @ A^T (k x m).
-      const at::Tensor product = at::mm(matrix(b + s.b * bytes, s.n, s.k, args.ldb, !args.b_row_major).to(at::kFloat),
-                                        matrix(a + s.a * bytes, s.k, s.m, args.lda, !args.a_row_major).to(at::kFloat));
+      const at::Tensor product = at::mm(matrix(b + s.b * bytes, s.n, s.k, args.ldb, !args.b_row_major).to(at::kDouble),
+                                        matrix(a + s.a * bytes, s.k, s.m, args.lda, !args.a_row_major).to(at::kDouble));
       matrix(d + s.d * bytes, s.n, s.m, args.ldd, false).copy_(product);
     } else if (s.m > 0) {
-      const at::Tensor product = at::mm(matrix(a + s.a * bytes, s.m, s.k, args.lda, args.a_row_major).to(at::kFloat),
-                                        matrix(b + s.b * bytes, s.k, s.n, args.ldb, args.b_row_major).to(at::kFloat));
+      const at::Tensor product = at::mm(matrix(a + s.a * bytes, s.m, s.k, args.lda, args.a_row_major).to(at::kDouble),
+                                        matrix(b + s.b * bytes, s.k, s.n, args.ldb, args.b_row_major).to(at::kDouble));
       matrix(d + s.d * bytes, s.m, s.n, args.ldd, true).copy_(product);
     }
   }

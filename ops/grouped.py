@@ -15,7 +15,7 @@ from .gemm import _check_out_memory
 MODES = {(2, 3): "2D x 3D", (2, 2): "2D x 2D", (3, 3): "3D x 3D", (3, 2): "3D x 2D"}
 
 
-def _problem(op, A, B, offs, out_dtype):
+def _problem(op, A, B, offs, out_dtype, origin="out_dtype"):
     """csrc/checks.cpp's check_grouped_gemm_inputs, for fake tensors: returns the output's shape."""
     torch._check(A.dim() in (2, 3), lambda: f"{op}: expected A to be 2-D (M, K) or 3-D (G, M, K), got a "
                  f"{A.dim()}-D tensor of shape {list(A.shape)}")
@@ -28,7 +28,7 @@ def _problem(op, A, B, offs, out_dtype):
     torch._check(A.device == B.device, lambda: f"{op}: A and B must be on the same device, got A on {A.device} "
                  f"and B on {B.device}")
     half = A.dtype in (torch.float16, torch.bfloat16)
-    torch._check(out_dtype == A.dtype or (half and out_dtype == torch.float32), lambda: f"{op}: expected out_dtype "
+    torch._check(out_dtype == A.dtype or (half and out_dtype == torch.float32), lambda: f"{op}: expected {origin} "
                  f"to be {A.dtype} (A's dtype){' or torch.float32' if half else ''}, got {out_dtype}")
     torch._check(A.shape[-1] == B.shape[-2], lambda: f"{op}: A and B must agree on K (A's last dimension, B's "
                  f"second to last), got A of shape {list(A.shape)} and B of shape {list(B.shape)}")
@@ -74,11 +74,12 @@ def _grouped_gemm_fake(A, B, offs=None, out_dtype=None):
 
 @torch.library.register_fake("ops::grouped_gemm.out")
 def _grouped_gemm_out_fake(A, B, offs=None, out_dtype=None, *, out):
+    origin = "out's dtype" if out_dtype is None else "out_dtype"
     out_dtype = out.dtype if out_dtype is None else out_dtype
-    mode, shape = _problem("grouped_gemm", A, B, offs, out_dtype)
+    mode, shape = _problem("grouped_gemm", A, B, offs, out_dtype, origin)
     torch._check(tuple(out.shape) == tuple(shape), lambda: f"grouped_gemm: expected out of shape {list(shape)} "
                  f"({mode}), got {list(out.shape)}")
-    torch._check(out.dtype == out_dtype, lambda: f"grouped_gemm: expected out's dtype to be {out_dtype} (out_dtype), "
+    torch._check(out.dtype == out_dtype, lambda: f"grouped_gemm: expected out's dtype to be {out_dtype} ({origin}), "
                  f"got {out.dtype}")
     torch._check(out.device == A.device, lambda: f"grouped_gemm: expected out on {A.device} (the device of A and "
                  f"B), got {out.device}")

@@ -119,6 +119,8 @@ BAD = [
     ("out_dtype half", _bad(A=randn(10, 16, dtype=torch.bfloat16), B=randn(3, 16, 8, dtype=torch.bfloat16),
                             out_dtype=torch.float16),
      r"grouped_gemm: expected out_dtype to be torch.bfloat16 \(A's dtype\) or torch.float32, got torch.float16"),
+    ("out's dtype", _bad(out=randn(10, 8, dtype=torch.float64)),  # no out_dtype: out's decides, and is named
+     r"grouped_gemm: expected out's dtype to be torch.float32 \(A's dtype\), got torch.float64"),
 ]
 
 
@@ -351,8 +353,9 @@ def sm90_launch(A, B, offs=None, out_dtype=None):
 
 
 def float_product(A, B, offs):
-    """What the kernels compute: the product accumulated in float32, rounded once to A's dtype."""
-    return ops.grouped_gemm(A.float(), B.float(), offs).to(A.dtype)
+    """The product rounded once to A's dtype, as the replay computes it (summed in float64: a float32 sum in
+    another order, such as a swapped group's B^T A^T, can round a tie the other way)."""
+    return ops.grouped_gemm(A.double(), B.double(), offs).to(A.dtype)
 
 
 # The kernels' modes; the CASES have at most 32 rows per group (the swapped kernels), these more.
