@@ -108,6 +108,45 @@ OPS_HOST_DEVICE inline GroupShape group_shape(const GroupedGemmLaunchArgs& args,
   return s;
 }
 
+// The operand layouts of the kernel a launch runs (swap_ab applied: its A is B^T, B's layout flipped, and its
+// B is A^T; its D is column-major), which with_grouped_config turns into a kernel configuration.
+struct GroupedKernelLayouts {
+  bool a_row_major = true, b_row_major = true, d_row_major = true;
+};
+OPS_HOST_DEVICE inline GroupedKernelLayouts grouped_kernel_layouts(const GroupedGemmLaunchArgs& args) {
+  GroupedKernelLayouts l;
+  l.a_row_major = args.swap_ab ? !args.b_row_major : args.a_row_major;
+  l.b_row_major = args.swap_ab ? !args.a_row_major : args.b_row_major;
+  l.d_row_major = !args.swap_ab;
+  return l;
+}
+
+// Group g as its kernel runs it (swap_ab applied: n x m x k, B's memory as the kernel's A): the extents, the
+// kernel's A and B as a base pointer of the launch (args.a or args.b) and an element offset, their leading
+// dimensions, and D's element offset. For the device's per-group arguments and the CPU replay alike.
+struct GroupedKernelGroup {
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  int64_t a_offset = 0, b_offset = 0, d_offset = 0;
+  int64_t lda = 0, ldb = 0;
+};
+OPS_HOST_DEVICE inline GroupedKernelGroup grouped_kernel_group(const GroupedGemmLaunchArgs& args, const GroupShape& s) {
+  const bool swap = args.swap_ab;
+  GroupedKernelGroup g;
+  g.m = swap ? s.n : s.m;
+  g.n = swap ? s.m : s.n;
+  g.k = s.k;
+  g.a = swap ? args.b : args.a;
+  g.b = swap ? args.a : args.b;
+  g.a_offset = swap ? s.b : s.a;
+  g.b_offset = swap ? s.a : s.b;
+  g.d_offset = s.d;
+  g.lda = swap ? args.ldb : args.lda;
+  g.ldb = swap ? args.lda : args.ldb;
+  return g;
+}
+
 // Whether group g's m x n output is zero-filled instead of computed: a RaggedK group of no K.
 OPS_HOST_DEVICE inline bool grouped_zeroed_group(const GroupedGemmLaunchArgs& args, int64_t start, int64_t end) {
   return args.mode == GroupedKernelMode::RaggedK && end == start;

@@ -139,13 +139,14 @@ std::vector<std::string> grouped_kernels_json() {
 void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dtype) {
   const at::TensorOptions options = at::TensorOptions().dtype(dtype);
   const int64_t bytes = c10::elementSize(dtype), extent = grouped_extent(args);
-  const auto* a = static_cast<const char*>(args.a);
-  const auto* b = static_cast<const char*>(args.b);
   auto* d = static_cast<char*>(args.d);
   const auto matrix = [&](const void* base, int64_t rows, int64_t cols, int64_t ld, bool row_major) {
     return at::from_blob(const_cast<void*>(base), {rows, cols}, row_major ? at::IntArrayRef{ld, 1} : at::IntArrayRef{1, ld},
                          options);
   };
+  // The kernel's problem per group (grouped_kernel_group and grouped_kernel_layouts, as the device code
+  // and with_grouped_config read them; swapped: D^T = B^T A^T, D^T column-major).
+  const GroupedKernelLayouts l = grouped_kernel_layouts(args);
   int32_t end = 0;
   for (int g = 0; g < args.groups; ++g) {
     const int32_t start = end;
@@ -153,16 +154,14 @@ void replay_grouped_launch(const GroupedGemmLaunchArgs& args, at::ScalarType dty
     const GroupShape s = group_shape(args, g, start, end);
     if (grouped_zeroed_group(args, start, end)) {
       matrix(d + s.d * bytes, args.m, args.n, args.ldd, true).zero_();
-    } else if (s.m > 0 && args.swap_ab) {
-      // The kernel's problem: D^T (n x m, column-major) = B^T (n x k, B's layout flipped) @ A^T (k x m).
-      const at::Tensor product = at::mm(matrix(b + s.b * bytes, s.n, s.k, args.ldb, !args.b_row_major).to(at::kDouble),
-                                        matrix(a + s.a * bytes, s.k, s.m, args.lda, !args.a_row_major).to(at::kDouble));
-      matrix(d + s.d * bytes, s.n, s.m, args.ldd, false).copy_(product);
-    } else if (s.m > 0) {
-      const at::Tensor product = at::mm(matrix(a + s.a * bytes, s.m, s.k, args.lda, args.a_row_major).to(at::kDouble),
-                                        matrix(b + s.b * bytes, s.k, s.n, args.ldb, args.b_row_major).to(at::kDouble));
-      matrix(d + s.d * bytes, s.m, s.n, args.ldd, true).copy_(product);
+      continue;
     }
+    const GroupedKernelGroup k = grouped_kernel_group(args, s);
+    if (k.m == 0 || k.n == 0) continue;
+    const at::Tensor product =
+        at::mm(matrix(static_cast<const char*>(k.a) + k.a_offset * bytes, k.m, k.k, k.lda, l.a_row_major).to(at::kDouble),
+               matrix(static_cast<const char*>(k.b) + k.b_offset * bytes, k.k, k.n, k.ldb, l.b_row_major).to(at::kDouble));
+    matrix(d + k.d_offset * bytes, k.m, k.n, args.ldd, l.d_row_major).copy_(product);
   }
   if (args.mode == GroupedKernelMode::RaggedM && end < args.m) {
     matrix(d + end * args.ldd * bytes, args.m - end, args.n, args.ldd, true).zero_();

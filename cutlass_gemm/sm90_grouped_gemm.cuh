@@ -126,15 +126,13 @@ __global__ void grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays
     if (lane == 0) start = carry;
     carry = __shfl_sync(kAll, end, 31);
     if (g >= args.groups) continue;
-    const GroupShape s = group_shape(args, g, start, end);
-    const Element* a = static_cast<const Element*>(args.a) + s.a;
-    const Element* b = static_cast<const Element*>(args.b) + s.b;
-    arrays.shapes[g] = Config::kSwapAB ? typename Config::Shape{s.n, s.m, s.k} : typename Config::Shape{s.m, s.n, s.k};
-    arrays.a[g] = Config::kSwapAB ? b : a;
-    arrays.b[g] = Config::kSwapAB ? a : b;
-    arrays.d[g] = static_cast<Element*>(args.d) + s.d;
-    arrays.stride_a[g] = grouped_stride<typename Config::StrideA>(Config::kSwapAB ? args.ldb : args.lda);
-    arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(Config::kSwapAB ? args.lda : args.ldb);
+    const GroupedKernelGroup k = grouped_kernel_group(args, group_shape(args, g, start, end));
+    arrays.shapes[g] = typename Config::Shape{k.m, k.n, k.k};
+    arrays.a[g] = static_cast<const Element*>(k.a) + k.a_offset;
+    arrays.b[g] = static_cast<const Element*>(k.b) + k.b_offset;
+    arrays.d[g] = static_cast<Element*>(args.d) + k.d_offset;
+    arrays.stride_a[g] = grouped_stride<typename Config::StrideA>(k.lda);
+    arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(k.ldb);
     arrays.stride_d[g] = grouped_stride<typename Config::StrideD>(args.ldd);
     arrays.ends[g] = end;
   }
@@ -184,20 +182,23 @@ typename Config::Gemm::Arguments grouped_arguments(const GroupedGemmLaunchArgs& 
   return arguments;
 }
 
-// fn.template operator()<Config>() for the layouts of `args` (RaggedM and Batched: row-major A; RaggedK:
-// column-major A, row-major B). Swapped, the kernel's A is B^T (the flipped layout of B), its B is A^T
-// (column-major).
-template <typename Element, typename Fn>
-auto with_grouped_config(const GroupedGemmLaunchArgs& args, Fn&& fn) {
+// fn.template operator()<Config>() for the kernel layouts of `args` (grouped_kernel_layouts, which the CPU
+// replay reads too; D row-major, swapped column-major); `none()` for layouts no kernel is built for
+// (grouped_gemm_launch.cpp never asks for them).
+template <typename Element, typename Fn, typename None>
+auto with_grouped_config(const GroupedGemmLaunchArgs& args, Fn&& fn, None&& none) {
   using Row = cutlass::layout::RowMajor;
   using Column = cutlass::layout::ColumnMajor;
-  if (args.swap_ab) {
-    if (args.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Column, true>>();
-    return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column, true>>();
+  const GroupedKernelLayouts l = grouped_kernel_layouts(args);
+  if (!l.d_row_major) {
+    if (!l.a_row_major && !l.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Column, true>>();
+    if (l.a_row_major && !l.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column, true>>();
+  } else {
+    if (!l.a_row_major && l.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Row, false>>();
+    if (l.a_row_major && l.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Row, false>>();
+    if (l.a_row_major && !l.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column, false>>();
   }
-  if (!args.a_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Column, Row, false>>();
-  if (args.b_row_major) return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Row, false>>();
-  return fn.template operator()<Sm90GroupedGemmConfig<Element, Row, Column, false>>();
+  return none();
 }
 
 template <typename Config>
@@ -231,11 +232,13 @@ LaunchStatus grouped_run(const GroupedGemmLaunchArgs& args, void* workspace, siz
 #define OPS_DEFINE_SM90_GROUPED_GEMM(dtype, Element)                                                    \
   namespace ops::cutlass_gemm {                                                                       \
   size_t grouped_gemm_sm90_##dtype##_workspace_size(const GroupedGemmLaunchArgs& args) {              \
-    return with_grouped_config<Element>(args, [&]<typename C>() { return grouped_workspace_size<C>(args); }); \
+    return with_grouped_config<Element>(                                                              \
+        args, [&]<typename C>() { return grouped_workspace_size<C>(args); }, [] { return size_t{0}; }); \
   }                                                                                                   \
   LaunchStatus grouped_gemm_sm90_##dtype##_run(const GroupedGemmLaunchArgs& args, void* workspace,    \
                                                size_t workspace_bytes, cudaStream_t stream) {         \
     return with_grouped_config<Element>(                                                              \
-        args, [&]<typename C>() { return grouped_run<C>(args, workspace, workspace_bytes, stream); });  \
+        args, [&]<typename C>() { return grouped_run<C>(args, workspace, workspace_bytes, stream); },  \
+        [] { return LaunchStatus{false, "no grouped kernel is built for these operand layouts"}; });  \
   }                                                                                                   \
   }

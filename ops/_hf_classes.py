@@ -32,9 +32,6 @@ class ClassList(frozenset):
         self.formulas = formulas
         return self
 
-    def __reduce__(self):
-        return ClassList, (frozenset(self), self.formulas)
-
 
 def _classes(names: str, *formulas: str) -> ClassList:
     """The ClassList of whitespace-separated names: ``folder.Class`` (in ``modeling_<folder>``) or
