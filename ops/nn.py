@@ -149,6 +149,9 @@ class Fp8Linear(torch.nn.Module):
         if input.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise RuntimeError(f"ops.nn.Fp8Linear: expected input of dtype torch.bfloat16, torch.float16 or "
                                f"torch.float32 (the output's), got {input.dtype}")
+        if input.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError("ops.nn.Fp8Linear: inference only (FP8 operands have no gradient), and its input "
+                               "requires grad: run the model under torch.no_grad() or torch.inference_mode()")
         x = input.reshape(-1, self.in_features)
         codes, scale = _fp8.quantize_fp8(x, "row" if self.recipe == "rowwise" else "group")
         bias = None if self.bias is None else self.bias.to(input.dtype)

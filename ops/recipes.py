@@ -191,8 +191,10 @@ class Recipe:
         if changed is not None:
             return changed
         for name in self.linears:
-            if not _plain_linear(block._modules.get(name)):
-                return f"{name} is not a plain Linear (another class, hooks or extra parameters)"
+            part = block._modules.get(name)
+            if not _plain_linear(part):
+                return (f"{name} is not a plain Linear ({type(part).__name__}; the recipe fuses an nn.Linear or "
+                        "ops.nn.Linear without hooks, extra parameters or an activation)")
         act = activation_of(block._modules.get(self.activation))
         if act not in self.acts:
             return f"its {self.activation} is not one of the activations the recipe knows ({', '.join(self.acts)})"
