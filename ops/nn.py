@@ -136,8 +136,7 @@ class Fp8Linear(torch.nn.Module):
             raise ValueError(f"ops.nn.Fp8Linear.from_fp8: expected a float8_e4m3fn weight (N, K) and a float32 "
                              f"weight_scale_inv {expected}, got {weight.dtype} {list(weight.shape)} and "
                              f"{weight_scale_inv.dtype} {list(weight_scale_inv.shape)}")
-        new = cls(k, n, bias is not None, "blockwise", activation, device="meta",
-                  dtype=bias.dtype if bias is not None else torch.bfloat16)
+        new = cls(k, n, bias is not None, "blockwise", activation, device="meta")  # buffers replaced below
         new.weight, new.weight_scale = weight.detach(), weight_scale_inv.detach()
         new.bias = None if bias is None else bias.detach()
         return new
