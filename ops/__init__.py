@@ -15,7 +15,7 @@ from .gemm import cutlass_gemm
 from .grouped import grouped_gemm
 from .linear import linear
 
-moe._register_if_loaded()  # the "ops" experts implementation, where transformers' interface is loaded
+moe._register_when_loaded()  # the "ops" experts implementation, once transformers' interface is loaded
 _nested.register()  # clear errors for jagged nested tensors, which never reach the C++ checks
 if torch.distributed.is_available():
     from . import _dtensor  # noqa: F401  (the ops' DTensor sharding rules)

@@ -2,7 +2,7 @@
 experts interface (``transformers.integrations.moe``), which every transformers MoE model (Qwen3-MoE,
 Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) calls for its experts.
 
-    ops.moe.register()                         # once; import ops does it if transformers' interface is loaded
+    import ops                                 # registers "ops" once transformers' interface is imported
     model.set_experts_implementation("ops")    # or ops.nn.convert(model), which reports the experts
 
 The implementation computes what transformers' "grouped_mm" one does (tokens sorted by expert, one grouped
@@ -11,6 +11,8 @@ default gate with SiLU, ``ops.silu_and_mul``; other gates, activations, biases, 
 expert-parallel sentinels as the experts class defines them.
 """
 
+import importlib.abc
+import importlib.util
 import sys
 
 import torch
@@ -99,8 +101,35 @@ def is_experts(module: torch.nn.Module) -> bool:
             and hasattr(getattr(module, "config", None), "_experts_implementation"))
 
 
-def _register_if_loaded():
-    """``import ops`` registers the implementation where transformers' interface is already imported
-    (importing it costs about 2 s, so it is not imported for that)."""
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+    """Registers the implementation right after transformers' interface module is imported (a model class
+    imports it), so ``import ops`` before transformers needs no ``register()`` call and ``import ops`` costs
+    no transformers import."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _MOE_MODULE:
+            return None
+        sys.meta_path.remove(self)  # once; the search below must not find this finder again
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            try:
+                register()
+            except (ImportError, AttributeError):  # a transformers release without the experts interface
+                pass
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+def _register_when_loaded():
+    """``import ops`` registers the implementation where transformers' interface is already imported, else
+    right after it is (importing it costs about 2 s, so it is not imported for that)."""
     if _MOE_MODULE in sys.modules:
         register()
+    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())

@@ -8,6 +8,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ops
 
+from conftest import run_python
+
 transformers = pytest.importorskip("transformers")
 moe = pytest.importorskip("transformers.integrations.moe")
 
@@ -90,6 +92,29 @@ def test_set_experts_implementation_ops_after_register():
         got = model(ids).logits
     assert counted.counts.get("ops.grouped_gemm", 0) == 4
     torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5)
+
+
+def test_import_ops_before_transformers_registers_ops_once_a_model_imports_the_interface():
+    # No register() call: a model class imports transformers' interface after ops, which registers right then;
+    # `import ops` alone imports nothing of transformers.
+    code = """
+import sys, torch, ops
+assert "transformers.integrations.moe" not in sys.modules
+import transformers
+config = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=8, moe_intermediate_size=16, num_experts=4,
+    num_experts_per_tok=2)
+model = transformers.Qwen3MoeForCausalLM(config).eval()
+ids = torch.randint(0, 64, (1, 5))
+ref = model(ids).logits
+model.set_experts_implementation("ops")
+torch.testing.assert_close(model(ids).logits, ref, atol=2e-6, rtol=1e-5)
+from transformers.integrations.moe import ExpertsInterface
+assert ExpertsInterface._global_mapping["ops"] is ops.moe.experts_forward
+print("ok")
+"""
+    result = run_python(code)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
 def test_bfloat16_model_stays_close_to_eager():
