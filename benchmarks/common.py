@@ -156,12 +156,37 @@ def copy_bandwidth(copy_bytes, timed, device):
     return 2 * copy_bytes / timed(lambda: dst.copy_(src)) / 1e9
 
 
-def cpu_time(fn, min_run_time=0.2):
-    """Median seconds per call on CPU, by torch.utils.benchmark (warm-up and block sizing included), with
-    the process's intra-op threads (torch.get_num_threads(); the Timer's default of one thread would
-    hide a CPU kernel that runs on one thread only)."""
+def cpu_measurement(fn, min_run_time=0.2):
+    """torch.utils.benchmark's Measurement of fn on CPU (warm-up and block sizing included), with the
+    process's intra-op threads (torch.get_num_threads(); the Timer's default of one thread would hide a
+    CPU kernel that runs on one thread only)."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+    return timer.blocked_autorange(min_run_time=min_run_time)
+
+
+def cpu_time(fn, min_run_time=0.2):
+    """Median seconds per call on CPU (cpu_measurement)."""
+    return cpu_measurement(fn, min_run_time).median
+
+
+NOISE = 0.1  # torch.utils.benchmark's own threshold: a Measurement whose IQR exceeds 10% of its median warns
+
+
+def cpu_compare(fns, rounds=3, min_run_time=0.1):
+    """Seconds per call of each of `fns` on CPU, interleaved in `rounds` rounds so that a drift of the
+    machine (another process, clocks) is shared rather than landing on whichever was timed first: (the
+    minimum over rounds of each one's median, the largest relative spread seen: of one round's
+    measurements (IQR / median) or of one function's medians across rounds ((max - min) / min)). A spread
+    above NOISE means the machine's noise is of the size of the differences the ratio would show."""
+    medians = [[] for _ in fns]
+    spread = 0.0
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            m = cpu_measurement(fn, min_run_time)
+            medians[i].append(m.median)
+            spread = max(spread, m.iqr / m.median)
+    spread = max([spread] + [(max(t) - min(t)) / min(t) for t in medians])
+    return [min(t) for t in medians], spread
 
 
 def write_json(path, payload):

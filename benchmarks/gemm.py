@@ -48,7 +48,7 @@ import torch
 
 import ops
 from benchmarks import watchdog
-from benchmarks.common import (ACT, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth, cpu_time,
+from benchmarks.common import (ACT, NOISE, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth, cpu_compare, cpu_time,
                                cuda_kernels, fastest, graph_time, int_list, machine_facts, mark_stopped,
                                markdown_table, max_rel_error, measure_all, output_check, sweep_order, sweep_tactics,
                                write_json, warn_without_candidate_kernels, wrong_results)
@@ -210,8 +210,7 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
         t_torch = timer(lambda: torch.mm(A, B))
         extra["torch_kernels"] = cuda_kernels(lambda: torch.mm(A, B))
     else:
-        t_ours = cpu_time(lambda: ops.cutlass_gemm(A, B))
-        t_torch = cpu_time(lambda: torch.mm(A, B))
+        (t_ours, t_torch), extra["cpu_spread"] = cpu_compare([lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B)])
     if args.suite == "decode":
         decode_hung = skip.get("decode")
         watch_decode = progress is not None and device == "cuda" and not decode_hung
@@ -338,6 +337,13 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         headers.insert(7, "aten.mm.default ms")
         for row, r in zip(rows, results):
             row.insert(7, f"{r['aten_op_ms']:.4f}")
+    noisy = [r for r in results if r.get("cpu_spread", 0.0) > NOISE]
+    if any("cpu_spread" in r for r in results):
+        headers.insert(headers.index("ratio") + 1, "spread")
+        for row, r in zip(rows, results):
+            spread = r.get("cpu_spread")
+            row.insert(headers.index("spread"), "-" if spread is None else
+                       f"{spread:.0%}" + (" NOISY" if spread > NOISE else ""))
     table = markdown_table(headers, rows)
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     print()
@@ -347,11 +353,18 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
     for d, s in summary.items():
         print(f"{d}: geometric-mean ratio (ops / torch.mm speed) {s['geomean_ratio']:.3f}, "
               f"lowest {s['min_ratio']:.3f}")
+    noise_note = ""
+    if noisy:
+        noise_note = (f"{len(noisy)} of {len(results)} rows NOISY: the machine's timing noise (spread: the largest "
+                      f"IQR / median of a measurement, or spread of one side's medians over interleaved rounds) "
+                      f"exceeds {NOISE:.0%}, so their ratios measure the machine, not the two sides.")
+        print(noise_note)
     os.makedirs(out_dir, exist_ok=True)
     stem = STEMS.get(suite, "gemm")
     payload = {"benchmark": stem, "device": device, "quick": quick, "machine": facts,
                "build": {k: v for k, v in vars(ops.build_info).items() if k.isupper()},
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "results": results}
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary,
+               "noisy_rows": [r["shape"] for r in noisy], "results": results}
     if tuning is not None:
         payload["tuning_cache"] = tuning
     interrupted = mark_stopped(payload, len(results), len(results) if planned is None else planned, aborted)
@@ -373,6 +386,8 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         f.write(table + "\n\n")
         for d, s in summary.items():
             f.write(f"- {d}: geometric-mean ratio {s['geomean_ratio']:.3f}, lowest {s['min_ratio']:.3f}\n")
+        if noise_note:
+            f.write(f"\n{noise_note}\n")
     if suite == "decode":
         report_decode(results, facts, quick, interrupted, out_dir)  # replaces the plain table's gemm_decode.md
     if suite in ("overhead", "decode"):

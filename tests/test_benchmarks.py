@@ -33,8 +33,28 @@ def test_gemm_benchmark_cli_writes_json_markdown_and_plot(tmp_path):
         assert r["ops_ms"] > 0 and r["torch_ms"] > 0 and r["ratio"] == pytest.approx(r["torch_ms"] / r["ops_ms"])
         assert r["ops_max_rel_err"] < 1e-5 and r["torch_max_rel_err"] < 1e-5  # fp32 vs the fp64 reference
     assert report["summary"]["fp32"]["min_ratio"] == min(r["ratio"] for r in report["results"])
-    assert "| fp32 | square 1024 |" in (tmp_path / "gemm.md").read_text()
+    table = (tmp_path / "gemm.md").read_text()
+    assert "| fp32 | square 1024 |" in table and "| spread |" in table
+    noisy = [r["shape"] for r in report["results"] if r["cpu_spread"] > 0.1]
+    assert report["noisy_rows"] == noisy and (f"{len(noisy)} of 3 rows NOISY" in table) == bool(noisy)
     assert (tmp_path / "gemm.png").stat().st_size > 10_000
+
+
+def test_cpu_comparison_reports_a_drift_between_rounds_as_noise():
+    from benchmarks.common import NOISE, cpu_compare
+
+    steady_calls = []
+
+    def drifting():  # 1 ms in the first round, 3 ms after it: the machine slowed down under the measurement
+        time.sleep(0.003 if steady_calls else 0.001)
+
+    def steady():
+        steady_calls.append(None)
+        time.sleep(0.002)
+
+    (t_drift, t_steady), spread = cpu_compare([drifting, steady], rounds=2, min_run_time=0.005)
+    assert spread > NOISE
+    assert 0.0009 < t_drift < 0.002 and t_steady >= 0.002  # each side's fastest round
 
 
 @pytest.mark.slow
