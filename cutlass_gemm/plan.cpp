@@ -315,6 +315,16 @@ std::string plan_gemm(const GemmRequest& req, GemmPlan* plan) {
 
 namespace {
 
+// Whether the kernel's grid can cover n columns. The SM80 kernels' swizzle
+// (GemmIdentityThreadblockSwizzle<8>, sm80_gemm.cuh) puts ceil(column tiles / 8) in gridDim.y, at most
+// 65535 (CUTLASS's can_implement refuses more: N above ~33.5M with 64-wide tiles); the SM90 kernels are
+// persistent and the SIMT GEMV's column blocks lie along gridDim.x.
+bool grid_fits(const KernelInfo& info, int64_t n) {
+  if (info.config != TileConfig::Sm80) return true;
+  const int tile_n = config_shape(info.config, info.dtype, info.math).tile_n;
+  return round_up(round_up(n, tile_n) / tile_n, 8) / 8 <= 65535;
+}
+
 std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan) {
   if (req.m <= 0 || req.n <= 0 || req.k <= 0) {
     return "cutlass_gemm: internal error: planner called for an empty problem";
@@ -405,7 +415,7 @@ std::string plan_gemm_uncached(const GemmRequest& req, GemmPlan* plan) {
               KernelId kernel = KernelId::kCount;
               for (KernelId id : candidates) {
                 const KernelInfo& info = kernel_info(id);
-                if (info.a == ao.plan.layout && info.b == bo.plan.layout) kernel = id;
+                if (info.a == ao.plan.layout && info.b == bo.plan.layout && grid_fits(info, nn)) kernel = id;
               }
               if (kernel == KernelId::kCount) continue;
               const int64_t cost = ao.copied + bo.copied + dop.copied;

@@ -186,6 +186,8 @@ OPS_GEMV_KERNEL(kThreads) kernel(const Element* __restrict__ a, const Element* _
       d[r * ldd + column] = static_cast<Element>(Activation()(x));
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // dispatched where it has no body: an error, never an unwritten output
 #endif
 }
 

@@ -224,14 +224,25 @@ def test_expanded_input_is_copied_not_read_with_zero_stride():
 
 
 def test_huge_dimension_is_refused():
-    # A (1 x 2^31) on the meta device is free; the planner must refuse sizes CUTLASS 2.x cannot index.
-    A = torch.empty(1, 2**31, dtype=torch.float32)[:, :1].expand(1, 2**31) if False else None
-    # Build the request through a stride trick: a 1 x (2^31 + 8) row of one repeated element.
+    # The planner must refuse sizes CUTLASS 2.x cannot index; a 1 x (2^31 + 8) row of one repeated element.
     base = torch.ones(8, dtype=torch.float32)
     A = base.as_strided((1, 2**31 + 8), (0, 0))
     B = base.as_strided((2**31 + 8, 1), (0, 0))
     with pytest.raises(RuntimeError, match=r"M, N and K must each be below 2\^31"):
         ops._library.gemm_emulate(A, B, torch.empty(1, 1), 9, 0, "9.0a", False, False)
+
+
+@pytest.mark.parametrize("target", [AMPERE, HOPPER], ids=["ampere", "hopper"])
+def test_sm80_kernels_are_not_planned_past_their_grid(target):
+    # GemmIdentityThreadblockSwizzle<8> puts ceil(column tiles / 8) in gridDim.y (at most 65535): fp64's
+    # 64-wide tiles cover N <= 65535 * 8 * 64; past that CUTLASS refuses the launch, so the plan swaps.
+    limit = 65535 * 8 * 64
+    A = torch.empty(2, 8, dtype=torch.float64, device="meta")
+    for n, swapped in [(limit, False), (limit + 1, True)]:
+        B = torch.empty(8, n, dtype=torch.float64, device="meta")
+        plan = ops._library.gemm_plan_for_target(A, B, target["cc_major"], target["cc_minor"], target["arch_list"])
+        assert family(plan["kernel_id"]).startswith("sm80_f64") and plan["swap_ab"] == swapped, (n, plan)
+        assert -(-plan["n"] // 64) <= 65535 * 8
 
 
 # ---- values over many shapes, layouts, offsets, dtypes ---------------------------------------------
