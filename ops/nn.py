@@ -18,10 +18,21 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 
 from . import _hf_classes, _library, fp8 as _fp8, fused, linear as _linear, moe as _moe, recipes as _recipes
 
 __all__ = ["Linear", "RMSNorm", "Fp8Linear", "convert", "ConversionReport"]
+
+
+_DEFAULT_TORCH_FUNCTIONS = (torch.Tensor.__torch_function__.__func__, torch._C._disabled_torch_function_impl)
+
+
+def _own_torch_function(t: torch.Tensor) -> bool:
+    """Whether t's class overrides __torch_function__ (torch.overrides.has_torch_function would also answer
+    yes for any active TorchFunctionMode, as export's tracing runs under)."""
+    impl = type(t).__torch_function__
+    return getattr(impl, "__func__", impl) not in _DEFAULT_TORCH_FUNCTIONS
 
 
 class Linear(torch.nn.Linear):
@@ -44,6 +55,9 @@ class Linear(torch.nn.Linear):
         self.activation = activation
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting() and _own_torch_function(input):
+            # A tensor subclass with a __torch_function__ of its own computes F.linear its own way
+            return _linear.ACTIVATION_FUNCTIONS[self.activation](F.linear(input, self.weight, self.bias))
         return _linear.linear(input, self.weight, self.bias, self.activation)
 
     def extra_repr(self) -> str:
@@ -219,6 +233,7 @@ class RMSNorm(torch.nn.RMSNorm):
             raise ValueError(f"ops.nn.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
         super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
         self.promote_weight_dtype = False
+        self.hf_formula: Optional[str] = None  # "llama" or "cast": converted from that list's class
 
     __jit_unused_properties__ = ["variance_epsilon"]
 
@@ -233,7 +248,24 @@ class RMSNorm(torch.nn.RMSNorm):
         self.eps = value
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting() and _own_torch_function(x):
+            return self._formula(x)  # a tensor subclass with a __torch_function__ computes each step its own way
         return _rms_norm_module_forward(x, self.weight, self.eps, self.normalized_shape[0], self.promote_weight_dtype)
+
+    @torch.jit.unused
+    def _formula(self, x: torch.Tensor) -> torch.Tensor:
+        """What the module this one stands for computes, step by step: torch.nn.RMSNorm's F.rms_norm, or the
+        listed transformers class's forward (ops._hf_classes), whose formula convert checks."""
+        formula = getattr(self, "hf_formula", None)  # absent in a module pickled before it existed
+        if formula is None:
+            return super().forward(x)
+        input_dtype = x.dtype
+        hidden_states = x.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        if formula == "llama":
+            return self.weight * hidden_states.to(input_dtype)
+        return (self.weight * hidden_states).to(input_dtype)
 
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> "RMSNorm":
@@ -245,7 +277,10 @@ class RMSNorm(torch.nn.RMSNorm):
         new = cls(hidden, eps=eps, elementwise_affine=False)
         new.elementwise_affine = weight is not None
         new.register_parameter("weight", weight)
-        new.promote_weight_dtype = _hf_classes.class_key(module) in _hf_classes.RMS_NORM_LLAMA
+        key = _hf_classes.class_key(module)
+        new.promote_weight_dtype = key in _hf_classes.RMS_NORM_LLAMA
+        new.hf_formula = ("llama" if new.promote_weight_dtype else "cast" if key in _hf_classes.RMS_NORM_CAST
+                          else None)
         new.train(module.training)
         _copy_instance_attributes(module, new)
         return new
@@ -322,6 +357,9 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
         return f"has child modules ({', '.join(module._modules)})"
     if "weight" not in module._parameters:
         return "its weight is not a Parameter"
+    for pname in ("weight", "bias"):  # a subclass may compute F.linear (or the norm) its own way
+        if not _recipes._plain_tensor(module._parameters.get(pname)):
+            return f"its {pname} is a tensor subclass ({type(module._parameters[pname]).__name__})"
     weight = module._parameters["weight"]
     if weight is not None and weight.dtype not in _library.GEMM_DTYPES:
         return f"its weight's dtype {weight.dtype} is not one the ops take"

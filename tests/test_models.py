@@ -194,6 +194,52 @@ def test_convert_never_changes_what_a_module_computes():
     assert model["pruned"][0].weight_orig.grad is not None
 
 
+class _Scaled(torch.Tensor):
+    """A tensor standing for data * scale, as quantization subclasses do: F.linear, F.rms_norm and Tensor.to
+    (the first step of transformers' RMSNorm formulas) apply the scale; anything else sees the data."""
+
+    @staticmethod
+    def __new__(cls, data, scale):
+        t = torch.Tensor._make_subclass(cls, data)
+        t.scale = scale
+        return t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.detach:  # what nn.Parameter needs
+            with torch._C.DisableTorchFunctionSubclass():
+                return _Scaled(func(*args, **kwargs), args[0].scale)
+        if func in (torch.nn.functional.linear, torch.nn.functional.rms_norm, torch.Tensor.to):
+            args = [a.as_subclass(torch.Tensor) * a.scale if isinstance(a, _Scaled) else a for a in args]
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("norm_class", ["torch", "LlamaRMSNorm", "Olmo2RMSNorm"])
+def test_convert_leaves_subclass_parameters_alone_and_computes_subclass_inputs_as_before(norm_class):
+    torch.manual_seed(0)
+    if norm_class == "torch":
+        norm = torch.nn.RMSNorm(16, eps=1e-6)
+    else:
+        transformers = pytest.importorskip("transformers")
+        family = norm_class.removesuffix("RMSNorm").lower()
+        norm = getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), norm_class)(16)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    quantized = torch.nn.Linear(16, 16)  # its weight stands for codes * 3: F.linear applies the scale
+    quantized.weight = torch.nn.Parameter(_Scaled(torch.randn(16, 16), 3.0), requires_grad=False)
+    model = torch.nn.ModuleDict({"plain": torch.nn.Linear(16, 8), "quantized": quantized, "norm": norm})
+    x, scaled_x = torch.randn(4, 16), _Scaled(torch.randn(4, 16), 2.0)
+    expected = {name: (m(x), m(scaled_x).as_subclass(torch.Tensor)) for name, m in model.items()}
+    report = ops.nn.convert(model)
+    assert report.linear == ["plain"] and report.rms_norm == ["norm"], report
+    assert dict(report.skipped)["quantized"] == "its weight is a tensor subclass (_Scaled)", report
+    for name, module in model.items():
+        torch.testing.assert_close(module(x), expected[name][0], msg=name)
+        torch.testing.assert_close(module(scaled_x).as_subclass(torch.Tensor), expected[name][1], msg=name)
+
+
 def test_convert_keeps_child_modules_shared_modules_and_flags():
     torch.manual_seed(0)
     # A Linear with a child module of its own (an adapter) is left alone: a replacement would drop it.
