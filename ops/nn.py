@@ -87,7 +87,9 @@ class Fp8Linear(torch.nn.Module):
     dtype (bfloat16, float16 or float32). Buffers: ``weight`` (N, K) ``float8_e4m3fn``, ``weight_scale``
     float32, ``bias`` (N,) or None (of ``dtype``: torch's default dtype where None, as ``nn.Linear``).
     ``module.to(dtype)``, ``.half()`` and the like cast the bias only: the codes and their scales keep
-    their dtypes (a device move applies to all). in_features and out_features must be multiples of 16.
+    their dtypes (a device move applies to all). ``load_state_dict`` takes its own state_dict or an
+    ``nn.Linear``'s (a floating-point ``weight`` without ``weight_scale``), which it quantizes as
+    ``from_linear`` does. in_features and out_features must be multiples of 16.
     Not differentiable: call it under ``torch.no_grad()`` / ``torch.inference_mode()`` (an input that
     requires grad raises).
     """
@@ -122,6 +124,28 @@ class Fp8Linear(torch.nn.Module):
             if old is not None and new is not None and new.dtype != old.dtype:
                 self._buffers[name] = old.to(new.device)
         return self
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # A high-precision checkpoint (nn.Linear's keys): its weight quantized as from_linear does, instead of
+        # its values copied into the FP8 codes.
+        weight_key, scale_key = prefix + "weight", prefix + "weight_scale"
+        weight = state_dict.get(weight_key)
+        if isinstance(weight, torch.Tensor) and weight.dtype != self.weight.dtype:
+            if weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+                error_msgs.append(f"ops.nn.Fp8Linear: {weight_key} is {weight.dtype}: expected the FP8 codes "
+                                  f"({self.weight.dtype}) or a floating-point weight to quantize")
+                return
+            if scale_key in state_dict:
+                error_msgs.append(f"ops.nn.Fp8Linear: {weight_key} is {weight.dtype} beside a {scale_key}: expected "
+                                  f"the codes of that scale ({self.weight.dtype}), or a weight without one to quantize")
+                return
+            if weight.dim() == 2:  # else the size mismatch is reported below
+                with torch.no_grad():
+                    codes, scale = _fp8.quantize_fp8(weight, "row" if self.recipe == "rowwise" else "block")
+                state_dict[weight_key], state_dict[scale_key] = codes, scale
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     @classmethod
     def from_linear(cls, module: torch.nn.Linear, recipe: str = "rowwise", activation: str = "none") -> "Fp8Linear":

@@ -3,6 +3,7 @@ rowwise), and to a float64 dequantized reference for every recipe; bad inputs gi
 from the fake kernel; opcheck, torch.compile, torch.export and TorchScript; not differentiable.
 ops.quantize_fp8: codes and scales equal the formula's for every granularity, and feed scaled_gemm."""
 
+import copy
 import functools
 
 import pytest
@@ -565,6 +566,27 @@ def test_fp8_linear_keeps_codes_and_scales_through_dtype_casts_and_state_dicts()
         src = ops.nn.Fp8Linear.from_linear(lin)
         fresh.load_state_dict(src.state_dict())
         assert fresh.bias.dtype == torch.float32 and torch.equal(fresh(x), src(x))
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_fp8_linear_quantizes_a_high_precision_checkpoint_on_load(recipe):
+    # An nn.Linear's state_dict (no weight_scale) loads as from_linear quantizes it; its values are never
+    # copied into the codes.
+    lin, other = torch.nn.Linear(64, 32).to(torch.bfloat16), torch.nn.Linear(64, 32).to(torch.bfloat16)
+    fp8_lin = ops.nn.Fp8Linear.from_linear(lin, recipe)
+    assert str(fp8_lin.load_state_dict(other.state_dict(), strict=True)) == "<All keys matched successfully>"
+    expected = ops.nn.Fp8Linear.from_linear(other, recipe)
+    assert torch.equal(fp8_lin.weight.view(torch.uint8), expected.weight.view(torch.uint8))
+    assert torch.equal(fp8_lin.weight_scale, expected.weight_scale) and torch.equal(fp8_lin.bias, expected.bias)
+    before = copy.deepcopy(fp8_lin.state_dict())
+    bad = {"weight": other.weight.float(), "weight_scale": expected.weight_scale, "bias": other.bias}
+    with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: weight is torch.float32 beside a weight_scale"):
+        fp8_lin.load_state_dict(bad)
+    with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: weight is torch.float8_e5m2: expected the FP8 codes"):
+        fp8_lin.load_state_dict({**bad, "weight": other.weight.to(torch.float8_e5m2)})
+    for name, tensor in fp8_lin.state_dict().items():  # a refused load wrote nothing
+        assert torch.equal(tensor.view(torch.uint8) if tensor.dtype == torch.float8_e4m3fn else tensor,
+                           before[name].view(torch.uint8) if tensor.dtype == torch.float8_e4m3fn else before[name])
 
 
 def test_fp8_linear_bad_input():
