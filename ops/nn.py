@@ -459,7 +459,9 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     MLPs) that recipe's fused forward.
 
     A swap never changes what a module computes, and never merges two modules: every module, called on
-    its own, gives what it gave (to the last bit for float32 Linears on CPU, where both run ATen's linear).
+    its own, gives what it gave (to the last bit for float32 Linears on CPU, where both run ATen's linear,
+    but for a non-contiguous input of 3 or more dimensions: there ATen's own linear sums in another order,
+    1 ulp apart, when the weight requires grad).
     A recipe replaces its block's forward only and falls back to the class's forward whenever its
     submodules no longer are what it was written for. Only exact classes are swapped (a subclass may
     compute something else). Left alone, and listed in ``report.skipped``: modules with hooks, with
@@ -489,8 +491,9 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     with or without ``fp8``; they are listed in ``report.fp8``.
 
     MoE experts (transformers' experts modules: Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) run
-    on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``; the
-    config is shared by the model's experts), listed in ``report.experts``.
+    on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``), listed in
+    ``report.experts``. The config is the model's, shared by all its experts: converting a submodule
+    switches the experts outside it too (transformers dispatches on the config, not the module).
 
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
