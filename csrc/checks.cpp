@@ -1,3 +1,4 @@
+#include <c10/core/InferenceMode.h>
 #include "checks.h"
 
 #include <ATen/Context.h>
@@ -415,6 +416,12 @@ void check_no_shared_memory(const char* op, const char* written, const at::Tenso
 }
 
 void check_written_in_place(const char* op, const char* name, const at::Tensor& t) {
+  // ATen's in-place and out= ops refuse this in their ADInplaceOrView kernels, which a call whose tensors
+  // are all inference tensors never reaches.
+  TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), op, ": ", name,
+              " is an inference tensor (made under torch.inference_mode()) written in place outside inference "
+              "mode, which PyTorch does not allow (\"Inplace update to inference tensor outside InferenceMode\"); "
+              "call it under torch.inference_mode() or pass a tensor made outside it (e.g. its clone())");
   TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, op, ": ", name,
               " has internally overlapping memory (e.g. an expanded tensor) but is written in place; pass "
               "a tensor whose elements each have their own memory");

@@ -246,3 +246,46 @@ def test_compile_out_variant(spec, device):
         torch.testing.assert_close(compiled(*sample.args, out_c), f(*sample.args, out_e))
         torch.testing.assert_close(out_c, out_e)
         torch._dynamo.reset()
+
+
+def _writes(device):
+    """(name of the tensor written, a call writing it) for every op with an out or in-place argument."""
+    import ops
+
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+    a, b, x, r, w = t(4, 32), t(32, 16), t(4, 32), t(4, 32), t(32)
+    codes, scale = ops.quantize_fp8(a, "tensor")
+    wcodes, wscale = ops.quantize_fp8(b.t().contiguous(), "tensor")
+    experts, offs = t(2, 32, 16), torch.tensor([1, 4], dtype=torch.int32, device=device)
+    return {
+        "cutlass_gemm.out": ("out", lambda out: ops.cutlass_gemm(a, b, out=out), t(4, 16)),
+        "scaled_gemm.out": ("out", lambda out: ops.scaled_gemm(codes, wcodes.t(), scale, wscale, out_dtype=torch.float32,
+                                                               out=out), t(4, 16)),
+        "grouped_gemm.out": ("out", lambda out: ops.grouped_gemm(a, experts, offs, out=out), t(4, 16)),
+        "fused_add_rms_norm": ("input", lambda inp: ops.fused_add_rms_norm(inp, r.clone(), w), x),
+        "fused_add_rms_norm_fp8": ("residual", lambda res: ops.fused_add_rms_norm_fp8(x, res, w), r),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["cutlass_gemm.out", "scaled_gemm.out", "grouped_gemm.out", "fused_add_rms_norm",
+                                "fused_add_rms_norm_fp8"])
+def test_inference_tensors_are_written_only_in_inference_mode(device, op):
+    # torch's rule for its own in-place and out= ops, which a call whose tensors are all inference tensors
+    # would otherwise bypass (ATen checks it in a dispatch key inference tensors lack).
+    name, call, template = _writes(device)[op]
+    with torch.inference_mode():
+        written, expected = template.clone(), template.clone()
+        call(expected)
+    before = written.clone()
+    with pytest.raises(RuntimeError, match=rf"{op.split('.')[0]}: {name} is an inference tensor .* outside "
+                                           "inference mode"):
+        call(written)
+    assert torch.equal(written, before)
+    with torch.inference_mode():
+        call(written)
+    assert torch.equal(written, expected)
