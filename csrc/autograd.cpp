@@ -418,6 +418,9 @@ at::Tensor rms_norm_tensor_eps(const at::Tensor& input, const at::Tensor& weight
 
 at::Tensor rms_norm_tensor_eps_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps) {
   check_eps_tensor(eps);
+  TORCH_CHECK(!(at::GradMode::is_enabled() && eps.requires_grad()),
+              "_rms_norm_tensor_eps: eps requires grad, but the op does not differentiate in eps (a result would "
+              "silently lack its gradient): detach it, or compute the norm with ATen ops");
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::_rms_norm_tensor_eps", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
