@@ -62,6 +62,9 @@ def _per_sample(info, in_dims, fn, *args):
     if info.batch_size == 0:
         like = next(a for a, d in zip(args, in_dims) if d is not None)
         sample = fn(*(_meta_sample(a, d) for a, d in zip(args, in_dims)))
+        if isinstance(sample, tuple):  # the FP8 ops' (codes, scales): not differentiable
+            return tuple(torch.empty((0, *t.shape), dtype=t.dtype, device=like.device) for t in sample), \
+                (0,) * len(sample)
         out = torch.empty((0, *sample.shape), dtype=sample.dtype, device=like.device)
         tracked = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         if tracked:
@@ -71,6 +74,8 @@ def _per_sample(info, in_dims, fn, *args):
         return out, 0
     outs = [fn(*(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)))
             for i in range(info.batch_size)]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(parts) for parts in zip(*outs)), (0,) * len(outs[0])
     return torch.stack(outs), 0
 
 
@@ -161,6 +166,57 @@ def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
         for i in range(info.batch_size):
             _ops.fused_add_rms_norm(input[i], residual[i], weight if weights is None else weights[i], eps)
     return None, None
+
+
+def _fp8_rows_merge(granularity, scale, x_dim, sample_dims):
+    """Whether an FP8 op's batch may be one more leading dimension of rows: scales of one row ("row") or of
+    1x128 groups of a row ("group"), computed (no static scale), samples of 2+ dimensions (a 1-D sample's
+    scales have no row dimension)."""
+    return x_dim is not None and granularity in ("row", "group") and scale is None and sample_dims >= 2
+
+
+@torch.library.register_vmap("ops::quantize_fp8")
+def _quantize_fp8_vmap(info, in_dims, input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    x_dim, _, _, s_dim, _ = _pad(in_dims, 5)
+    if _fp8_rows_merge(granularity, scale, x_dim, input.dim() - 1):
+        return _ops.quantize_fp8(_front(input, x_dim), granularity, dtype, None, pow2_scale), (0, 0)
+    return _per_sample(info, (x_dim, None, None, s_dim, None), _ops.quantize_fp8, input, granularity, dtype, scale,
+                       pow2_scale)
+
+
+@torch.library.register_vmap("ops::rms_norm_fp8")
+def _rms_norm_fp8_vmap(info, in_dims, input, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
+                       pow2_scale=False):
+    in_dims = _pad(in_dims, 7)
+    if in_dims[1] is None and _fp8_rows_merge(granularity, scale, in_dims[0], input.dim() - 1):
+        return _ops.rms_norm_fp8(_front(input, in_dims[0]), weight, eps, granularity, dtype, None, pow2_scale), (0, 0)
+    return _per_sample(info, in_dims, _ops.rms_norm_fp8, input, weight, eps, granularity, dtype, scale, pow2_scale)
+
+
+@torch.library.register_vmap("ops::silu_and_mul_fp8")
+def _silu_and_mul_fp8_vmap(info, in_dims, input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    in_dims = _pad(in_dims, 5)
+    if _fp8_rows_merge(granularity, scale, in_dims[0], input.dim() - 1):
+        return _ops.silu_and_mul_fp8(_front(input, in_dims[0]), granularity, dtype, None, pow2_scale), (0, 0)
+    return _per_sample(info, in_dims, _ops.silu_and_mul_fp8, input, granularity, dtype, scale, pow2_scale)
+
+
+@torch.library.register_vmap("ops::fused_add_rms_norm_fp8")
+def _fused_add_rms_norm_fp8_vmap(info, in_dims, input, residual, weight, eps=1e-6, granularity="row", dtype=None,
+                                 scale=None, pow2_scale=False):
+    in_dims = _pad(in_dims, 8)
+    x_dim, r_dim, w_dim = in_dims[:3]
+    torch._check(r_dim is not None, lambda: (
+        "fused_add_rms_norm_fp8: under vmap, residual must be batched (it is written in place); got an unbatched "
+        "residual"))
+    residual = _front(residual, r_dim)  # a view: the op writes through it
+    if (w_dim is None and _fp8_rows_merge(granularity, scale, x_dim, residual.dim() - 1)
+            and _front(input, x_dim).shape == residual.shape):
+        return _ops.fused_add_rms_norm_fp8(_front(input, x_dim), residual, weight, eps, granularity, dtype, None,
+                                           pow2_scale), (0, 0)
+    # One call per sample (samples share one shape: the first bad one raises before anything is written).
+    return _per_sample(info, (x_dim, 0) + in_dims[2:], _ops.fused_add_rms_norm_fp8, input, residual, weight, eps,
+                       granularity, dtype, scale, pow2_scale)
 
 
 @torch.library.register_vmap("ops::grouped_gemm")

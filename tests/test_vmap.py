@@ -192,3 +192,48 @@ def test_empty_batch_of_per_sample_weights_keeps_autograd():
     assert y.shape == (0, 2, 5) and y.requires_grad
     y.sum().backward()
     assert torch.equal(x.grad, torch.zeros_like(x)) and W.grad.shape == W.shape
+
+
+def _fp8_calls(granularity, static):
+    """(name, call(x, residual, weight, scale), whether it writes the residual) of each FP8 op; scale is None
+    unless `static`."""
+    def kwargs(scale):
+        return dict(granularity=granularity, scale=scale if static else None)
+
+    return [
+        ("quantize_fp8", lambda x, r, w, s: ops.quantize_fp8(x, **kwargs(s)), False),
+        ("rms_norm_fp8", lambda x, r, w, s: ops.rms_norm_fp8(x, w, **kwargs(s)), False),
+        ("silu_and_mul_fp8", lambda x, r, w, s: ops.silu_and_mul_fp8(x, **kwargs(s)), False),
+        ("fused_add_rms_norm_fp8", lambda x, r, w, s: ops.fused_add_rms_norm_fp8(x, r, w, **kwargs(s)), True),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("granularity,static", [("row", False), ("group", False), ("tensor", False),
+                                                ("tensor", True), ("block", False)])
+@pytest.mark.parametrize("bdim", [0, -1])
+def test_fp8_ops_under_vmap_equal_their_samples(device, granularity, static, bdim):
+    # Row-local scales merge the batch into the rows; a scale over a whole sample (tensor, block) or a static
+    # one is computed per sample.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(BATCH, 5, 256, generator=g).to(device)
+    residual = torch.randn(BATCH, 5, 256, generator=g).to(device)
+    weight, scale = (torch.rand(256, generator=g) + 0.5).to(device), torch.tensor([0.5, 2.0, 4.0], device=device)
+    for name, call, writes in _fp8_calls(granularity, static):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"ops::{name}", "FuncTorchBatched"), name
+        if (granularity == "block" and name != "quantize_fp8") or (static and granularity != "tensor"):
+            continue
+        mine, theirs = residual.movedim(0, bdim).clone(), residual.clone()
+        codes, scales = torch.vmap(call, in_dims=(bdim, bdim, None, 0))(x.movedim(0, bdim), mine, weight, scale)
+        expected = [call(x[i], theirs[i], weight, scale[i]) for i in range(BATCH)]
+        assert torch.equal(codes.view(torch.uint8), torch.stack([c for c, _ in expected]).view(torch.uint8)), name
+        assert torch.equal(scales, torch.stack([s for _, s in expected])), name
+        assert torch.equal(mine.movedim(bdim, 0), theirs if writes else residual), name
+
+
+def test_fused_add_rms_norm_fp8_under_vmap_rejects_an_unbatched_residual():
+    x, r, w = torch.randn(3, 4, 128), torch.randn(4, 128), torch.ones(128)
+    before = r.clone()
+    with pytest.raises(RuntimeError, match="fused_add_rms_norm_fp8: under vmap, residual must be batched"):
+        torch.vmap(lambda a: ops.fused_add_rms_norm_fp8(a, r, w))(x)
+    assert torch.equal(r, before)
