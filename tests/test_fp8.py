@@ -433,6 +433,45 @@ def test_quantize_cpu_kernel_on_non_finite_values(granularity, dtype, input_dtyp
     assert torch.equal(s.view(torch.int32), rs.view(torch.int32))
 
 
+def same_bits_but_nan_signs(got, want):
+    """FP8 codes equal bit for bit, except that any NaN code stands for a NaN of either sign: CUDA's division
+    and FP8 conversion give positive NaNs, as torch's own formula does on CUDA."""
+    g, w = got.cpu().view(torch.uint8), want.cpu().view(torch.uint8)
+    nan = want.cpu().float().isnan()
+    return torch.equal(g[~nan], w[~nan]) and bool(got.cpu().float()[nan].isnan().all())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [E4, E5])
+def test_cuda_quantization_rounds_every_code_boundary_as_the_cpu(dtype):
+    # The CUDA kernels convert with __nv_cvt_float_to_fp8 (the hardware conversion on sm_89+): every code, the
+    # midpoints where rounding to nearest even decides, saturation, zeros of both signs and non-finite values,
+    # in rows of 16-byte packs (the kernels' path), as the CPU kernel (test above: ATen's conversion) gives them.
+    x = fp8_code_boundaries(dtype)
+    x = x[: x.numel() // 128 * 128]  # the non-finite values come before the random tail cut here
+    for scale in (1.0, 2.0):
+        args = ((x * scale).view(1, -1), "tensor", dtype)
+        got = ops.quantize_fp8(args[0].cuda(), *args[1:], scale=torch.tensor(scale, device="cuda"))
+        want = ops.quantize_fp8(*args, scale=torch.tensor(scale))
+        assert same_bits_but_nan_signs(got[0], want[0]), scale
+    rows = x.view(-1, 128)
+    for kw in (dict(scale=torch.ones(rows.shape[0], 1)), {}, dict(pow2_scale=True)):
+        got = ops.quantize_fp8(rows.cuda(), "row", dtype, **{k: v.cuda() if isinstance(v, torch.Tensor) else v
+                                                              for k, v in kw.items()})
+        want = ops.quantize_fp8(rows, "row", dtype, **kw)
+        assert same_bits_but_nan_signs(got[0], want[0]), kw
+        torch.testing.assert_close(got[1].cpu(), want[1], rtol=0, atol=0, equal_nan=True)
+
+
+def test_nan_sign_insensitive_code_comparison():
+    codes = torch.tensor([1.0, float("nan"), -2.0]).to(E4)
+    flipped = torch.tensor([1.0, -float("nan"), -2.0]).to(E4)
+    assert not torch.equal(codes.view(torch.uint8), flipped.view(torch.uint8))
+    assert same_bits_but_nan_signs(codes, flipped)
+    assert not same_bits_but_nan_signs(codes, torch.tensor([1.0, float("nan"), 2.0]).to(E4))
+    assert not same_bits_but_nan_signs(codes, torch.tensor([1.0, 3.0, -2.0]).to(E4))
+
+
 def test_static_scale_and_the_gemm_it_feeds():
     x, w = torch.randn(6, 320), torch.randn(48, 320)
     s = torch.tensor(0.01)

@@ -159,6 +159,49 @@ def test_silu_and_mul_far_negative_gates(dtype):
     torch.testing.assert_close(ops.silu_and_mul(x).cpu(), expected, rtol=TOL[dtype], atol=0)
 
 
+def _check_rows_past(rows, hidden, device):
+    """rms_norm, fused_add_rms_norm, silu_and_mul and quantize_fp8 over rows x hidden bfloat16 elements: the
+    first and last rows against the float formula (and the codes of those rows quantized alone)."""
+    x = torch.empty(rows, hidden, dtype=torch.bfloat16, device=device).normal_(generator=torch.Generator(
+        device).manual_seed(0))
+    w = torch.linspace(0.5, 1.5, hidden, dtype=torch.bfloat16, device=device)
+    ends = (slice(0, 2), slice(rows - 3, rows))
+
+    def norm(t):
+        return F.rms_norm(t.float(), (t.shape[-1],), w.float(), 1e-6)
+
+    y = ops.rms_norm(x, w, 1e-6)
+    for end in ends:
+        close(y[end], norm(x[end]), torch.bfloat16)
+    del y
+    codes, scales = ops.quantize_fp8(x, "row")
+    for end in ends:
+        alone = ops.quantize_fp8(x[end].clone(), "row")
+        assert torch.equal(codes[end].view(torch.uint8), alone[0].view(torch.uint8)) and torch.equal(scales[end], alone[1])
+    del codes, scales
+    d = hidden // 2
+    y = ops.silu_and_mul(x)
+    for end in ends:
+        close(y[end], F.silu(x[end, :d].float()) * x[end, d:].float(), torch.bfloat16)
+    del y
+    residual = torch.ones_like(x)
+    ends_before = [x[end].clone() for end in ends]
+    ops.fused_add_rms_norm(x, residual, w, 1e-6)
+    for end, before in zip(ends, ends_before):
+        assert torch.equal(residual[end], before + 1)
+        close(x[end], norm(residual[end]), torch.bfloat16)
+
+
+def test_row_checks_of_the_2_31_element_test():
+    _check_rows_past(37, 256, "cpu")
+
+
+@pytest.mark.cuda
+def test_cuda_kernels_past_2_31_elements():
+    # (2^19 + 3) rows of 4096: the last rows' elements lie past 2^31 (int32 offsets would wrap); 8 GiB at a time.
+    _check_rows_past(2**19 + 3, 4096, "cuda")
+
+
 def test_fused_add_rms_norm_compiles_fullgraph():
     def f(x, r, w):
         ops.fused_add_rms_norm(x, r, w)
