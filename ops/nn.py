@@ -55,9 +55,9 @@ class Linear(torch.nn.Linear):
         self.activation = activation
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not torch.jit.is_scripting() and _own_torch_function(input):
-            # A tensor subclass with a __torch_function__ of its own computes F.linear its own way
-            return _linear.ACTIVATION_FUNCTIONS[self.activation](F.linear(input, self.weight, self.bias))
+        if not torch.jit.is_scripting():
+            if _own_torch_function(input):  # a tensor subclass that computes F.linear its own way
+                return _linear.ACTIVATION_FUNCTIONS[self.activation](F.linear(input, self.weight, self.bias))
         return _linear.linear(input, self.weight, self.bias, self.activation)
 
     def extra_repr(self) -> str:
@@ -272,8 +272,9 @@ class RMSNorm(torch.nn.RMSNorm):
         self.eps = value
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.jit.is_scripting() and _own_torch_function(x):
-            return self._formula(x)  # a tensor subclass with a __torch_function__ computes each step its own way
+        if not torch.jit.is_scripting():
+            if _own_torch_function(x):  # a tensor subclass with a __torch_function__ computes each step its own way
+                return self._formula(x)
         return _rms_norm_module_forward(x, self.weight, self.eps, self.normalized_shape[0], self.promote_weight_dtype)
 
     @torch.jit.unused
