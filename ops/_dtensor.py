@@ -146,9 +146,17 @@ def _register_op_strategies():
     propagator = DTensor._op_dispatcher.sharding_propagator
     propagator.register_op_strategy(torch.ops.ops.fused_add_rms_norm.default, _fused_add_rms_norm,
                                     RuntimeSchemaInfo(needs_pytree=True))
-    # The activation decides linear's placements, so it must enter DTensor's sharding cache key:
-    # register_sharding treats only int arguments as static (torch 2.14).
-    propagator.op_to_schema_info[torch.ops.ops.linear.default] = RuntimeSchemaInfo(static_argnum=3, needs_pytree=True)
+    # DTensor caches a placement decision by the tensors' specs and the arguments from static_argnum on, which
+    # register_sharding sets at the first int argument (none of these ops has one): every argument after the
+    # tensors that decides placements (an activation, a granularity) or the output (out_dtype) enters the key.
+    for op, first_static in [(torch.ops.ops.linear.default, "activation"),
+                             (torch.ops.ops.scaled_gemm.default, "out_dtype"),
+                             (torch.ops.ops.quantize_fp8.default, "granularity"),
+                             (torch.ops.ops.grouped_gemm.default, "out_dtype")]:
+        names = [a.name for a in op._schema.arguments]
+        start = names.index(first_static)
+        propagator.op_to_schema_info[op] = RuntimeSchemaInfo(static_argnum=start, static_kwargkey=names[start:],
+                                                             needs_pytree=True)
 
 
 _register_op_strategies()

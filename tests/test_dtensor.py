@@ -159,3 +159,31 @@ def test_scaled_gemm_and_quantize_fp8_shards_carry_their_scales(mesh):
     codes, scale = ops.quantize_fp8(d(x, Shard(0)), "row")
     assert codes.placements == scale.placements == (Shard(0),)
     assert torch.equal(codes.to_local().view(torch.uint8), xq.view(torch.uint8)) and torch.equal(scale.to_local(), xs)
+
+
+@pytest.mark.parametrize("first", ["row", "group", "tensor", "block"])
+def test_placements_follow_every_call_s_own_arguments(mesh, first):
+    # DTensor caches placement decisions by the inputs' specs and the arguments it is told are static: a
+    # granularity, activation or out_dtype of another call with the same inputs must not be reused.
+    d = _on(mesh)
+    x = d(torch.randn(4, 256), Shard(0))
+    ops.quantize_fp8(x, first)
+    for granularity, placement in [("tensor", Replicate()), ("block", Replicate()), ("row", Shard(0)),
+                                   ("group", Shard(0))]:
+        codes, scale = ops.quantize_fp8(x, granularity)
+        expected = ops.quantize_fp8(x.full_tensor(), granularity)
+        assert codes.placements == scale.placements == (placement,), (first, granularity)
+        assert tuple(scale.shape) == tuple(expected[1].shape) and torch.equal(scale.full_tensor(), expected[1])
+        codes, scale = torch.ops.ops.quantize_fp8(x, granularity=granularity)  # as keyword arguments too
+        assert codes.placements == (placement,), (first, granularity, "kwargs")
+    a, w = d(torch.randn(4, 6), Shard(1)), d(torch.randn(8, 6), Shard(1))
+    assert ops.linear(a, w, None, "none").placements == (Partial(),)
+    assert ops.linear(a, w, None, "relu").placements != (Partial(),)
+    tokens, experts = d(torch.randn(6, 8), Replicate()), d(torch.randn(3, 8, 4), Shard(2))
+    offs = d(torch.tensor([2, 2, 6], dtype=torch.int32), Replicate())
+    assert ops.grouped_gemm(tokens, experts, offs).dtype == torch.float32
+    tokens16, experts16 = d(torch.randn(6, 8).bfloat16(), Replicate()), d(torch.randn(3, 8, 4).bfloat16(), Shard(2))
+    assert ops.grouped_gemm(tokens16, experts16, offs).dtype == torch.bfloat16
+    out = ops.grouped_gemm(tokens16, experts16, offs, out_dtype=torch.float32)
+    assert out.dtype == out.to_local().dtype == torch.float32
+
