@@ -226,19 +226,35 @@ LaunchStatus grouped_run(const GroupedGemmLaunchArgs& args, void* workspace, siz
                                             workspace_bytes - GroupedArrays<Config>::bytes(args.groups), stream);
 }
 
+// with_grouped_config's callables (function objects with a template operator(): C++17, which a lambda with
+// template parameters is not; torch 2.11's extension builder compiles with -std=c++17).
+struct GroupedWorkspaceSize {
+  const GroupedGemmLaunchArgs& args;
+  template <typename Config>
+  size_t operator()() const { return grouped_workspace_size<Config>(args); }
+};
+
+struct GroupedRun {
+  const GroupedGemmLaunchArgs& args;
+  void* workspace;
+  size_t workspace_bytes;
+  cudaStream_t stream;
+  template <typename Config>
+  LaunchStatus operator()() const { return grouped_run<Config>(args, workspace, workspace_bytes, stream); }
+};
+
 }  // namespace ops::cutlass_gemm
 
 // Defines grouped_gemm_sm90_<dtype>_{workspace_size,run} (grouped_launch.h) for `Element`.
-#define OPS_DEFINE_SM90_GROUPED_GEMM(dtype, Element)                                                    \
-  namespace ops::cutlass_gemm {                                                                       \
-  size_t grouped_gemm_sm90_##dtype##_workspace_size(const GroupedGemmLaunchArgs& args) {              \
-    return with_grouped_config<Element>(                                                              \
-        args, [&]<typename C>() { return grouped_workspace_size<C>(args); }, [] { return size_t{0}; }); \
-  }                                                                                                   \
-  LaunchStatus grouped_gemm_sm90_##dtype##_run(const GroupedGemmLaunchArgs& args, void* workspace,    \
-                                               size_t workspace_bytes, cudaStream_t stream) {         \
-    return with_grouped_config<Element>(                                                              \
-        args, [&]<typename C>() { return grouped_run<C>(args, workspace, workspace_bytes, stream); },  \
-        [] { return LaunchStatus{false, "no grouped kernel is built for these operand layouts"}; });  \
-  }                                                                                                   \
+#define OPS_DEFINE_SM90_GROUPED_GEMM(dtype, Element)                                                     \
+  namespace ops::cutlass_gemm {                                                                        \
+  size_t grouped_gemm_sm90_##dtype##_workspace_size(const GroupedGemmLaunchArgs& args) {               \
+    return with_grouped_config<Element>(args, GroupedWorkspaceSize{args}, [] { return size_t{0}; });   \
+  }                                                                                                    \
+  LaunchStatus grouped_gemm_sm90_##dtype##_run(const GroupedGemmLaunchArgs& args, void* workspace,     \
+                                               size_t workspace_bytes, cudaStream_t stream) {          \
+    return with_grouped_config<Element>(                                                               \
+        args, GroupedRun{args, workspace, workspace_bytes, stream},                                    \
+        [] { return LaunchStatus{false, "no grouped kernel is built for these operand layouts"}; });   \
+  }                                                                                                    \
   }

@@ -241,20 +241,35 @@ auto with_scaled_config(const ScaledGemmLaunchArgs& args, Fn&& fn) {
   return with_activation<Scaled<ElementD, false, false>::template type>(args.act, fn);
 }
 
+// with_scaled_config's callables (function objects with a template operator(): C++17, which a lambda with
+// template parameters is not; torch 2.11's extension builder compiles with -std=c++17).
+struct ScaledWorkspaceSize {
+  const ScaledGemmLaunchArgs& args;
+  template <typename Config>
+  size_t operator()() const { return Config::Gemm::get_workspace_size(Config::arguments(args)); }
+};
+
+struct ScaledRun {
+  const ScaledGemmLaunchArgs& args;
+  void* workspace;
+  size_t workspace_bytes;
+  cudaStream_t stream;
+  template <typename Config>
+  LaunchStatus operator()() const {
+    return run_adapter<typename Config::Gemm>(Config::arguments(args), workspace, workspace_bytes, stream);
+  }
+};
+
 }  // namespace ops::cutlass_gemm
 
 // Defines scaled_gemm_sm90_<out>_{workspace_size,run} (scaled_launch.h) for D of `Element`.
 #define OPS_DEFINE_SM90_SCALED_GEMM(out, Element)                                                        \
   namespace ops::cutlass_gemm {                                                                        \
   size_t scaled_gemm_sm90_##out##_workspace_size(const ScaledGemmLaunchArgs& args) {                   \
-    return with_scaled_config<Element>(args, [&]<typename C>() {                                        \
-      return C::Gemm::get_workspace_size(C::arguments(args));                                          \
-    });                                                                                                \
+    return with_scaled_config<Element>(args, ScaledWorkspaceSize{args});                                \
   }                                                                                                    \
   LaunchStatus scaled_gemm_sm90_##out##_run(const ScaledGemmLaunchArgs& args, void* workspace,         \
                                             size_t workspace_bytes, cudaStream_t stream) {             \
-    return with_scaled_config<Element>(args, [&]<typename C>() {                                        \
-      return run_adapter<typename C::Gemm>(C::arguments(args), workspace, workspace_bytes, stream);   \
-    });                                                                                                \
+    return with_scaled_config<Element>(args, ScaledRun{args, workspace, workspace_bytes, stream});      \
   }                                                                                                    \
   }
