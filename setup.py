@@ -252,6 +252,8 @@ def _extension():
     include_dirs += _cutlass_include_dirs()
     for d in _nvidia_wheel_include_dirs():
         cxx += ["-idirafter", d]
+    # torch's extension builder picks the C++ standard: -std=c++17 under torch 2.11 (the GPU machine's), c++20
+    # under 2.14. Kernel code stays C++17.
     nvcc = [
         "-O3",
         "-DNDEBUG",  # without it nvcc serialises wgmma (warning C7510)
