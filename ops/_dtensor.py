@@ -106,6 +106,30 @@ def _quantize_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=F
     return rules
 
 
+def _row_local(granularity):
+    """Whether an FP8 granularity's scales belong to single rows (per row, per 1x128 group of a row)."""
+    return granularity in ("row", "group")
+
+
+@register_sharding(torch.ops.ops.rms_norm_fp8.default)
+def _rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    # rms_norm's rows, then quantize_fp8's scales: rows shard only where each scale is a row's own.
+    s = (lambda placement: None if scale is None else placement)
+    rules = [([R, R], [R, R, s(R)])]
+    if _row_local(granularity):
+        rules += [([d, d], [d, R, s(d)]) for d in _leading_shards(len(input.shape))]
+    return rules
+
+
+@register_sharding(torch.ops.ops.silu_and_mul_fp8.default)
+def _silu_and_mul_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    s = (lambda placement: None if scale is None else placement)
+    rules = [([R, R], [R, s(R)])]
+    if _row_local(granularity):
+        rules += [([d, d], [d, s(d)]) for d in _leading_shards(len(input.shape))]
+    return rules
+
+
 @register_sharding(torch.ops.ops.rms_norm.default)
 def _rms_norm(input, weight, eps=1e-6):
     return [([R], [R, R])] + [([s], [s, R]) for s in _leading_shards(input.ndim)]
@@ -139,6 +163,43 @@ def _fused_add_rms_norm(op_schema):
     return OpStrategy([OpSpec(output_specs=None, input_specs=specs, redistribute_cost=costs)])  # no outputs
 
 
+def _fused_add_rms_norm_fp8(op_schema):
+    """residual is written in place: its placement is kept (Replicate, or Shard of a dimension but the last
+    where each scale is a row's own), the input and a static scale follow it, the weight is read whole."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._op_schema import OpSpec, OpStrategy, TupleStrategy
+    from torch.distributed.tensor._ops.utils import generate_redistribute_costs
+
+    names = [a.name for a in op_schema.op._schema.arguments]
+    given = dict(zip(names, op_schema.args_schema), **op_schema.kwargs_schema)
+    granularity = given.get("granularity", "row")
+    input, residual, weight = (given[n] for n in ("input", "residual", "weight"))
+    scale = given.get("scale")
+    placements = residual.strategies[0].output_spec.placements
+    ndim = residual.strategies[0].output_spec.ndim
+    ok = {R, *(_leading_shards(ndim) if _row_local(granularity) else ())}
+    if any(p not in ok for p in placements):
+        raise RuntimeError(
+            f"fused_add_rms_norm_fp8: residual is written in place, so it keeps its placement, which must be "
+            f"Replicate{' or Shard of a dimension but the last (hidden) one' if _row_local(granularity) else ''} "
+            f'on every mesh dimension for granularity "{granularity}"'
+            f"{'' if _row_local(granularity) else ' (its amax spans every row)'}: got {list(placements)}; "
+            "redistribute residual first")
+    mesh = op_schema.get_mesh_from_args()
+    out = DTensorSpec(mesh, placements)
+    args = [input, residual, weight] + ([scale] if scale is not None else [])
+    wanted = [placements, placements, (R,) * mesh.ndim]
+    if scale is not None:
+        wanted.append(placements if scale.strategies[0].output_spec.ndim else (R,) * mesh.ndim)
+    specs = [DTensorSpec(mesh, p, tensor_meta=a.strategies[0].output_spec.tensor_meta) for a, p in zip(args, wanted)]
+    costs = [generate_redistribute_costs(a, spec) for a, spec in zip(args, specs)]
+    if scale is None:  # the strategy lists one input spec per tensor argument, None for an absent one
+        specs.append(None)
+        costs.append([])
+    return OpStrategy([OpSpec(output_specs=(out, DTensorSpec(mesh, placements)), input_specs=specs,
+                              redistribute_cost=costs)])
+
+
 def _register_op_strategies():
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
@@ -146,12 +207,17 @@ def _register_op_strategies():
     propagator = DTensor._op_dispatcher.sharding_propagator
     propagator.register_op_strategy(torch.ops.ops.fused_add_rms_norm.default, _fused_add_rms_norm,
                                     RuntimeSchemaInfo(needs_pytree=True))
+    propagator.register_op_strategy(torch.ops.ops.fused_add_rms_norm_fp8.default, _fused_add_rms_norm_fp8,
+                                    RuntimeSchemaInfo(needs_pytree=True))
     # DTensor caches a placement decision by the tensors' specs and the arguments from static_argnum on, which
     # register_sharding sets at the first int argument (none of these ops has one): every argument after the
     # tensors that decides placements (an activation, a granularity) or the output (out_dtype) enters the key.
     for op, first_static in [(torch.ops.ops.linear.default, "activation"),
                              (torch.ops.ops.scaled_gemm.default, "out_dtype"),
                              (torch.ops.ops.quantize_fp8.default, "granularity"),
+                             (torch.ops.ops.rms_norm_fp8.default, "granularity"),
+                             (torch.ops.ops.silu_and_mul_fp8.default, "granularity"),
+                             (torch.ops.ops.fused_add_rms_norm_fp8.default, "granularity"),
                              (torch.ops.ops.grouped_gemm.default, "out_dtype")]:
         names = [a.name for a in op._schema.arguments]
         start = names.index(first_static)

@@ -110,6 +110,38 @@ def run(world_size, seconds):
         close(dx, x, case)
         close(dr, r, case)
 
+    granularities = st.sampled_from(["row", "group", "tensor"])
+
+    def codes_close(got, expected, what):  # FP8 tensors cannot cross gloo: compared as float32 values
+        close(got[0].float(), expected[0].float(), what)
+        close(got[1], expected[1], what)
+
+    @fuzz(st.tuples(st.sampled_from([2, 3]), granularities, st.data()), 30)
+    def fp8_norm_and_silu(case):
+        ndim, granularity, data = case
+        x, w = torch.randn(*(3, 4, 256)[-ndim:]), torch.rand(256) + 0.5
+        px, pw = data.draw(placements(ndim, m)), data.draw(placements(1, m))
+        codes_close(ops.rms_norm_fp8(dt(x, mesh, px), dt(w, mesh, pw), 1e-5, granularity),
+                    ops.rms_norm_fp8(x, w, 1e-5, granularity), (px, pw))
+        codes_close(ops.silu_and_mul_fp8(dt(x, mesh, px), granularity), ops.silu_and_mul_fp8(x, granularity), px)
+
+    @fuzz(st.tuples(placements(3, m), placements(3, m, partial=False), granularities), 30)
+    def fused_add_rms_norm_fp8(case):
+        px, pr, granularity = case
+        x, r, w = torch.randn(3, 4, 256), torch.randn(3, 4, 256), torch.rand(256) + 0.5
+        dr = dt(r.clone(), mesh, pr)
+        rows = ("row", "group")
+        allowed = all(p == Replicate() or (granularity in rows and p in (Shard(0), Shard(1))) for p in pr)
+        try:
+            got = ops.fused_add_rms_norm_fp8(dt(x, mesh, px), dr, dt(w, mesh, (Replicate(),) * m), 1e-5, granularity)
+        except RuntimeError as e:
+            assert not allowed and "residual is written in place, so it keeps its placement" in str(e), (case, e)
+            return
+        assert allowed and dr.placements == pr, case
+        expected = ops.fused_add_rms_norm_fp8(x, r, w, 1e-5, granularity)
+        close(dr, r, case)
+        codes_close(got, expected, case)
+
     @fuzz(st.tuples(st.sampled_from([(2, 3), (2, 2), (3, 3), (3, 2)]), st.lists(st.integers(0, 4), min_size=3,
                                                                              max_size=3), st.data()), 40)
     def grouped_gemm(case):
