@@ -30,8 +30,12 @@ _DEFAULT_TORCH_FUNCTIONS = (torch.Tensor.__torch_function__.__func__, torch._C._
 
 def _own_torch_function(t: torch.Tensor) -> bool:
     """Whether t's class overrides __torch_function__ (torch.overrides.has_torch_function would also answer
-    yes for any active TorchFunctionMode, as export's tracing runs under)."""
-    impl = type(t).__torch_function__
+    yes for any active TorchFunctionMode, as export's tracing runs under). A plain tensor is answered by its
+    class alone: torch 2.11's dynamo breaks the graph at a comparison of the functions."""
+    cls = type(t)
+    if cls is torch.Tensor or cls is torch.nn.Parameter:
+        return False
+    impl = cls.__torch_function__
     return getattr(impl, "__func__", impl) not in _DEFAULT_TORCH_FUNCTIONS
 
 
