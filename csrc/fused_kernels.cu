@@ -436,6 +436,14 @@ cudaError_t launch_rms_fp8(const RmsNormFp8Args& a, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+// silu_and_mul's most blocks: past 65535 * 32 blocks of 256 threads (5.4e8 packs) its grid-stride loop
+// wraps. The host emulation lowers it to run the wrap on small inputs.
+#if defined(OPS_FUSED_HOST_EMULATION)
+int64_t silu_max_blocks = 65535LL * 32;
+#else
+constexpr int64_t silu_max_blocks = 65535LL * 32;
+#endif
+
 template <typename T>
 cudaError_t launch_silu(const void* x, void* out, int64_t rows, int64_t d, cudaStream_t stream) {
   if (rows == 0 || d == 0) return cudaSuccess;
@@ -444,7 +452,7 @@ cudaError_t launch_silu(const void* x, void* out, int64_t rows, int64_t d, cudaS
   const int64_t work = rows * (vec ? d / kPack : d);
   const int threads = 256;
   const int64_t blocks = (work + threads - 1) / threads;
-  const unsigned grid = static_cast<unsigned>(blocks < 65535LL * 32 ? blocks : 65535LL * 32);
+  const unsigned grid = static_cast<unsigned>(blocks < silu_max_blocks ? blocks : silu_max_blocks);
   if (vec) {
     launch_kernel(silu_and_mul_kernel<T, true>, grid, threads, stream, static_cast<const T*>(x), static_cast<T*>(out), rows, d);
   } else {
@@ -513,6 +521,14 @@ cudaError_t rms_norm_fp8(const RmsNormFp8Args& args, cudaStream_t stream) {
     default: return add ? launch_rms_fp8<float, true>(args, stream) : launch_rms_fp8<float, false>(args, stream);
   }
 }
+
+#if defined(OPS_FUSED_HOST_EMULATION)
+int64_t set_silu_max_blocks(int64_t blocks) {
+  const int64_t before = silu_max_blocks;
+  silu_max_blocks = blocks;
+  return before;
+}
+#endif
 
 int set_rms_norm_packs_per_thread(int packs) {
   if (packs != 0 && packs != 1 && packs != 2 && packs != 4 && packs != 8) return -1;

@@ -91,5 +91,25 @@ def test_silu_and_mul(fused_emulation, dtype):
             torch.testing.assert_close(out, ops.silu_and_mul(x), rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_silu_and_mul_grid_stride_wraps(fused_emulation, dtype, blocks):
+    # Past 65535 * 32 blocks the kernel's threads each take several items, stepping rows and columns by the
+    # grid's stride: strides shorter and longer than a row, packed and element-wise rows.
+    before = fused_emulation.ops_emulate_set_silu_max_blocks(blocks)
+    try:
+        g = torch.Generator().manual_seed(2)
+        for rows, d in ((3, 1000 * PACK[dtype]), (300, PACK[dtype]), (40, 5), (7, 1001)):
+            x = (torch.randn(rows, 2 * d, generator=g) * 4).to(dtype)
+            obuf, out = with_guard(torch.zeros(rows, d, dtype=dtype))
+            assert fused_emulation.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), out.data_ptr(), rows,
+                                                            d) == 0
+            check_guard(obuf, rows * d)
+            rtol, atol = TOL[dtype]
+            torch.testing.assert_close(out, ops.silu_and_mul(x), rtol=rtol, atol=atol)
+    finally:
+        assert fused_emulation.ops_emulate_set_silu_max_blocks(before) == blocks
+
+
 def test_a_rms_norm_setting_outside_the_list_is_refused(fused_emulation):
     assert fused_emulation.ops_emulate_set_rms_norm_packs_per_thread(3) == -1

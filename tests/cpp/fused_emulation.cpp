@@ -34,6 +34,9 @@ int ops_emulate_silu_and_mul(int dtype, const void* x, void* out, int64_t rows, 
 
 int ops_emulate_set_rms_norm_packs_per_thread(int packs) { return ops::fused::set_rms_norm_packs_per_thread(packs); }
 
+// silu_and_mul's grid cap (the previous one returned): a small one runs its grid-stride loop's wrap.
+int64_t ops_emulate_set_silu_max_blocks(int64_t blocks) { return ops::fused::set_silu_max_blocks(blocks); }
+
 // cudaErrorNotSupported where the kernel refuses the rows. x_bytes: the input's extent (every load is
 // checked against it).
 int ops_emulate_quantize_fp8(int dtype, int e5m2, int groups, int silu_and_mul, const void* x, int64_t x_bytes,
