@@ -95,39 +95,32 @@ def _grouped_gemm_out(A, B, offs=None, out_dtype=None, out=None):
         "call ops.grouped_gemm(A, B, offs) without out")
 
 
-@register_sharding(torch.ops.ops.quantize_fp8.default)
-def _quantize_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
-    # Codes and scales of rows (per row or per 1x128 group of a row) shard with the rows; a tensor's or a
-    # 128x128 block's amax spans shards: replicated.
-    s = (lambda placement: None if scale is None else placement)
-    rules = [([R, R], [R, s(R)])]
-    if granularity in ("row", "group"):
-        rules += [([d, d], [d, s(d)]) for d in _leading_shards(len(input.shape))]
-    return rules
-
-
 def _row_local(granularity):
     """Whether an FP8 granularity's scales belong to single rows (per row, per 1x128 group of a row)."""
     return granularity in ("row", "group")
 
 
+def _fp8_rules(ndim, granularity, scale, whole=0):
+    """(codes, scales) of an FP8 op's rows: Replicate, and sharded on a leading dimension with the input (and a
+    static scale) where each scale is a row's own; a tensor's or a 128x128 block's amax spans shards. `whole`:
+    the tensors read whole between the input and the scale (rms_norm_fp8's weight)."""
+    shards = _leading_shards(ndim) if _row_local(granularity) else []
+    return [([p, p], [p, *[R] * whole, None if scale is None else p]) for p in [R, *shards]]
+
+
+@register_sharding(torch.ops.ops.quantize_fp8.default)
+def _quantize_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
+    return _fp8_rules(len(input.shape), granularity, scale)
+
+
 @register_sharding(torch.ops.ops.rms_norm_fp8.default)
 def _rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
-    # rms_norm's rows, then quantize_fp8's scales: rows shard only where each scale is a row's own.
-    s = (lambda placement: None if scale is None else placement)
-    rules = [([R, R], [R, R, s(R)])]
-    if _row_local(granularity):
-        rules += [([d, d], [d, R, s(d)]) for d in _leading_shards(len(input.shape))]
-    return rules
+    return _fp8_rules(len(input.shape), granularity, scale, whole=1)
 
 
 @register_sharding(torch.ops.ops.silu_and_mul_fp8.default)
 def _silu_and_mul_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
-    s = (lambda placement: None if scale is None else placement)
-    rules = [([R, R], [R, s(R)])]
-    if _row_local(granularity):
-        rules += [([d, d], [d, s(d)]) for d in _leading_shards(len(input.shape))]
-    return rules
+    return _fp8_rules(len(input.shape), granularity, scale)
 
 
 @register_sharding(torch.ops.ops.rms_norm.default)
@@ -167,7 +160,7 @@ def _fused_add_rms_norm_fp8(op_schema):
     """residual is written in place: its placement is kept (Replicate, or Shard of a dimension but the last
     where each scale is a row's own), the input and a static scale follow it, the weight is read whole."""
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from torch.distributed.tensor._op_schema import OpSpec, OpStrategy, TupleStrategy
+    from torch.distributed.tensor._op_schema import OpSpec, OpStrategy
     from torch.distributed.tensor._ops.utils import generate_redistribute_costs
 
     names = [a.name for a in op_schema.op._schema.arguments]
