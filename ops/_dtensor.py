@@ -13,7 +13,7 @@ import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from .fp8 import recipe_of
+from .fp8 import ROW_GRANULARITIES, recipe_of
 
 R, P = Replicate(), Partial()
 
@@ -95,16 +95,11 @@ def _grouped_gemm_out(A, B, offs=None, out_dtype=None, out=None):
         "call ops.grouped_gemm(A, B, offs) without out")
 
 
-def _row_local(granularity):
-    """Whether an FP8 granularity's scales belong to single rows (per row, per 1x128 group of a row)."""
-    return granularity in ("row", "group")
-
-
 def _fp8_rules(ndim, granularity, scale, whole=0):
     """(codes, scales) of an FP8 op's rows: Replicate, and sharded on a leading dimension with the input (and a
     static scale) where each scale is a row's own; a tensor's or a 128x128 block's amax spans shards. `whole`:
     the tensors read whole between the input and the scale (rms_norm_fp8's weight)."""
-    shards = _leading_shards(ndim) if _row_local(granularity) else []
+    shards = _leading_shards(ndim) if granularity in ROW_GRANULARITIES else []
     return [([p, p], [p, *[R] * whole, None if scale is None else p]) for p in [R, *shards]]
 
 
@@ -170,13 +165,14 @@ def _fused_add_rms_norm_fp8(op_schema):
     scale = given.get("scale")
     placements = residual.strategies[0].output_spec.placements
     ndim = residual.strategies[0].output_spec.ndim
-    ok = {R, *(_leading_shards(ndim) if _row_local(granularity) else ())}
+    rows = granularity in ROW_GRANULARITIES
+    ok = {R, *(_leading_shards(ndim) if rows else ())}
     if any(p not in ok for p in placements):
         raise RuntimeError(
             f"fused_add_rms_norm_fp8: residual is written in place, so it keeps its placement, which must be "
-            f"Replicate{' or Shard of a dimension but the last (hidden) one' if _row_local(granularity) else ''} "
+            f"Replicate{' or Shard of a dimension but the last (hidden) one' if rows else ''} "
             f'on every mesh dimension for granularity "{granularity}"'
-            f"{'' if _row_local(granularity) else ' (its amax spans every row)'}: got {list(placements)}; "
+            f"{'' if rows else ' (its amax spans every row)'}: got {list(placements)}; "
             "redistribute residual first")
     mesh = op_schema.get_mesh_from_args()
     out = DTensorSpec(mesh, placements)

@@ -26,7 +26,7 @@ error.
 
 import torch
 
-from . import _library  # noqa: F401  (loads the op library)
+from . import _library, fp8 as _fp8  # noqa: F401  (_library loads the op library)
 
 _ops = torch.ops.ops
 
@@ -172,7 +172,7 @@ def _fp8_rows_merge(granularity, scale, x_dim, sample_dims):
     """Whether an FP8 op's batch may be one more leading dimension of rows: scales of one row ("row") or of
     1x128 groups of a row ("group"), computed (no static scale), samples of 2+ dimensions (a 1-D sample's
     scales have no row dimension)."""
-    return x_dim is not None and granularity in ("row", "group") and scale is None and sample_dims >= 2
+    return x_dim is not None and granularity in _fp8.ROW_GRANULARITIES and scale is None and sample_dims >= 2
 
 
 @torch.library.register_vmap("ops::quantize_fp8")

@@ -152,6 +152,7 @@ def plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
 
 
 _GRANULARITIES = ("tensor", "row", "group", "block")
+ROW_GRANULARITIES = ("row", "group")  # each scale is one row's own: rows may be split (sharded, batched)
 
 
 def _scale_shape(shape, granularity):
