@@ -319,6 +319,16 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
+def summary_text(s):
+    """One dtype's summary line: the geometric mean and lowest ratio of all rows, and of the quiet ones where
+    some are NOISY."""
+    text = f"{s['geomean_ratio']:.3f}, lowest {s['min_ratio']:.3f}"
+    if "quiet_rows" in s:
+        text += (f"; without the NOISY rows: {s['quiet_geomean_ratio']:.3f}, lowest {s['quiet_min_ratio']:.3f} "
+                 f"({s['quiet_rows']} rows)" if s["quiet_rows"] else "; every row NOISY")
+    return text
+
+
 def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all", planned=None, aborted=None):
     """Prints the table and writes {stem}.json, {stem}.md (and gemm.png, gemm_candidates.*). planned: the
     number of cases the run set out to measure, when it stopped before measuring them all; aborted: the
@@ -333,6 +343,10 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
     for d in sorted({r["dtype"] for r in results}):
         ratios = [r["ratio"] for r in results if r["dtype"] == d]
         summary[d] = {"geomean_ratio": geomean(ratios), "min_ratio": min(ratios)}
+        quiet = [r["ratio"] for r in results if r["dtype"] == d and r.get("cpu_spread", 0.0) <= NOISE]
+        if len(quiet) < len(ratios):  # the rows whose ratio measures the two sides, not the machine's noise
+            summary[d].update(quiet_rows=len(quiet), quiet_geomean_ratio=geomean(quiet) if quiet else None,
+                              quiet_min_ratio=min(quiet) if quiet else None)
     if suite == "overhead":  # the binding's share: torch.mm's kernel called as a torch.library op is
         headers.insert(7, "aten.mm.default ms")
         for row, r in zip(rows, results):
@@ -343,7 +357,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         for row, r in zip(rows, results):
             spread = r.get("cpu_spread")
             row.insert(headers.index("spread"), "-" if spread is None else
-                       f"{spread:.0%}" + (" NOISY" if spread > NOISE else ""))
+                       f"{spread:.1%}" + (" NOISY" if spread > NOISE else ""))
     table = markdown_table(headers, rows)
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     print()
@@ -351,8 +365,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
     print()
     for d, s in summary.items():
-        print(f"{d}: geometric-mean ratio (ops / torch.mm speed) {s['geomean_ratio']:.3f}, "
-              f"lowest {s['min_ratio']:.3f}")
+        print(f"{d}: geometric-mean ratio (ops / torch.mm speed) {summary_text(s)}")
     noise_note = ""
     if noisy:
         noise_note = (f"{len(noisy)} of {len(results)} rows NOISY: the machine's timing noise (spread: the largest "
@@ -385,7 +398,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
                 "err = max |C - C_fp64| / max |C_fp64|.\n\n")
         f.write(table + "\n\n")
         for d, s in summary.items():
-            f.write(f"- {d}: geometric-mean ratio {s['geomean_ratio']:.3f}, lowest {s['min_ratio']:.3f}\n")
+            f.write(f"- {d}: geometric-mean ratio {summary_text(s)}\n")
         if noise_note:
             f.write(f"\n{noise_note}\n")
     if suite == "decode":

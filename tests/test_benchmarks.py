@@ -37,7 +37,18 @@ def test_gemm_benchmark_cli_writes_json_markdown_and_plot(tmp_path):
     assert "| fp32 | square 1024 |" in table and "| spread |" in table
     noisy = [r["shape"] for r in report["results"] if r["cpu_spread"] > 0.1]
     assert report["noisy_rows"] == noisy and (f"{len(noisy)} of 3 rows NOISY" in table) == bool(noisy)
+    assert report["summary"]["fp32"].get("quiet_rows", 3) == 3 - len(noisy)
     assert (tmp_path / "gemm.png").stat().st_size > 10_000
+
+
+def test_gemm_summary_also_leaves_the_noisy_rows_out():
+    from benchmarks.gemm import summary_text
+
+    assert summary_text({"geomean_ratio": 0.9, "min_ratio": 0.5}) == "0.900, lowest 0.500"
+    assert summary_text({"geomean_ratio": 0.9, "min_ratio": 0.005, "quiet_rows": 16, "quiet_geomean_ratio": 0.985,
+                         "quiet_min_ratio": 0.948}) == "0.900, lowest 0.005; without the NOISY rows: 0.985, lowest 0.948 (16 rows)"
+    assert summary_text({"geomean_ratio": 0.9, "min_ratio": 0.5, "quiet_rows": 0, "quiet_geomean_ratio": None,
+                         "quiet_min_ratio": None}).endswith("; every row NOISY")
 
 
 def test_cpu_comparison_reports_a_drift_between_rounds_as_noise():
