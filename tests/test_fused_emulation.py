@@ -77,18 +77,22 @@ def test_rms_norm_and_fused_add_rms_norm(fused_emulation, packs, dtype):
             torch.testing.assert_close(xe, xc, rtol=rtol, atol=atol)
 
 
+def check_silu_and_mul(lib, dtype, rows, d, g):
+    """The emulated kernel on (rows, 2d) random values against the CPU op; nothing written past the output."""
+    x = (torch.randn(rows, 2 * d, generator=g) * 4).to(dtype)
+    obuf, out = with_guard(torch.zeros(rows, d, dtype=dtype))
+    assert lib.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), out.data_ptr(), rows, d) == 0
+    check_guard(obuf, rows * d)
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(out, ops.silu_and_mul(x), rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("dtype", list(DTYPE_CODE))
 def test_silu_and_mul(fused_emulation, dtype):
     g = torch.Generator().manual_seed(1)
     for d in (PACK[dtype], 3 * PACK[dtype], 1000 * PACK[dtype], 5, 1001):
         for rows in (1, 5, 300):
-            x = (torch.randn(rows, 2 * d, generator=g) * 4).to(dtype)
-            obuf, out = with_guard(torch.zeros(rows, d, dtype=dtype))
-            assert fused_emulation.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), out.data_ptr(), rows,
-                                                            d) == 0
-            check_guard(obuf, rows * d)
-            rtol, atol = TOL[dtype]
-            torch.testing.assert_close(out, ops.silu_and_mul(x), rtol=rtol, atol=atol)
+            check_silu_and_mul(fused_emulation, dtype, rows, d, g)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -100,13 +104,7 @@ def test_silu_and_mul_grid_stride_wraps(fused_emulation, dtype, blocks):
     try:
         g = torch.Generator().manual_seed(2)
         for rows, d in ((3, 1000 * PACK[dtype]), (300, PACK[dtype]), (40, 5), (7, 1001)):
-            x = (torch.randn(rows, 2 * d, generator=g) * 4).to(dtype)
-            obuf, out = with_guard(torch.zeros(rows, d, dtype=dtype))
-            assert fused_emulation.ops_emulate_silu_and_mul(DTYPE_CODE[dtype], x.data_ptr(), out.data_ptr(), rows,
-                                                            d) == 0
-            check_guard(obuf, rows * d)
-            rtol, atol = TOL[dtype]
-            torch.testing.assert_close(out, ops.silu_and_mul(x), rtol=rtol, atol=atol)
+            check_silu_and_mul(fused_emulation, dtype, rows, d, g)
     finally:
         assert fused_emulation.ops_emulate_set_silu_max_blocks(before) == blocks
 
