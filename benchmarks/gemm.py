@@ -48,8 +48,8 @@ import torch
 
 import ops
 from benchmarks import watchdog
-from benchmarks.common import (ACT, NOISE, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth, cpu_compare, cpu_time,
-                               cuda_kernels, fastest, graph_time, int_list, machine_facts, mark_stopped,
+from benchmarks.common import (ACT, NOISE, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth,
+                               cpu_compare, cpu_time, cuda_kernels, fastest, graph_time, int_list, machine_facts, mark_stopped,
                                markdown_table, max_rel_error, measure_all, output_check, sweep_order, sweep_tactics,
                                write_json, warn_without_candidate_kernels, wrong_results)
 
@@ -100,15 +100,9 @@ def shapes(suite, quick, device, tokens=None, squares=None, models=None):
 
 
 def call_times(fns, rounds=5):
-    """Seconds per call of back-to-back calls of each of `fns` (host-bound for tiny problems): min over
-    `rounds` rounds of cpu_time's median (torch.utils.benchmark synchronizes CUDA around each timed block),
-    the functions interleaved within each round, so that a drift of the machine (clocks, another
-    process) is shared by all of them rather than landing on whichever was timed first."""
-    best = [math.inf] * len(fns)
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            best[i] = min(best[i], cpu_time(fn))
-    return best
+    """Seconds per call of back-to-back calls of each of `fns` (host-bound for tiny problems): cpu_compare's
+    interleaved rounds (torch.utils.benchmark synchronizes CUDA around each timed block)."""
+    return cpu_compare(fns, rounds, min_run_time=0.2)[0]
 
 
 STEMS = {"overhead": "gemm_overhead", "decode": "gemm_decode"}
@@ -339,11 +333,15 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
              f"{r['ops_tflops']:.2f}", f"{r['torch_tflops']:.2f}", f"{r['ratio']:.3f}",
              f"{r['ops_max_rel_err']:.2e}", f"{r['torch_max_rel_err']:.2e}", r["tactic"]] for r in results]
     facts = machine_facts(device)
+    def is_noisy(r):
+        return r.get("cpu_spread", 0.0) > NOISE
+
+    noisy = [r for r in results if is_noisy(r)]
     summary = {}
     for d in sorted({r["dtype"] for r in results}):
         ratios = [r["ratio"] for r in results if r["dtype"] == d]
         summary[d] = {"geomean_ratio": geomean(ratios), "min_ratio": min(ratios)}
-        quiet = [r["ratio"] for r in results if r["dtype"] == d and r.get("cpu_spread", 0.0) <= NOISE]
+        quiet = [r["ratio"] for r in results if r["dtype"] == d and not is_noisy(r)]
         if len(quiet) < len(ratios):  # the rows whose ratio measures the two sides, not the machine's noise
             summary[d].update(quiet_rows=len(quiet), quiet_geomean_ratio=geomean(quiet) if quiet else None,
                               quiet_min_ratio=min(quiet) if quiet else None)
@@ -351,7 +349,6 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         headers.insert(7, "aten.mm.default ms")
         for row, r in zip(rows, results):
             row.insert(7, f"{r['aten_op_ms']:.4f}")
-    noisy = [r for r in results if r.get("cpu_spread", 0.0) > NOISE]
     if any("cpu_spread" in r for r in results):
         headers.insert(headers.index("ratio") + 1, "spread")
         for row, r in zip(rows, results):

@@ -1,8 +1,8 @@
-#include <c10/core/InferenceMode.h>
 #include "checks.h"
 
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/impl/COW.h>
 #include <c10/util/Exception.h>

@@ -623,9 +623,11 @@ def test_fp8_linear_quantizes_a_high_precision_checkpoint_on_load(recipe):
         fp8_lin.load_state_dict(bad)
     with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: weight is torch.float8_e5m2: expected the FP8 codes"):
         fp8_lin.load_state_dict({**bad, "weight": other.weight.to(torch.float8_e5m2)})
+    def bits(t):
+        return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
     for name, tensor in fp8_lin.state_dict().items():  # a refused load wrote nothing
-        assert torch.equal(tensor.view(torch.uint8) if tensor.dtype == torch.float8_e4m3fn else tensor,
-                           before[name].view(torch.uint8) if tensor.dtype == torch.float8_e4m3fn else before[name])
+        assert torch.equal(bits(tensor), bits(before[name])), name
 
 
 def test_fp8_linear_bad_input():
