@@ -403,6 +403,28 @@ at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, 
   return rms_norm_autograd_impl("rms_norm", input, weight, eps, [&] { return rms_norm_op().call(input, weight, eps); });
 }
 
+// An argument of a non-differentiable op call, by the name its error gives.
+struct NamedArg {
+  const char* name;
+  const at::Tensor& tensor;
+};
+
+// Refuses an argument whose derivative the result would silently lack, naming it: with grad mode on, one
+// that requires grad (reverse mode); in any mode, one with a forward-mode tangent (forward AD ignores grad
+// mode; ATen's out= ops raise NotImplementedError there too). `why`: what the op does not differentiate;
+// `instead`: how to differentiate or do without (both modes).
+void refuse_grad(const char* op, std::initializer_list<NamedArg> arguments, const char* why, const char* instead) {
+  for (const NamedArg& a : arguments) {
+    if (!a.tensor.defined()) continue;
+    TORCH_CHECK(!(at::GradMode::is_enabled() && a.tensor.requires_grad()), op, ": ", why, ", but ", a.name,
+                " requires grad. ", instead, ", or run under torch.no_grad().");
+    TORCH_CHECK_NOT_IMPLEMENTED(!a.tensor._fw_grad(/*level=*/0).defined(), op, ": ", why, ", but ", a.name,
+                                " has a forward-mode AD tangent (torch.func.jvp, torch.autograd.forward_ad), which "
+                                "the result would silently lack. ",
+                                instead, ".");
+  }
+}
+
 void check_eps_tensor(const at::Tensor& eps) {
   TORCH_CHECK(eps.defined() && eps.dim() == 0 && eps.device().is_cpu() && at::isFloatingType(eps.scalar_type()),
               "_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got ",
@@ -418,9 +440,8 @@ at::Tensor rms_norm_tensor_eps(const at::Tensor& input, const at::Tensor& weight
 
 at::Tensor rms_norm_tensor_eps_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps) {
   check_eps_tensor(eps);
-  TORCH_CHECK(!(at::GradMode::is_enabled() && eps.requires_grad()),
-              "_rms_norm_tensor_eps: eps requires grad, but the op does not differentiate in eps (a result would "
-              "silently lack its gradient): detach it, or compute the norm with ATen ops");
+  refuse_grad("_rms_norm_tensor_eps", {{"eps", eps}}, "the op does not differentiate in eps",
+              "Detach it, or compute the norm with ATen ops");
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::_rms_norm_tensor_eps", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
@@ -479,21 +500,15 @@ at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
   return y;
 }
 
-// Raises `why` when grad mode is on and a (defined) argument requires grad.
-void refuse_grad(std::initializer_list<std::reference_wrapper<const at::Tensor>> arguments, const char* why) {
-  if (!at::GradMode::is_enabled()) return;
-  for (const at::Tensor& t : arguments) TORCH_CHECK(!(t.defined() && t.requires_grad()), why);
-}
-
 // The Autograd kernel of an in-place op that is not differentiable: with grad mode on, an argument that
 // requires grad is an error (a result with no history would be silently wrong); otherwise `call` runs
 // the op below autograd and each tensor it wrote gets a new version (as ATen's in-place and out= ops
 // do), so autograd notices a saved tensor that was overwritten.
 template <typename Call>
-void run_inference_inplace(std::initializer_list<std::reference_wrapper<const at::Tensor>> arguments,
-                           std::initializer_list<std::reference_wrapper<const at::Tensor>> written,
-                           const char* refusal, Call&& call) {
-  refuse_grad(arguments, refusal);
+void run_inference_inplace(const char* op, std::initializer_list<NamedArg> arguments,
+                           std::initializer_list<std::reference_wrapper<const at::Tensor>> written, const char* why,
+                           const char* instead, Call&& call) {
+  refuse_grad(op, arguments, why, instead);
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     call();
@@ -509,31 +524,26 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const 
                              .findSchemaOrThrow("ops::fused_add_rms_norm", "")
                              .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, double)>();
   run_inference_inplace(
-      {input, residual, weight}, {input, residual},
-      "fused_add_rms_norm: an in-place inference op, it does not support automatic differentiation, but "
-      "one of the arguments requires grad. Use ops.rms_norm(input + residual, weight) to differentiate, "
-      "or run under torch.no_grad().",
-      [&] { op.call(input, residual, weight, eps); });
+      "fused_add_rms_norm", {{"input", input}, {"residual", residual}, {"weight", weight}}, {input, residual},
+      "an in-place inference op, it does not support automatic differentiation",
+      "Use ops.rms_norm(input + residual, weight) to differentiate", [&] { op.call(input, residual, weight, eps); });
 }
 
 void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::cutlass_gemm", "out")
                              .typed<void(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
-  run_inference_inplace(
-      {A, B, out}, {out},
-      "cutlass_gemm: the out= variant does not support automatic differentiation, but one of the "
-      "arguments requires grad. Call ops.cutlass_gemm(A, B) without out= to differentiate, or run "
-      "under torch.no_grad().",
-      [&] { op.call(A, B, out); });
+  run_inference_inplace("cutlass_gemm", {{"A", A}, {"B", B}, {"out", out}}, {out},
+                        "the out= variant does not support automatic differentiation",
+                        "Call ops.cutlass_gemm(A, B) without out= to differentiate", [&] { op.call(A, B, out); });
 }
 
 // ---- scaled_gemm: not differentiable (FP8 operands have no gradient), so it refuses grad mode ----
 // inputs that require grad rather than return a result that silently has none.
 
-constexpr const char* kScaledGemmNoGrad =
-    "scaled_gemm: not differentiable (FP8 operands have no gradient), but one of the arguments requires grad. "
-    "Detach them or run under torch.no_grad().";
+constexpr const char* kScaledGemmNoGrad = "not differentiable (FP8 operands have no gradient)";
+constexpr const char* kFp8NoGrad = "not differentiable (FP8 codes have no gradient)";
+constexpr const char* kDetach = "Detach it (x.detach())";
 
 at::Tensor scaled_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                 const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias,
@@ -545,7 +555,8 @@ at::Tensor scaled_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const 
                                                const at::Tensor&, const c10::optional<at::Tensor>&,
                                                c10::optional<at::ScalarType>, c10::string_view, bool)>();
   const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
-  refuse_grad({A, B, scale_a, scale_b, b}, kScaledGemmNoGrad);
+  refuse_grad("scaled_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"bias", b}},
+              kScaledGemmNoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum);
 }
@@ -559,15 +570,11 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& input
                                                                        c10::optional<at::ScalarType>,
                                                                        const c10::optional<at::Tensor>&, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
-  refuse_grad({input, s}, "quantize_fp8: not differentiable (FP8 codes have no gradient), but an argument requires "
-                          "grad. Detach it (x.detach()) or run under torch.no_grad().");
+  refuse_grad("quantize_fp8", {{"input", input}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, granularity, dtype, scale, pow2_scale);
 }
 
-constexpr const char* kFp8NoGrad =
-    ": not differentiable (FP8 codes have no gradient), but an argument requires grad. Detach it or run under "
-    "torch.no_grad().";
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_autograd(const at::Tensor& input, const at::Tensor& weight, double eps,
                                                          c10::string_view granularity,
@@ -578,9 +585,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_autograd(const at::Tensor& input
                              .typed<std::tuple<at::Tensor, at::Tensor>(
                                  const at::Tensor&, const at::Tensor&, double, c10::string_view,
                                  c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
-  static const std::string why = std::string("rms_norm_fp8") + kFp8NoGrad;
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
-  refuse_grad({input, weight, s}, why.c_str());
+  refuse_grad("rms_norm_fp8", {{"input", input}, {"weight", weight}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, weight, eps, granularity, dtype, scale, pow2_scale);
 }
@@ -593,12 +599,12 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fp8_autograd(
                              .typed<std::tuple<at::Tensor, at::Tensor>(
                                  const at::Tensor&, at::Tensor&, const at::Tensor&, double, c10::string_view,
                                  c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
-  static const std::string why = std::string("fused_add_rms_norm_fp8") + kFp8NoGrad;
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
   std::tuple<at::Tensor, at::Tensor> result;
-  run_inference_inplace({input, residual, weight, s}, {residual}, why.c_str(), [&] {
-    result = op.call(input, residual, weight, eps, granularity, dtype, scale, pow2_scale);
-  });
+  run_inference_inplace(
+      "fused_add_rms_norm_fp8", {{"input", input}, {"residual", residual}, {"weight", weight}, {"scale", s}},
+      {residual}, kFp8NoGrad, kDetach,
+      [&] { result = op.call(input, residual, weight, eps, granularity, dtype, scale, pow2_scale); });
   return result;
 }
 
@@ -610,9 +616,8 @@ std::tuple<at::Tensor, at::Tensor> silu_and_mul_fp8_autograd(const at::Tensor& i
                              .typed<std::tuple<at::Tensor, at::Tensor>(
                                  const at::Tensor&, c10::string_view, c10::optional<at::ScalarType>,
                                  const c10::optional<at::Tensor>&, bool)>();
-  static const std::string why = std::string("silu_and_mul_fp8") + kFp8NoGrad;
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
-  refuse_grad({input, s}, why.c_str());
+  refuse_grad("silu_and_mul_fp8", {{"input", input}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, granularity, dtype, scale, pow2_scale);
 }
@@ -627,8 +632,10 @@ void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at
                                          const c10::optional<at::Tensor>&, c10::optional<at::ScalarType>,
                                          c10::string_view, bool, at::Tensor&)>();
   const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
-  run_inference_inplace({A, B, scale_a, scale_b, b, out}, {out}, kScaledGemmNoGrad,
-                        [&] { op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out); });
+  run_inference_inplace(
+      "scaled_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"bias", b}, {"out", out}},
+      {out}, kScaledGemmNoGrad, kDetach,
+      [&] { op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out); });
 }
 
 // ---- grouped_gemm: out = A B per group (checks.h GroupedMode), offs fixed -------------------------------
@@ -711,12 +718,10 @@ void grouped_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const c
                              .findSchemaOrThrow("ops::grouped_gemm", "out")
                              .typed<void(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
                                          c10::optional<at::ScalarType>, at::Tensor&)>();
-  run_inference_inplace(
-      {A, B, out}, {out},
-      "grouped_gemm: the out= variant does not support automatic differentiation, but one of the arguments "
-      "requires grad. Call ops.grouped_gemm(A, B, offs) without out= to differentiate, or run under "
-      "torch.no_grad().",
-      [&] { op.call(A, B, offs, out_dtype, out); });
+  run_inference_inplace("grouped_gemm", {{"A", A}, {"B", B}, {"out", out}}, {out},
+                        "the out= variant does not support automatic differentiation",
+                        "Call ops.grouped_gemm(A, B, offs) without out= to differentiate",
+                        [&] { op.call(A, B, offs, out_dtype, out); });
 }
 
 }  // namespace

@@ -126,8 +126,8 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
     where there is an activation, applied before one rounding), else the same ATen formula (also every call
     of a kind torch has refused); ``plan()`` says which.
 
-    Autograd: not differentiable (FP8 operands have no gradient): with grad mode on, an argument that
-    requires grad raises.
+    Autograd: not differentiable (FP8 operands have no gradient): an argument that requires grad (grad
+    mode on) raises, one with a forward-mode tangent raises NotImplementedError.
 
     Raises:
         RuntimeError: dtypes, shapes, scale shapes that are no recipe, scale dtypes, bias shape or dtype,

@@ -118,7 +118,8 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
         weight: (hidden,).
         eps: as in rms_norm.
 
-    Autograd: an inference op. With grad mode on and an argument that requires grad it raises.
+    Autograd: an inference op. An argument that requires grad (grad mode on) raises, one with a
+    forward-mode tangent raises NotImplementedError.
 
     Raises:
         RuntimeError: mismatched shapes, dtypes or devices; non-floating dtypes; grad-requiring inputs;

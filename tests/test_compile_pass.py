@@ -477,7 +477,7 @@ def test_rms_norm_with_a_tensor_eps():
     for bad in (torch.ones(2), torch.tensor(1, dtype=torch.int64), torch.ones((), device="meta")):
         with pytest.raises(RuntimeError, match="_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU"):
             op(x, w, bad)
-    with pytest.raises(RuntimeError, match="_rms_norm_tensor_eps: eps requires grad, but the op does not differentiate"):
+    with pytest.raises(RuntimeError, match="_rms_norm_tensor_eps: the op does not differentiate in eps, but eps requires grad"):
         op(x, w, eps.clone().requires_grad_())
     with torch.no_grad():
         assert torch.equal(op(x, w, eps.clone().requires_grad_()), ops.rms_norm(x, w, 1e-5))

@@ -232,3 +232,90 @@ def test_rms_norm_one_dimensional_weight_gradient():
     x = torch.randn(8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, w: ops.rms_norm(x, w), (x, w))
+
+
+def _refusal_cases():
+    """(op, argument, call(tensors) -> None, tensors, written): every op call that does not differentiate,
+    with the argument given a derivative and the tensors the call writes."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    x, res, w = r(4, 32), r(4, 32), r(32)
+    A, B, codes_b = r(3, 32), r(32, 16), r(32, 16).to(torch.float8_e4m3fn)
+    codes_a = A.to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    cases = [
+        ("fused_add_rms_norm", "residual", lambda t: ops.fused_add_rms_norm(t["input"], t["residual"], t["weight"]),
+         {"input": x, "residual": res, "weight": w}, ("input", "residual")),
+        ("fused_add_rms_norm", "weight", lambda t: ops.fused_add_rms_norm(t["input"], t["residual"], t["weight"]),
+         {"input": x, "residual": res, "weight": w}, ("input", "residual")),
+        ("cutlass_gemm", "out", lambda t: ops.cutlass_gemm(t["A"], t["B"], out=t["out"]),
+         {"A": A, "B": B, "out": torch.zeros(3, 16)}, ("out",)),
+        ("cutlass_gemm", "A", lambda t: ops.cutlass_gemm(t["A"], t["B"], out=t["out"]),
+         {"A": A, "B": B, "out": torch.zeros(3, 16)}, ("out",)),
+        ("grouped_gemm", "A", lambda t: ops.grouped_gemm(t["A"], t["B"], None, out=t["out"]),
+         {"A": r(2, 3, 8), "B": r(2, 8, 5), "out": torch.zeros(2, 3, 5)}, ("out",)),
+        ("scaled_gemm", "scale_a", lambda t: ops.scaled_gemm(codes_a, codes_b, t["scale_a"], one, t["bias"],
+                                                             out_dtype=torch.float32),
+         {"scale_a": one.clone(), "bias": r(16)}, ()),
+        ("scaled_gemm", "bias", lambda t: ops.scaled_gemm(codes_a, codes_b, t["scale_a"], one, t["bias"],
+                                                          out=t["out"]),
+         {"scale_a": one.clone(), "bias": r(16), "out": torch.zeros(3, 16)}, ("out",)),
+        ("quantize_fp8", "input", lambda t: ops.quantize_fp8(t["input"]), {"input": x}, ()),
+        ("quantize_fp8", "scale", lambda t: ops.quantize_fp8(t["input"], "tensor", scale=t["scale"]),
+         {"input": x, "scale": one.clone()}, ()),
+        ("rms_norm_fp8", "weight", lambda t: ops.rms_norm_fp8(t["input"], t["weight"]),
+         {"input": x, "weight": w}, ()),
+        ("fused_add_rms_norm_fp8", "input", lambda t: ops.fused_add_rms_norm_fp8(t["input"], t["residual"],
+                                                                                 t["weight"]),
+         {"input": x, "residual": res, "weight": w}, ("residual",)),
+        ("silu_and_mul_fp8", "input", lambda t: ops.silu_and_mul_fp8(t["input"]), {"input": r(4, 64)}, ()),
+        ("_rms_norm_tensor_eps", "eps", lambda t: torch.ops.ops._rms_norm_tensor_eps(t["input"], t["weight"],
+                                                                                      t["eps"]),
+         {"input": x, "weight": w, "eps": torch.tensor(1e-6, dtype=torch.float64)}, ()),
+    ]
+    return cases
+
+
+REFUSALS = _refusal_cases()
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[f"{c[0]}-{c[1]}" for c in REFUSALS])
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+def test_ops_that_do_not_differentiate_refuse_a_derivative_by_name_in_both_modes(case):
+    # A result that silently lacks a derivative is wrong: reverse mode (grad mode on) and forward mode
+    # (any grad mode, as ATen's out= ops) both raise, naming the op and the argument, before writing anything.
+    op, name, call, tensors, written = case
+    tensors = {k: v.clone() for k, v in tensors.items()}
+    before = {k: tensors[k].clone() for k in written}
+    with pytest.raises(RuntimeError, match=rf"^{op}: .*, but {name} requires grad\. "):
+        call({**tensors, name: tensors[name].clone().requires_grad_()})
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(tensors[name], torch.ones_like(tensors[name]))
+        for grad_mode in (True, False):
+            with torch.set_grad_enabled(grad_mode), pytest.raises(
+                    NotImplementedError, match=rf"^{op}: .*, but {name} has a forward-mode AD tangent"):
+                call({**tensors, name: dual})
+    for k in written:
+        assert torch.equal(tensors[k], before[k]), k
+    with torch.no_grad():  # no derivative asked for: the call runs
+        call(tensors)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+def test_jvp_through_an_op_that_does_not_differentiate_raises():
+    # torch.func.jvp (functorch's forward mode) reaches the same check.
+    w = torch.randn(16)
+
+    def step(x, r):
+        x, r = x.clone(), r.clone()
+        ops.fused_add_rms_norm(x, r, w)
+        return r
+
+    x, r = torch.randn(4, 16), torch.randn(4, 16)
+    with pytest.raises(NotImplementedError, match="fused_add_rms_norm: .*, but input has a forward-mode AD tangent"):
+        torch.func.jvp(step, (x, r), (torch.ones_like(x), torch.ones_like(r)))
+    with pytest.raises(NotImplementedError, match="quantize_fp8: .*, but input has a forward-mode AD tangent"):
+        torch.func.jvp(lambda x: ops.quantize_fp8(x)[1], (x,), (torch.ones_like(x),))
