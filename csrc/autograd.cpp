@@ -241,12 +241,15 @@ const c10::TypedOperatorHandle<LinearOp>& linear_op() {
 }
 
 // g * act'(z) with z = x W^T + b recomputed by the op (nothing extra kept between forward and
-// backward), in float32 for half types (float64 for float64), returned in x's dtype.
+// backward), in float32 for half types (float64 for float64), returned in x's dtype. The saved x, W, b
+// are what the forward's autograd kernel saw (cast already, under autocast): the recompute bypasses an
+// autocast region around backward(), so z is the forward's.
 at::Tensor through_activation(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
                               const at::Tensor& b, const std::string& activation) {
   const Activation act = parse_activation("linear", activation);
   if (act == Activation::None) return g;
   const auto compute = compute_type(x);
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const at::Tensor z = linear_op().call(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, "none");
   return activation_backward(g.to(compute), z.to(compute), act).to(x.scalar_type());
 }

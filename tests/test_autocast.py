@@ -58,6 +58,18 @@ def test_autocast_backward_gives_float32_gradients():
     torch.testing.assert_close(W.grad, W2.grad, atol=5e-2, rtol=5e-2)
 
 
+def test_backward_inside_an_autocast_region_recomputes_the_forwards_activation_input():
+    # The activation's derivative is taken at the forward's z (float32 here), not at a z recomputed in the
+    # region's bfloat16: the bias gradient (g * act'(z), summed) is the one a backward outside the region gives.
+    x, W, b = (torch.randn(*s, requires_grad=True) for s in ((8, 64), (32, 64), (32,)))
+    y = ops.linear(x, W, b, "gelu")
+    g = torch.randn_like(y)
+    outside, = torch.autograd.grad(y, b, g, retain_graph=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside, = torch.autograd.grad(y, b, g)
+    assert torch.equal(inside, outside)
+
+
 def test_compiled_linear_under_autocast():
     layer = ops.nn.Linear(32, 8, activation="relu")
     x = torch.randn(4, 32)
