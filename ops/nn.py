@@ -84,21 +84,24 @@ class Linear(torch.nn.Linear):
 class Fp8Linear(torch.nn.Module):
     """An inference ``Linear``: ``activation(x @ W.T + bias)`` on ``ops.scaled_gemm`` with W in FP8.
 
-    The weight is quantized once (``from_linear``): ``recipe="rowwise"`` keeps one scale per output
-    channel (``weight_scale`` (N, 1)), ``"blockwise"`` one per 128x128 block (``weight_scale``
-    (ceil(N/128), ceil(K/128)), DeepSeek-V3's ``weight_scale_inv`` layout). Each call quantizes the input
-    per token (rowwise) or per 1x128 group (blockwise) with ``ops.quantize_fp8`` and returns the input's
-    dtype (bfloat16, float16 or float32). Buffers: ``weight`` (N, K) ``float8_e4m3fn``, ``weight_scale``
-    float32, ``bias`` (N,) or None (of ``dtype``: torch's default dtype where None, as ``nn.Linear``).
-    ``module.to(dtype)``, ``.half()`` and the like cast the bias only: the codes and their scales keep
-    their dtypes (a device move applies to all). ``load_state_dict`` takes its own state_dict or an
-    ``nn.Linear``'s (a floating-point ``weight`` without ``weight_scale``), which it quantizes as
-    ``from_linear`` does. in_features and out_features must be multiples of 16.
+    The weight is quantized once (``from_linear``): ``recipe="rowwise"`` keeps one float32 scale per
+    output channel in ``weight_scale`` (N, 1) (FBGEMM's and transformers' ``FbgemmFp8Linear`` format),
+    ``"blockwise"`` one per 128x128 block in ``weight_scale_inv`` (ceil(N/128), ceil(K/128)) (DeepSeek-V3's
+    and transformers' fine-grained FP8 format; it multiplies the codes despite its name); the other
+    attribute is None. Each call quantizes the input per token (rowwise) or per 1x128 group (blockwise)
+    with ``ops.quantize_fp8`` and returns the input's dtype (bfloat16, float16 or float32). Buffers:
+    ``weight`` (N, K) ``float8_e4m3fn``, the scale, ``bias`` (N,) or None (of ``dtype``: torch's default
+    dtype where None, as ``nn.Linear``). ``module.to(dtype)``, ``.half()`` and the like cast the bias
+    only: the codes and their scales keep their dtypes (a device move applies to all).
+    ``load_state_dict`` takes its own state_dict (a blockwise one also with the scale under
+    ``weight_scale``) or an ``nn.Linear``'s (a floating-point ``weight`` without a scale), which it
+    quantizes as ``from_linear`` does. in_features and out_features must be multiples of 16.
     Not differentiable: call it under ``torch.no_grad()`` / ``torch.inference_mode()`` (an input that
     requires grad raises).
     """
 
     RECIPES = ("rowwise", "blockwise")
+    SCALE_NAMES = {"rowwise": "weight_scale", "blockwise": "weight_scale_inv"}  # the scale's buffer, by recipe
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str = "rowwise",
                  activation: str = "none", device=None, dtype=None):
@@ -113,10 +116,11 @@ class Fp8Linear(torch.nn.Module):
         self.in_features, self.out_features, self.recipe, self.activation = in_features, out_features, recipe, activation
         scale_shape = _fp8._scale_shape((out_features, in_features), "row" if recipe == "rowwise" else "block")
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device))
-        self.register_buffer("weight_scale", torch.ones(scale_shape, device=device))
+        for recipe_of, name in self.SCALE_NAMES.items():
+            self.register_buffer(name, torch.ones(scale_shape, device=device) if recipe_of == recipe else None)
         self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
 
-    _QUANTIZED = ("weight", "weight_scale")
+    _QUANTIZED = ("weight", "weight_scale", "weight_scale_inv")
 
     def _apply(self, fn, recurse=True):
         # Module.to(dtype) casts every floating-point tensor, FP8 codes and float32 scales included (a
@@ -133,7 +137,9 @@ class Fp8Linear(torch.nn.Module):
                               error_msgs):
         # A high-precision checkpoint (nn.Linear's keys): its weight quantized as from_linear does, instead of
         # its values copied into the FP8 codes.
-        weight_key, scale_key = prefix + "weight", prefix + "weight_scale"
+        weight_key, scale_key = prefix + "weight", prefix + self.SCALE_NAMES[self.recipe]
+        if self.recipe == "blockwise" and scale_key not in state_dict and prefix + "weight_scale" in state_dict:
+            state_dict[scale_key] = state_dict.pop(prefix + "weight_scale")  # the name it was saved under before
         weight = state_dict.get(weight_key)
         if isinstance(weight, torch.Tensor) and weight.dtype != self.weight.dtype:
             if weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
@@ -159,7 +165,7 @@ class Fp8Linear(torch.nn.Module):
         with torch.no_grad():
             codes, scale = _fp8.quantize_fp8(module.weight.detach(), "row" if recipe == "rowwise" else "block")
             new.weight.copy_(codes)
-            new.weight_scale.copy_(scale)
+            getattr(new, cls.SCALE_NAMES[recipe]).copy_(scale)
             if module.bias is not None:
                 new.bias.copy_(module.bias)
         new.train(module.training)
@@ -179,7 +185,7 @@ class Fp8Linear(torch.nn.Module):
                              f"weight_scale_inv {expected}, got {weight.dtype} {list(weight.shape)} and "
                              f"{weight_scale_inv.dtype} {list(weight_scale_inv.shape)}")
         new = cls(k, n, bias is not None, "blockwise", activation, device="meta")  # buffers replaced below
-        new.weight, new.weight_scale = weight.detach(), weight_scale_inv.detach()
+        new.weight, new.weight_scale_inv = weight.detach(), weight_scale_inv.detach()
         new.bias = None if bias is None else bias.detach()
         return new
 
@@ -196,7 +202,11 @@ class Fp8Linear(torch.nn.Module):
         x = input.reshape(-1, self.in_features)
         codes, scale = _fp8.quantize_fp8(x, "row" if self.recipe == "rowwise" else "group")
         bias = None if self.bias is None else self.bias.to(input.dtype)
-        y = _fp8.scaled_gemm(codes, self.weight.t(), scale, self.weight_scale.t(), bias, out_dtype=input.dtype,
+        weight_scale: Optional[torch.Tensor] = self.weight_scale
+        if weight_scale is None:
+            weight_scale = self.weight_scale_inv
+        assert weight_scale is not None
+        y = _fp8.scaled_gemm(codes, self.weight.t(), scale, weight_scale.t(), bias, out_dtype=input.dtype,
                              activation=self.activation)
         return y.reshape(list(input.shape[:-1]) + [self.out_features])  # a list: TorchScript takes no *shape
 
@@ -442,6 +452,8 @@ class ConversionReport:
     # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
     kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops.grouped_gemm (ops.moe)
+    # The quant_method convert(fp8=...) wrote to a transformers model's config.quantization_config, or None.
+    quantization_config: Optional[str] = None
 
     def __str__(self):
         lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
@@ -450,10 +462,46 @@ class ConversionReport:
                  + (f", {len(self.experts)} MoE experts" if self.experts else "")]
         lines += [f"  experts {name} on ops.grouped_gemm" for name in self.experts]
         lines += [f"  FP8 {name}" for name in self.fp8]
+        if self.quantization_config:
+            lines.append(f"  config.quantization_config: {self.quantization_config!r} (what save_pretrained writes)")
         lines += [f"  kept {name} in high precision: {why}" for name, why in self.kept_high_precision]
         lines += [f"  recipe {recipe} on {block}" for block, recipe in self.recipes]
         lines += [f"  left {name} alone: {why}" for name, why in self.skipped]
         return "\n".join(lines)
+
+
+def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionReport) -> None:
+    """Gives a transformers model whose Linears convert(fp8=recipe) quantized the config.quantization_config
+    of its state_dict's format: transformers' fine-grained "fp8" (128x128 weight_scale_inv) for blockwise,
+    "fbgemm_fp8" (per-channel weight_scale) for rowwise, every module that keeps floating-point weights
+    listed in modules_to_not_convert. save_pretrained writes it, so that from_pretrained runs the codes as
+    FP8 or dequantizes them (or refuses where its kernels cannot run) instead of loading them as weights."""
+    config = getattr(model, "config", None)
+    if not type(config).__module__.startswith("transformers.") or not report.fp8:
+        return
+    import transformers
+
+    method = "fp8" if recipe == "blockwise" else "fbgemm_fp8"
+    current = getattr(config, "quantization_config", None)
+    if current is not None:
+        quant_method = current.get("quant_method") if isinstance(current, dict) else getattr(current, "quant_method", None)
+        quant_method = str(getattr(quant_method, "value", quant_method))  # transformers' QuantizationMethod enum
+        if quant_method != method:
+            warnings.warn(f"ops.nn.convert: the model's config.quantization_config is {quant_method!r}, but fp8="
+                          f"{recipe!r} stored scales in the {method!r} format: from_pretrained of a save_pretrained "
+                          "checkpoint would misread them", stacklevel=3)
+        return
+    kept = sorted(name for name, m in model.named_modules() if name and not isinstance(m, Fp8Linear) and any(
+        t is not None and t.is_floating_point() and t.dim() >= 2
+        for t in [*m._parameters.values(), *m._buffers.values()]))
+    config_class = getattr(transformers, "FineGrainedFP8Config" if recipe == "blockwise" else "FbgemmFp8Config", None)
+    if config_class is None:
+        warnings.warn(f"ops.nn.convert: transformers {transformers.__version__} has no config for the {method!r} "
+                      "format: a save_pretrained checkpoint would not say its weights are FP8", stacklevel=3)
+        return
+    extra = {"activation_scheme": "dynamic", "weight_block_size": (128, 128)} if recipe == "blockwise" else {}
+    config.quantization_config = config_class(modules_to_not_convert=kept, **extra)
+    report.quantization_config = method
 
 
 def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = None) -> ConversionReport:
@@ -493,7 +541,12 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     find FP8 Linears where they expect plain ones and leave those blocks alone. A model already in
     transformers' fine-grained FP8 format (its ``FP8Linear`` modules, 128x128 block scales: DeepSeek-V3,
     Qwen3 FP8 checkpoints) has those modules replaced by ``Fp8Linear.from_fp8`` sharing their weights,
-    with or without ``fp8``; they are listed in ``report.fp8``.
+    with or without ``fp8``; they are listed in ``report.fp8``. The state_dict keeps transformers' key
+    names (``weight_scale_inv`` blockwise, ``weight_scale`` rowwise), and a transformers model without a
+    ``config.quantization_config`` gets the one of that format (``report.quantization_config``: "fp8" or
+    "fbgemm_fp8"), so that ``save_pretrained`` writes a checkpoint transformers' ``from_pretrained`` reads
+    as FP8 (on CPU, "fp8" dequantizes and "fbgemm_fp8" refuses) rather than as float weights. To load
+    it into ops' modules: ``from_config``, ``convert(model, fp8=...)``, then ``load_state_dict``.
 
     MoE experts (transformers' experts modules: Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) run
     on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``), listed in
@@ -580,6 +633,8 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             _moe.register()
             module.config._experts_implementation = _moe.NAME  # the experts dispatch on their config
             report.experts.append(name or "(model)")
+    if fp8:
+        _record_fp8_format(model, fp8, report)
     parallelized = [name for name, why in report.skipped if why == _DTENSOR_PARAMS]
     if parallelized:
         warnings.warn(f"ops.nn.convert left {len(parallelized)} modules alone ({', '.join(parallelized[:3])}"

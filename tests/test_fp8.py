@@ -615,11 +615,14 @@ def test_fp8_linear_quantizes_a_high_precision_checkpoint_on_load(recipe):
     fp8_lin = ops.nn.Fp8Linear.from_linear(lin, recipe)
     assert str(fp8_lin.load_state_dict(other.state_dict(), strict=True)) == "<All keys matched successfully>"
     expected = ops.nn.Fp8Linear.from_linear(other, recipe)
+    scale_name = ops.nn.Fp8Linear.SCALE_NAMES[recipe]
+    assert list(expected.state_dict()) == ["weight", scale_name, "bias"]
     assert torch.equal(fp8_lin.weight.view(torch.uint8), expected.weight.view(torch.uint8))
-    assert torch.equal(fp8_lin.weight_scale, expected.weight_scale) and torch.equal(fp8_lin.bias, expected.bias)
+    assert torch.equal(getattr(fp8_lin, scale_name), getattr(expected, scale_name))
+    assert torch.equal(fp8_lin.bias, expected.bias)
     before = copy.deepcopy(fp8_lin.state_dict())
-    bad = {"weight": other.weight.float(), "weight_scale": expected.weight_scale, "bias": other.bias}
-    with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: weight is torch.float32 beside a weight_scale"):
+    bad = {"weight": other.weight.float(), scale_name: getattr(expected, scale_name), "bias": other.bias}
+    with pytest.raises(RuntimeError, match=rf"ops.nn.Fp8Linear: weight is torch.float32 beside a {scale_name}"):
         fp8_lin.load_state_dict(bad)
     with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: weight is torch.float8_e5m2: expected the FP8 codes"):
         fp8_lin.load_state_dict({**bad, "weight": other.weight.to(torch.float8_e5m2)})
@@ -628,6 +631,10 @@ def test_fp8_linear_quantizes_a_high_precision_checkpoint_on_load(recipe):
 
     for name, tensor in fp8_lin.state_dict().items():  # a refused load wrote nothing
         assert torch.equal(bits(tensor), bits(before[name])), name
+    if recipe == "blockwise":  # the scale's earlier key loads too
+        old_keys = {"weight": expected.weight, "weight_scale": expected.weight_scale_inv, "bias": expected.bias}
+        assert str(fp8_lin.load_state_dict(old_keys, strict=True)) == "<All keys matched successfully>"
+        assert torch.equal(fp8_lin.weight_scale_inv, expected.weight_scale_inv)
 
 
 def test_fp8_linear_bad_input():
@@ -696,8 +703,11 @@ def test_a_checkpoint_in_transformers_fine_grained_fp8_format_runs_on_ops_kernel
                                            pre_quantized=True)
     loaded = safetensors.load_file(tmp_path / "model.safetensors")
     fp8_model.load_state_dict(loaded, strict=False, assign=True)
+    keys = list(fp8_model.state_dict())
     report = ops.nn.convert(fp8_model)
     assert len(report.fp8) == 14
+    assert list(fp8_model.state_dict()) == keys  # the checkpoint's format, weight_scale_inv included
+    assert not fp8_model.load_state_dict(loaded, strict=False).unexpected_keys
     down = fp8_model.model.layers[0].mlp.down_proj
     assert type(down) is ops.nn.Fp8Linear and down.weight.data_ptr() == loaded["model.layers.0.mlp.down_proj.weight"].data_ptr()
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -706,6 +716,60 @@ def test_a_checkpoint_in_transformers_fine_grained_fp8_format_runs_on_ops_kernel
     assert F.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.999  # measured 0.9996
     with pytest.raises(ValueError, match="from_fp8: expected a float8_e4m3fn weight"):
         ops.nn.Fp8Linear.from_fp8(torch.zeros(32, 32, dtype=E4), torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_save_pretrained_of_a_converted_model_writes_the_fp8_format_transformers_reads(recipe, tmp_path):
+    # The codes and scales are saved in transformers' format of the recipe, with its quantization_config:
+    # from_pretrained of the stock class runs them as FP8 or dequantizes them (fine-grained "fp8" on CPU),
+    # or refuses (FBGEMM's needs a GPU and fbgemm-gpu), never loads the codes as float weights.
+    import json
+    import transformers
+    from conftest import tiny_hf_decoder
+
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = tiny_hf_decoder("Llama").eval()
+    report = ops.nn.convert(model, fp8=recipe)
+    method = {"rowwise": "fbgemm_fp8", "blockwise": "fp8"}[recipe]
+    assert report.quantization_config == method and f"config.quantization_config: {method!r}" in str(report)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids).logits
+    model.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
+    assert written["quant_method"] == method and written["modules_to_not_convert"] == ["lm_head", "model.embed_tokens"]
+    if recipe == "blockwise":
+        assert written["weight_block_size"] == [128, 128] and written["activation_scheme"] == "dynamic"
+        stock = transformers.LlamaForCausalLM.from_pretrained(tmp_path).eval()  # dequantized on CPU
+        with torch.no_grad():
+            got = stock(ids).logits.float()
+        assert F.cosine_similarity(got.flatten(), logits.flatten(), dim=0) > 0.999  # measured 0.9997
+    elif not torch.cuda.is_available():
+        with pytest.raises(ImportError, match="fbgemm fp8 quantization requires a GPU"):
+            transformers.LlamaForCausalLM.from_pretrained(tmp_path)
+    # Into ops' modules: the stock model from the config, converted, then the checkpoint: bit for bit.
+    again = transformers.LlamaForCausalLM._from_config(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
+    ops.nn.convert(again, fp8=recipe)
+    again.load_state_dict(safetensors.load_file(tmp_path / "model.safetensors"), strict=True)
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, logits)
+
+
+def test_convert_lists_every_module_it_keeps_in_floating_point_for_transformers():
+    # An MoE model: its router and experts keep float weights, so modules_to_not_convert names them.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen3MoeConfig(vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                         num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    model = transformers.Qwen3MoeForCausalLM(config)
+    ops.nn.convert(model, fp8="blockwise")
+    assert model.config.quantization_config.modules_to_not_convert == [
+        "lm_head", "model.embed_tokens", "model.layers.0.mlp.experts", "model.layers.0.mlp.gate"]
+    already = transformers.Qwen3MoeForCausalLM(config)
+    already.config.quantization_config = transformers.FineGrainedFP8Config()
+    with pytest.warns(UserWarning, match=r"config.quantization_config is .*'fp8'.*fp8='rowwise' stored scales in the "
+                                         r"'fbgemm_fp8' format"):
+        ops.nn.convert(already, fp8="rowwise")
 
 
 # ---- the fused forms -----------------------------------------------------------------------------
