@@ -21,6 +21,7 @@ reference class's); tests/test_models.py runs each against its stock output and 
   ``down(up * act(gate))`` with SiLU is ``down(ops.silu_and_mul(gate_up_proj(x)))``.
 """
 
+import copy
 import functools
 from typing import Callable, Dict, Optional
 
@@ -160,7 +161,8 @@ def _autocast(x) -> bool:
 
 def _gated_mlp_forward(self, x):
     act = activation_of(self.act_fn)
-    if (act is None or torch.compiler.is_compiling() or not _linears_ready(self, ("gate_proj", "up_proj", "down_proj"), x)
+    if (act is None or torch.compiler.is_compiling() or torch.jit.is_tracing()  # _GateUp: a Python op a trace cannot save
+            or not _linears_ready(self, ("gate_proj", "up_proj", "down_proj"), x)
             or _autocast(x)  # the half-writes' out tensors have x's dtype
             or _transformed(x, self.gate_proj.weight, self.gate_proj.bias, self.up_proj.weight, self.up_proj.bias)):
         return type(self).forward(self, x)
@@ -220,9 +222,18 @@ def recipe_for(block) -> Optional[Recipe]:
     return next((r for r in RECIPES.values() if key in r.classes), None)
 
 
+def _without_recipe(block):
+    """What torch.jit.script compiles for a block with a recipe (its ``__prepare_scriptable__``): a shallow
+    copy running the class's forward, which computes the same (TorchScript compiles no partial)."""
+    copy_ = copy.copy(block)
+    copy_.__dict__ = {k: v for k, v in vars(block).items() if k not in ("forward", "__prepare_scriptable__")}
+    return copy_
+
+
 def apply(block, recipe: Recipe) -> None:
     """Set ``block.forward`` to ``functools.partial(recipe.forward, block)``: a partial of a module-level
     function pickles by the function's name and the block, so ``torch.save`` / ``pickle`` and
     ``copy.deepcopy`` bring the block back with its recipe (a bound method of a function the class does
-    not have would not unpickle)."""
+    not have would not unpickle). torch.jit.script compiles the class's forward instead."""
     block.forward = functools.partial(recipe.forward, block)
+    block.__prepare_scriptable__ = functools.partial(_without_recipe, block)

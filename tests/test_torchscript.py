@@ -76,3 +76,26 @@ def test_load_without_library_fails_clearly(tmp_path):
     result = run_python(code, cwd=str(tmp_path))
     assert result.returncode != 0
     assert "Unknown builtin op: ops::cutlass_gemm" in result.stderr
+
+
+@pytest.mark.filterwarnings(f"ignore:{TS_SCRIPT_DEPRECATION}:FutureWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.save` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings(f"ignore:{TS_LOAD_DEPRECATION}:FutureWarning")
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.trace(_method)?` is deprecated:FutureWarning")
+def test_blocks_with_a_recipe_script_and_trace_with_the_class_forward(tmp_path):
+    # A recipe's forward has Python-only parts: torch.jit.script compiles the class's forward (the same
+    # values), torch.jit.trace records the ops it calls (no Python autograd.Function), and both save.
+    import copy
+    from conftest import tiny_hf_decoder
+
+    stock = tiny_hf_decoder("Llama").eval()
+    model = copy.deepcopy(stock)
+    assert ("model.layers.0.mlp", "gated_mlp") in ops.nn.convert(model).recipes
+    mlp, x = model.model.layers[0].mlp, torch.randn(2, 7, 64)
+    with torch.no_grad():
+        expected = stock.model.layers[0].mlp(x)
+        for kind, module in (("script", torch.jit.script(mlp)), ("trace", torch.jit.trace(mlp, (x,)))):
+            path = str(tmp_path / f"{kind}.pt")
+            module.save(path)
+            torch.testing.assert_close(torch.jit.load(path)(x), expected, rtol=0, atol=1e-6)
+        assert "forward" in vars(mlp)  # scripting the block itself leaves it as it was
