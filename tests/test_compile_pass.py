@@ -397,12 +397,15 @@ def test_training_graphs_rewrite_the_norms_of_residual_sums(frozen):
     assert backend.counts["rms_norm"] == 4 and backend.counts["linear_act"] == 2, backend.counts
 
 
-def test_dynamic_sequence_lengths_keep_the_rewrites():
+@pytest.mark.parametrize("batch", [1, 2])
+def test_dynamic_sequence_lengths_keep_the_rewrites(batch):
+    # At batch 2 the gate and up projections share their input's symbolic row count (2 * s0): each
+    # match gets a copy of its own, or neither matches.
     model = _tiny_llama().eval()
     fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False)
     with torch.no_grad():
         for length in (9, 17):
-            x = torch.randint(0, 128, (1, length))
+            x = torch.randint(0, 128, (batch, length))
             torch._dynamo.mark_dynamic(x, 1)
             torch.testing.assert_close(fn(input_ids=x).logits, model(input_ids=x).logits, atol=1e-5, rtol=1e-5)
     assert backend.counts == {"fused_add_rms_norm": 4, "rms_norm": 1, "silu_and_mul": 0, "linear_act": 2}, backend.counts
