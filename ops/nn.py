@@ -454,6 +454,7 @@ class ConversionReport:
     experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops.grouped_gemm (ops.moe)
     # The quant_method convert(fp8=...) wrote to a transformers model's config.quantization_config, or None.
     quantization_config: Optional[str] = None
+    quantized: List[str] = dataclasses.field(default_factory=list, repr=False)  # the part of fp8 quantized now
 
     def __str__(self):
         lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
@@ -471,13 +472,14 @@ class ConversionReport:
 
 
 def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionReport) -> None:
-    """Gives a transformers model whose Linears convert(fp8=recipe) quantized the config.quantization_config
+    """Gives a transformers model some of whose Linears convert(fp8=recipe) quantized (``report.quantized``
+    is not empty) the config.quantization_config
     of its state_dict's format: transformers' fine-grained "fp8" (128x128 weight_scale_inv) for blockwise,
     "fbgemm_fp8" (per-channel weight_scale) for rowwise, every module that keeps floating-point weights
     listed in modules_to_not_convert. save_pretrained writes it, so that from_pretrained runs the codes as
     FP8 or dequantizes them (or refuses where its kernels cannot run) instead of loading them as weights."""
     config = getattr(model, "config", None)
-    if not type(config).__module__.startswith("transformers.") or not report.fp8:
+    if not type(config).__module__.startswith("transformers.") or not report.quantized:
         return
     import transformers
 
@@ -615,6 +617,8 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                                        if is_linear else RMSNorm.from_module(child))
             setattr(parent, name, replaced[id(child)])
             (report.fp8 if quantize else report.linear if is_linear else report.rms_norm).append(prefix + name)
+            if quantize:
+                report.quantized.append(prefix + name)
     if recipes:
         for name, block in model.named_modules():
             recipe = _recipes.recipe_for(block)
