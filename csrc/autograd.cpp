@@ -503,8 +503,8 @@ at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
   return y;
 }
 
-// The Autograd kernel of an in-place op that is not differentiable: with grad mode on, an argument that
-// requires grad is an error (a result with no history would be silently wrong); otherwise `call` runs
+// The Autograd kernel of an in-place op that is not differentiable: an argument refuse_grad refuses is an
+// error (a result without its derivative would be silently wrong); otherwise `call` runs
 // the op below autograd and each tensor it wrote gets a new version (as ATen's in-place and out= ops
 // do), so autograd notices a saved tensor that was overwritten.
 template <typename Call>
@@ -577,7 +577,6 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& input
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, granularity, dtype, scale, pow2_scale);
 }
-
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_autograd(const at::Tensor& input, const at::Tensor& weight, double eps,
                                                          c10::string_view granularity,
