@@ -139,7 +139,7 @@ class Fp8Linear(torch.nn.Module):
         # its values copied into the FP8 codes.
         weight_key, scale_key = prefix + "weight", prefix + self.SCALE_NAMES[self.recipe]
         if self.recipe == "blockwise" and scale_key not in state_dict and prefix + "weight_scale" in state_dict:
-            state_dict[scale_key] = state_dict.pop(prefix + "weight_scale")  # the name it was saved under before
+            state_dict[scale_key] = state_dict.pop(prefix + "weight_scale")  # earlier releases' blockwise key
         weight = state_dict.get(weight_key)
         if isinstance(weight, torch.Tensor) and weight.dtype != self.weight.dtype:
             if weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
