@@ -19,6 +19,7 @@ from typing import List, Optional, Tuple
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 
 from . import _hf_classes, _library, fp8 as _fp8, fused, linear as _linear, moe as _moe, recipes as _recipes
 
@@ -397,7 +398,8 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     if "weight" not in module._parameters:
         return "its weight is not a Parameter"
     for pname in ("weight", "bias"):  # a subclass may compute F.linear (or the norm) its own way
-        if not _recipes._plain_tensor(module._parameters.get(pname)):
+        param = module._parameters.get(pname)
+        if not (_recipes._plain_tensor(param) or type(param) is _FakeTensor):  # fake ones only propagate shapes
             return f"its {pname} is a tensor subclass ({type(module._parameters[pname]).__name__})"
     weight = module._parameters["weight"]
     if weight is not None and weight.dtype not in _library.GEMM_DTYPES:

@@ -536,6 +536,25 @@ def test_converted_models_run_on_the_meta_device():
         assert outs[1] == outs[0] and outs[0][0] == "meta", qualname
 
 
+@pytest.mark.parametrize("fp8", [None, "rowwise"])
+def test_convert_under_fake_tensor_mode(fp8):
+    # Fake parameters (a model built under FakeTensorMode to size or trace it) only propagate shapes: they
+    # are converted as real ones, and the model gives the stock one's shapes and dtypes.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def build():
+        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.RMSNorm(128), torch.nn.Linear(128, 64))
+
+    with FakeTensorMode():
+        stock, converted = build(), build()  # no deepcopy: it would give the copy a fake mode of its own
+        report = ops.nn.convert(converted, fp8=fp8)
+        assert not report.skipped and len(report.fp8 if fp8 else report.linear) == 2 and report.rms_norm == ["1"]
+        x = torch.randn(3, 64)
+        with torch.no_grad():
+            expected, got = stock(x), converted(x)
+        assert (type(got), got.shape, got.dtype) == (type(expected), expected.shape, expected.dtype)
+
+
 def test_recipes_touch_listed_blocks_only_and_step_aside_when_their_parts_change(monkeypatch):
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaMLP
