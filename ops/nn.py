@@ -400,7 +400,7 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
     for pname in ("weight", "bias"):  # a subclass may compute F.linear (or the norm) its own way
         param = module._parameters.get(pname)
         if not (_recipes._plain_tensor(param) or type(param) is _FakeTensor):  # fake ones only propagate shapes
-            return f"its {pname} is a tensor subclass ({type(module._parameters[pname]).__name__})"
+            return f"its {pname} is a tensor subclass ({type(param).__name__})"
     weight = module._parameters["weight"]
     if weight is not None and weight.dtype not in _library.GEMM_DTYPES:
         return f"its weight's dtype {weight.dtype} is not one the ops take"
@@ -474,11 +474,10 @@ class ConversionReport:
 
 
 def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionReport) -> None:
-    """Gives a transformers model some of whose Linears convert(fp8=recipe) quantized (``report.quantized``
-    is not empty) the config.quantization_config
-    of its state_dict's format: transformers' fine-grained "fp8" (128x128 weight_scale_inv) for blockwise,
-    "fbgemm_fp8" (per-channel weight_scale) for rowwise, every module that keeps floating-point weights
-    listed in modules_to_not_convert. save_pretrained writes it, so that from_pretrained runs the codes as
+    """Gives a transformers model some of whose Linears convert(fp8=recipe) quantized (``report.quantized``)
+    the config.quantization_config of its state_dict's format: transformers' fine-grained "fp8" (128x128
+    weight_scale_inv) for blockwise, "fbgemm_fp8" (per-channel weight_scale) for rowwise, every module that
+    keeps floating-point weights listed in modules_to_not_convert. save_pretrained writes it, so that from_pretrained runs the codes as
     FP8 or dequantizes them (or refuses where its kernels cannot run) instead of loading them as weights."""
     config = getattr(model, "config", None)
     if not type(config).__module__.startswith("transformers.") or not report.quantized:
