@@ -103,6 +103,7 @@ class Fp8Linear(torch.nn.Module):
 
     RECIPES = ("rowwise", "blockwise")
     SCALE_NAMES = {"rowwise": "weight_scale", "blockwise": "weight_scale_inv"}  # the scale's buffer, by recipe
+    WEIGHT_GRANULARITY = {"rowwise": "row", "blockwise": "block"}  # ops.quantize_fp8's, by recipe
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str = "rowwise",
                  activation: str = "none", device=None, dtype=None):
@@ -115,7 +116,7 @@ class Fp8Linear(torch.nn.Module):
             raise ValueError(f"ops.nn.Fp8Linear: in_features and out_features must be multiples of 16 (FP8 GEMM rows), "
                              f"got {in_features} and {out_features}")
         self.in_features, self.out_features, self.recipe, self.activation = in_features, out_features, recipe, activation
-        scale_shape = _fp8._scale_shape((out_features, in_features), "row" if recipe == "rowwise" else "block")
+        scale_shape = _fp8._scale_shape((out_features, in_features), self.WEIGHT_GRANULARITY[recipe])
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device))
         for recipe_of, name in self.SCALE_NAMES.items():
             self.register_buffer(name, torch.ones(scale_shape, device=device) if recipe_of == recipe else None)
@@ -153,7 +154,7 @@ class Fp8Linear(torch.nn.Module):
                 return
             if weight.dim() == 2:  # else the size mismatch is reported below
                 with torch.no_grad():
-                    codes, scale = _fp8.quantize_fp8(weight, "row" if self.recipe == "rowwise" else "block")
+                    codes, scale = _fp8.quantize_fp8(weight, self.WEIGHT_GRANULARITY[self.recipe])
                 state_dict[weight_key], state_dict[scale_key] = codes, scale
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -164,7 +165,7 @@ class Fp8Linear(torch.nn.Module):
         new = cls(module.in_features, module.out_features, module.bias is not None, recipe, activation,
                   module.weight.device, module.weight.dtype)
         with torch.no_grad():
-            codes, scale = _fp8.quantize_fp8(module.weight.detach(), "row" if recipe == "rowwise" else "block")
+            codes, scale = _fp8.quantize_fp8(module.weight.detach(), cls.WEIGHT_GRANULARITY[recipe])
             new.weight.copy_(codes)
             getattr(new, cls.SCALE_NAMES[recipe]).copy_(scale)
             if module.bias is not None:
