@@ -7,10 +7,11 @@
 // too. Each is an ATen-style graph node (BackwardNode below) with a forward-mode formula as well;
 // tests/test_func_transforms.py checks every autograd mode against torch's own ops.
 //
-// cutlass_gemm.out and fused_add_rms_norm write their arguments in place and are not differentiable.
-// Like torch.mm(..., out=), with grad mode on and an argument that requires grad they raise, instead
-// of silently producing a result with no history; otherwise they run the op below autograd and bump
-// the written tensors' versions.
+// The ops that write an argument (the out= variants, fused_add_rms_norm, fused_add_rms_norm_fp8) are not
+// differentiable. Like torch.mm(..., out=), with grad mode on and an argument that requires grad they
+// raise, instead of silently producing a result with no history. Their ADInplaceOrView kernel (as
+// ATen's in-place ops) bumps the written tensors' versions, also under inference mode, which skips the
+// Autograd kernels but not this one for tensors made outside it.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -428,6 +429,13 @@ void refuse_grad(const char* op, std::initializer_list<NamedArg> arguments, cons
   }
 }
 
+// A call whose tensors are all None dispatches here (to no backend kernel below): name the first.
+void require_defined(const char* op, std::initializer_list<NamedArg> required) {
+  for (const NamedArg& a : required) {
+    TORCH_CHECK(a.tensor.defined(), op, ": ", a.name, " must be a defined tensor, got None");
+  }
+}
+
 void check_eps_tensor(const at::Tensor& eps) {
   TORCH_CHECK(eps.defined() && eps.dim() == 0 && eps.device().is_cpu() && at::isFloatingType(eps.scalar_type()),
               "_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got ",
@@ -504,17 +512,33 @@ at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
 }
 
 // The Autograd kernel of an in-place op that is not differentiable: an argument refuse_grad refuses is an
-// error (a result without its derivative would be silently wrong); otherwise `call` runs
-// the op below autograd and each tensor it wrote gets a new version (as ATen's in-place and out= ops
-// do), so autograd notices a saved tensor that was overwritten.
+// error (a result without its derivative would be silently wrong); otherwise `call` runs the op below
+// autograd, through its ADInplaceOrView kernel (inplace_or_view), which bumps the written tensors'
+// versions.
 template <typename Call>
-void run_inference_inplace(const char* op, std::initializer_list<NamedArg> arguments,
-                           std::initializer_list<std::reference_wrapper<const at::Tensor>> written, const char* why,
+void run_inference_inplace(const char* op, std::initializer_list<NamedArg> arguments, const char* why,
                            const char* instead, Call&& call) {
   refuse_grad(op, arguments, why, instead);
+  const at::AutoDispatchBelowAutograd below_autograd;
+  call();
+}
+
+// The ADInplaceOrView kernel of every op that writes an argument (its schema's Tensor(a!)), as ATen's
+// in-place and out= ops have: the op runs below, then each tensor it wrote gets a new version, so that
+// autograd refuses a backward through a saved tensor the op overwrote. Inference mode skips the Autograd
+// kernels, not this one (tensors made outside it carry the key).
+void inplace_or_view(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  std::vector<at::Tensor> written;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    const c10::IValue& value = (*stack)[first + i];
+    if (alias != nullptr && alias->isWrite() && value.isTensor()) written.push_back(value.toTensor());
+  }
   {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    call();
+    const at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
   }
   for (const at::Tensor& t : written) {
     torch::autograd::impl::bump_version(t);
@@ -527,7 +551,7 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const 
                              .findSchemaOrThrow("ops::fused_add_rms_norm", "")
                              .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, double)>();
   run_inference_inplace(
-      "fused_add_rms_norm", {{"input", input}, {"residual", residual}, {"weight", weight}}, {input, residual},
+      "fused_add_rms_norm", {{"input", input}, {"residual", residual}, {"weight", weight}},
       "an in-place inference op, it does not support automatic differentiation",
       "Use ops.rms_norm(input + residual, weight) to differentiate", [&] { op.call(input, residual, weight, eps); });
 }
@@ -536,7 +560,7 @@ void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Ten
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::cutlass_gemm", "out")
                              .typed<void(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
-  run_inference_inplace("cutlass_gemm", {{"A", A}, {"B", B}, {"out", out}}, {out},
+  run_inference_inplace("cutlass_gemm", {{"A", A}, {"B", B}, {"out", out}},
                         "the out= variant does not support automatic differentiation",
                         "Call ops.cutlass_gemm(A, B) without out= to differentiate", [&] { op.call(A, B, out); });
 }
@@ -558,6 +582,7 @@ at::Tensor scaled_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const 
                                                const at::Tensor&, const c10::optional<at::Tensor>&,
                                                c10::optional<at::ScalarType>, c10::string_view, bool)>();
   const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  require_defined("scaled_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}});
   refuse_grad("scaled_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"bias", b}},
               kScaledGemmNoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -573,6 +598,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& input
                                                                        c10::optional<at::ScalarType>,
                                                                        const c10::optional<at::Tensor>&, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  require_defined("quantize_fp8", {{"input", input}});
   refuse_grad("quantize_fp8", {{"input", input}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, granularity, dtype, scale, pow2_scale);
@@ -588,6 +614,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_autograd(const at::Tensor& input
                                  const at::Tensor&, const at::Tensor&, double, c10::string_view,
                                  c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  require_defined("rms_norm_fp8", {{"input", input}, {"weight", weight}});
   refuse_grad("rms_norm_fp8", {{"input", input}, {"weight", weight}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, weight, eps, granularity, dtype, scale, pow2_scale);
@@ -602,10 +629,11 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fp8_autograd(
                                  const at::Tensor&, at::Tensor&, const at::Tensor&, double, c10::string_view,
                                  c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  require_defined("fused_add_rms_norm_fp8", {{"input", input}, {"residual", residual}, {"weight", weight}});
   std::tuple<at::Tensor, at::Tensor> result;
   run_inference_inplace(
       "fused_add_rms_norm_fp8", {{"input", input}, {"residual", residual}, {"weight", weight}, {"scale", s}},
-      {residual}, kFp8NoGrad, kDetach,
+      kFp8NoGrad, kDetach,
       [&] { result = op.call(input, residual, weight, eps, granularity, dtype, scale, pow2_scale); });
   return result;
 }
@@ -619,6 +647,7 @@ std::tuple<at::Tensor, at::Tensor> silu_and_mul_fp8_autograd(const at::Tensor& i
                                  const at::Tensor&, c10::string_view, c10::optional<at::ScalarType>,
                                  const c10::optional<at::Tensor>&, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
+  require_defined("silu_and_mul_fp8", {{"input", input}});
   refuse_grad("silu_and_mul_fp8", {{"input", input}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(input, granularity, dtype, scale, pow2_scale);
@@ -634,9 +663,10 @@ void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at
                                          const c10::optional<at::Tensor>&, c10::optional<at::ScalarType>,
                                          c10::string_view, bool, at::Tensor&)>();
   const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  require_defined("scaled_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"out", out}});
   run_inference_inplace(
       "scaled_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"bias", b}, {"out", out}},
-      {out}, kScaledGemmNoGrad, kDetach,
+      kScaledGemmNoGrad, kDetach,
       [&] { op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out); });
 }
 
@@ -720,7 +750,7 @@ void grouped_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const c
                              .findSchemaOrThrow("ops::grouped_gemm", "out")
                              .typed<void(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
                                          c10::optional<at::ScalarType>, at::Tensor&)>();
-  run_inference_inplace("grouped_gemm", {{"A", A}, {"B", B}, {"out", out}}, {out},
+  run_inference_inplace("grouped_gemm", {{"A", A}, {"B", B}, {"out", out}},
                         "the out= variant does not support automatic differentiation",
                         "Call ops.grouped_gemm(A, B, offs) without out= to differentiate",
                         [&] { op.call(A, B, offs, out_dtype, out); });
@@ -745,6 +775,13 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_autograd);
   m.impl("grouped_gemm", &ops::grouped_gemm_autograd);
   m.impl("grouped_gemm.out", &ops::grouped_gemm_out_autograd);
+}
+
+TORCH_LIBRARY_IMPL(ops, ADInplaceOrView, m) {
+  for (const char* name : {"cutlass_gemm.out", "scaled_gemm.out", "grouped_gemm.out", "fused_add_rms_norm",
+                           "fused_add_rms_norm_fp8"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&ops::inplace_or_view>());
+  }
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

@@ -75,8 +75,9 @@ void resolve_negative_views(const c10::OperatorHandle& op, c10::DispatchKeySet k
 }
 
 constexpr c10::DispatchKey kNonStridedKeys[] = {
-    c10::DispatchKey::SparseCPU,       c10::DispatchKey::SparseCUDA,       c10::DispatchKey::SparseCsrCPU,
-    c10::DispatchKey::SparseCsrCUDA,   c10::DispatchKey::NestedTensorCPU,  c10::DispatchKey::NestedTensorCUDA,
+    c10::DispatchKey::SparseCPU,       c10::DispatchKey::SparseCUDA,       c10::DispatchKey::SparseMeta,
+    c10::DispatchKey::SparseCsrCPU,    c10::DispatchKey::SparseCsrCUDA,    c10::DispatchKey::SparseCsrMeta,
+    c10::DispatchKey::NestedTensorCPU, c10::DispatchKey::NestedTensorCUDA, c10::DispatchKey::NestedTensorMeta,
     c10::DispatchKey::MkldnnCPU,       c10::DispatchKey::QuantizedCPU,     c10::DispatchKey::QuantizedCUDA};
 
 }  // namespace

@@ -108,6 +108,8 @@ def test_fake_kernel_metadata_matches_real(spec, device):
 NON_STRIDED = {
     "sparse_coo": (lambda t: t.to_sparse(), "a sparse COO tensor", r"\.to_dense\(\)"),
     "sparse_csr": (lambda t: t.to_sparse_csr() if t.dim() == 2 else None, "layout SparseCsr", r"\.to_dense\(\)"),
+    # on the meta device (a sparse tensor made under FakeTensorMode's meta conversion, or by .to("meta"))
+    "sparse_coo_meta": (lambda t: t.to_sparse().to("meta"), "a sparse COO tensor", r"\.to_dense\(\)"),
     "nested": (lambda t: torch.nested.nested_tensor([t, t]), "a nested tensor", r"\.unbind\(\)"),
     # A Python subclass, not a dispatch key: ops/_nested.py gives the ops' errors (not bare
     # NotImplementedErrors, nor for rms_norm torch's "Normalization over the ragged dim not supported").
@@ -271,9 +273,33 @@ def _writes(device):
     }
 
 
+WRITING_OPS = ["cutlass_gemm.out", "scaled_gemm.out", "grouped_gemm.out", "fused_add_rms_norm", "fused_add_rms_norm_fp8"]
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("op", ["cutlass_gemm.out", "scaled_gemm.out", "grouped_gemm.out", "fused_add_rms_norm",
-                                "fused_add_rms_norm_fp8"])
+@pytest.mark.parametrize("op", WRITING_OPS)
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference_mode"])
+def test_a_write_bumps_the_version_once_and_a_saved_tensor_overwritten_is_refused(device, op, mode):
+    # As torch's in-place ops: the written tensor's version goes up by one in every mode (inference mode
+    # skips the Autograd kernels), so that a backward through it as a saved tensor raises.
+    name, call, template = _writes(device)[op]
+    context = torch.enable_grad() if mode == "grad" else getattr(torch, mode)()
+    plain = template.clone()
+    with context:
+        call(plain)
+    assert plain._version == 1
+    if mode == "grad":
+        return  # a written tensor that requires grad is refused in grad mode (test_func_transforms)
+    saved = template.clone().requires_grad_().exp()  # exp saves its result for its backward
+    with context:
+        call(saved)
+    assert saved._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", WRITING_OPS)
 def test_inference_tensors_are_written_only_in_inference_mode(device, op):
     # torch's rule for its own in-place and out= ops, which a call whose tensors are all inference tensors
     # would otherwise bypass (ATen checks it in a dispatch key inference tensors lack).
