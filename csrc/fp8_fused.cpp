@@ -50,6 +50,8 @@ Quantized fused_add_rms_norm_fp8_composed(const at::Tensor& input, at::Tensor& r
                                           bool pow2_scale) {
   constexpr const char* op = "fused_add_rms_norm_fp8";
   check_fused_add_rms_norm_fp8_inputs(input, residual, weight);
+  // The quantization's arguments too, before residual is written: a call that raises leaves it as it was.
+  check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   residual.add_(input);
   return quantize_fp8_call(op, rms_norm_call(residual, weight, eps), granularity, dtype, scale, pow2_scale);

@@ -886,6 +886,60 @@ def test_fused_forms_static_scale_errors_and_modes():
         assert torch.equal(r1, r2)
 
 
+def _fp8_calls():
+    """(op name, its tensor arguments, a call taking them) for every FP8 op."""
+    x, w = torch.randn(4, 32), torch.ones(32)
+    codes, scale = ops.quantize_fp8(x, "tensor")
+    return [
+        ("quantize_fp8", ["input"], (x,), lambda a: ops.quantize_fp8(a)),
+        ("rms_norm_fp8", ["input", "weight"], (x, w), lambda a, b: ops.rms_norm_fp8(a, b)),
+        ("fused_add_rms_norm_fp8", ["input", "residual", "weight"], (x, x.clone(), w),
+         lambda a, b, c: ops.fused_add_rms_norm_fp8(a, b, c)),
+        ("silu_and_mul_fp8", ["input"], (x,), lambda a: ops.silu_and_mul_fp8(a)),
+        ("scaled_gemm", ["A", "B"], (codes, codes.t()), lambda a, b: ops.scaled_gemm(a, b, scale, scale)),
+    ]
+
+
+def test_fp8_ops_name_a_missing_tensor():
+    # Every tensor None: nothing to dispatch on but the Autograd kernel (grad mode), which names the first.
+    for op, names, args, call in _fp8_calls():
+        with pytest.raises(RuntimeError, match=rf"^{op}: {names[0]} must be a defined tensor, got None"):
+            call(*[None] * len(args)) if op != "scaled_gemm" else ops.scaled_gemm(None, None, None, None)
+
+
+@pytest.mark.parametrize("layout", ["sparse_coo", "nested", "nested_jagged"])
+@pytest.mark.filterwarnings("ignore:.*(beta|prototype|deprecated).*:UserWarning")  # making the inputs
+def test_fp8_ops_name_a_non_strided_argument(layout):
+    convert = {"sparse_coo": lambda t: t.to_sparse(), "nested": lambda t: torch.nested.nested_tensor([t, t]),
+               "nested_jagged": lambda t: torch.nested.nested_tensor([t, t], layout=torch.jagged)}[layout]
+    for op, names, args, call in _fp8_calls():
+        for i, name in enumerate(names):
+            if args[i].dtype.itemsize == 1:
+                continue  # torch makes no sparse or nested FP8 tensors
+            bad = list(args)
+            bad[i] = convert(args[i])
+            with pytest.raises(RuntimeError, match=rf"^{op}: expected {name} to be a dense \(strided\) tensor"):
+                call(*bad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"granularity": "channel"}, "expected granularity"),
+    ({"dtype": torch.float16}, "expected dtype"),
+    ({"granularity": "tensor", "scale": torch.ones(3)}, "expected scale"),
+    ({"granularity": "tensor", "scale": torch.ones(()), "pow2_scale": True}, "pow2_scale"),
+    ({"granularity": "block"}, "block"),  # a 3-D input
+])
+def test_fused_add_rms_norm_fp8_leaves_residual_as_it_was_when_it_raises(device, kwargs, pattern):
+    x, w = torch.randn(2, 4, 32, device=device), torch.ones(32, device=device)
+    residual = torch.randn(2, 4, 32, device=device)
+    before = residual.clone()
+    kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with pytest.raises((RuntimeError, ValueError), match=f"fused_add_rms_norm_fp8: .*{pattern}"):
+        ops.fused_add_rms_norm_fp8(x, residual, w, **kwargs)
+    assert torch.equal(residual, before) and residual._version == 0
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES)
