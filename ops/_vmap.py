@@ -79,6 +79,43 @@ def _per_sample(info, in_dims, fn, *args):
     return torch.stack(outs), 0
 
 
+def _byte_range(t):
+    """[first, last) bytes of `t`'s elements in memory."""
+    lo = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0)
+    hi = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st > 0)
+    return t.data_ptr() + lo * t.element_size(), t.data_ptr() + (hi + 1) * t.element_size()
+
+
+def _addresses(t):
+    """The address of every byte of `t`'s elements."""
+    offsets = torch.zeros((), dtype=torch.int64)
+    for n, st in zip(t.shape, t.stride()):
+        offsets = offsets.unsqueeze(-1) + torch.arange(n) * st
+    starts = t.data_ptr() + offsets.flatten() * t.element_size()
+    return (starts.unsqueeze(-1) + torch.arange(t.element_size())).flatten()
+
+
+def _check_written_alone(op, written, written_name, others):
+    """Raises if a byte of `written` (the whole batch an in-place op writes one sample at a time) is also
+    a byte of one of `others` ((name, tensor or None)): the merged call's check (csrc/checks.cpp) over the
+    whole batch, which one call per sample cannot make (sample i's write would change what sample j
+    reads) and which must hold before the first sample is written. Plain CPU/CUDA tensors only: a fake one
+    has no memory."""
+    if type(written) is not torch.Tensor or written.device.type == "meta" or written.numel() == 0:
+        return
+    first, last = _byte_range(written)
+    for name, other in others:
+        if type(other) is not torch.Tensor or other.device != written.device or other.numel() == 0:
+            continue
+        other_first, other_last = _byte_range(other)
+        if other_first >= last or first >= other_last:
+            continue
+        if torch.isin(_addresses(written), _addresses(other)).any():
+            raise RuntimeError(f"{op}: under vmap, {written_name} and {name} share memory; {written_name} is "
+                               "written in place, so the result would depend on the order of the writes. Pass "
+                               "tensors with memory of their own (e.g. .clone())")
+
+
 # The merged call (one call over the whole batch) runs only where it means the same as the per-sample
 # calls: each rule checks the sample shapes the merge relies on, and leaves anything else to
 # _per_sample, whose per-sample call raises the op's own error.
@@ -158,8 +195,10 @@ def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
     input, residual = _front(input, x_dim), _front(residual, r_dim)  # views: the op writes through them
     if w_dim is None and input.dim() >= 2 and input.shape == residual.shape:
         _ops.fused_add_rms_norm(input, residual, weight, eps)
-    else:  # one call per sample (the first bad sample raises before anything is written)
+    else:  # one call per sample (samples share one shape: the first bad one raises before anything is written)
         weights = _front(weight, w_dim) if w_dim is not None else None
+        _check_written_alone("fused_add_rms_norm", input, "input", [("residual", residual), ("weight", weight)])
+        _check_written_alone("fused_add_rms_norm", residual, "residual", [("weight", weight)])
         if info.batch_size == 0:  # no sample to call: the fake kernel checks one sample's metadata
             _ops.fused_add_rms_norm(_meta_sample(input, 0), _meta_sample(residual, 0),
                                     _meta_sample(weight, w_dim), eps)
@@ -215,6 +254,7 @@ def _fused_add_rms_norm_fp8_vmap(info, in_dims, input, residual, weight, eps=1e-
         return _ops.fused_add_rms_norm_fp8(_front(input, x_dim), residual, weight, eps, granularity, dtype, None,
                                            pow2_scale), (0, 0)
     # One call per sample (samples share one shape: the first bad one raises before anything is written).
+    _check_written_alone("fused_add_rms_norm_fp8", residual, "residual", [("input", input), ("weight", weight)])
     return _per_sample(info, (x_dim, 0) + in_dims[2:], _ops.fused_add_rms_norm_fp8, input, residual, weight, eps,
                        granularity, dtype, scale, pow2_scale)
 
@@ -237,5 +277,7 @@ def _grouped_gemm_vmap(info, in_dims, A, B, offs=None, out_dtype=None):
         if A.shape[1] == K:
             out = _ops.grouped_gemm(A, b.permute(1, 2, 0, 3).reshape(G, K, batch * N), offs, out_dtype)
             return out.view(A.shape[0], batch, N), 1
+    if offs_dim is not None:  # each sample's offsets contiguous, as the op takes them, whatever the batch dimension
+        offs, offs_dim = _front(offs, offs_dim).contiguous(), 0
     return _per_sample(info, (a_dim, b_dim, offs_dim), lambda a, b, o: _ops.grouped_gemm(a, b, o, out_dtype),
                        A, B, offs)

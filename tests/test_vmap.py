@@ -140,6 +140,40 @@ def test_fused_add_rms_norm_under_vmap_rejects_an_unbatched_destination():
     assert torch.equal(r, before)  # nothing written
 
 
+SHARED = {  # op, its batched arguments from one buffer `b` and fresh tensors `t`, the error's words
+    # sample 0 disjoint; sample 1's weight is its input's row: one call per sample wrote sample 0 first
+    "weight-is-a-later-input": (ops.fused_add_rms_norm, lambda b, t: (b[1:3], t(2, 8), b[0:3:2]),
+                                "fused_add_rms_norm: under vmap, input and weight share memory"),
+    # sample 0 writes row 1 as its residual, which sample 1 reads as its input
+    "across-samples": (ops.fused_add_rms_norm, lambda b, t: (b[0:2], b[1:3], t(2, 8)),
+                       "fused_add_rms_norm: under vmap, input and residual share memory"),
+    "fp8-residual-is-a-weight": (ops.fused_add_rms_norm_fp8, lambda b, t: (t(2, 8), b[0:2], b[1:3]),
+                                 "fused_add_rms_norm_fp8: under vmap, residual and weight share memory"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", SHARED, ids=list(SHARED))
+def test_in_place_ops_under_vmap_refuse_shared_memory_before_writing(device, case):
+    op, make, message = SHARED[case]
+    args = make(torch.randn(4, 8, device=device), lambda *shape: torch.randn(*shape, device=device))
+    before = [a.clone() for a in args]
+    with pytest.raises(RuntimeError, match=message):
+        torch.vmap(op, in_dims=(0, 0, 0), out_dims=None)(*args)
+    assert all(torch.equal(a, b) for a, b in zip(args, before))  # nothing written
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_ops_under_vmap_take_disjoint_views_of_one_buffer(device):
+    buf, W = torch.randn(3, 16, device=device), torch.randn(3, 8, device=device)
+    x, r = buf[:, 0::2], buf[:, 1::2]  # interleaved columns: one range of memory, no common element
+    ex, er = x.clone(), r.clone()
+    for i in range(3):
+        ops.fused_add_rms_norm(ex[i], er[i], W[i])
+    torch.vmap(ops.fused_add_rms_norm, in_dims=(0, 0, 0), out_dims=None)(x, r, W)
+    assert torch.equal(x, ex) and torch.equal(r, er)
+
+
 def test_errors_inside_vmap_name_the_op():
     x = torch.randn(3, 4, 7)
     with pytest.raises(RuntimeError, match="silu_and_mul: expected input's last dimension to be even"):
@@ -237,3 +271,12 @@ def test_fused_add_rms_norm_fp8_under_vmap_rejects_an_unbatched_residual():
     with pytest.raises(RuntimeError, match="fused_add_rms_norm_fp8: under vmap, residual must be batched"):
         torch.vmap(lambda a: ops.fused_add_rms_norm_fp8(a, r, w))(x)
     assert torch.equal(r, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_gemm_takes_per_sample_offsets_batched_on_any_dimension(device):
+    A, B = torch.randn(6, 8, device=device), torch.randn(3, 8, 4, device=device)
+    offs = torch.tensor([[1, 2], [4, 4], [6, 6]], dtype=torch.int32, device=device)  # samples are columns
+    out = torch.vmap(lambda o: ops.grouped_gemm(A, B, o), in_dims=1)(offs)
+    expected = torch.stack([ops.grouped_gemm(A, B, offs[:, i].contiguous()) for i in range(2)])
+    assert torch.equal(out, expected)
