@@ -57,16 +57,27 @@ def _scaled_gemm(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="
     # recipes but tensorwise); columns of B with scale_b's columns (rowwise, 1x128 groups; a 128x128 block
     # scale would need shard edges on block edges, so B's columns are not offered there). K split: Partial
     # sums only where the scales do not depend on k (tensorwise, rowwise) and no activation follows.
+    # The kernels take K and N in multiples of 16: a split of either is offered only where every rank's share
+    # is one (over the whole mesh, which may split it on each of its dimensions), else DTensor gathers it.
     b = (lambda placement: None if bias is None else placement)
     recipe = recipe_of(A.shape[0], A.shape[1], B.shape[1], scale_a.shape, scale_b.shape)
     tensorwise = recipe == "tensorwise"
+    splits = 16 * A.mesh.size()
     rules = [([R], [R, R, R, R, b(R)]),
              ([Shard(0)], [Shard(0), R, R if tensorwise else Shard(0), R, b(R)])]
-    if recipe != "blockwise 1x128 x 128x128":
+    if recipe != "blockwise 1x128 x 128x128" and B.shape[1] % splits == 0:
         rules.append(([Shard(1)], [R, Shard(1), R, R if tensorwise else Shard(1), b(Shard(0))]))
-    if activation == "none" and recipe in ("tensorwise", "rowwise"):
+    if activation == "none" and recipe in ("tensorwise", "rowwise") and A.shape[1] % splits == 0:
         rules.append(([P], [Shard(1), Shard(0), R, R, b(P)]))
     return rules
+
+
+@register_sharding(torch.ops.ops.scaled_gemm.out)
+def _scaled_gemm_out(A, B, scale_a, scale_b, bias=None, out_dtype=None, activation="none", use_fast_accum=False,
+                     out=None):
+    raise RuntimeError(
+        f"scaled_gemm: the out variant does not take DTensors (got A {list(A.placements)}, B {list(B.placements)}); "
+        "call ops.scaled_gemm(A, B, scale_a, scale_b, ...) without out")
 
 
 @register_sharding(torch.ops.ops.grouped_gemm.default)

@@ -86,8 +86,8 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
             tensors on different devices, a tensor that is not dense and strided (sparse, nested, quantized).
     """
     # Jagged nested tensors: their __torch_function__ takes any "rms_norm" for torch's (ops/_nested.py).
-    if not torch.jit.is_scripting() and (input is None or weight is None):
-        return torch.ops.ops.rms_norm(input, weight, eps)  # its check names the missing argument
+    if not torch.jit.is_scripting() and not (isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor)):
+        return torch.ops.ops.rms_norm(input, weight, eps)  # its checks name the argument that is not a tensor
     if input.is_nested or weight.is_nested:
         raise RuntimeError(_nested.message("rms_norm", "input" if input.is_nested else "weight"))
     return torch.ops.ops.rms_norm(input, weight, eps)

@@ -119,6 +119,9 @@ def test_clear_errors(mesh):
         ops.fused_add_rms_norm(d(x, Shard(1)), d(r, Shard(1)), d(w, Replicate()))
     with pytest.raises(RuntimeError, match=r"cutlass_gemm: the out variant does not take DTensors"):
         ops.cutlass_gemm(d(x, Replicate()), d(x.t().contiguous(), Replicate()), out=d(torch.empty(4, 4), Replicate()))
+    codes, scale = (DTensor.from_local(t, mesh, [Replicate()]) for t in ops.quantize_fp8(torch.randn(16, 16), "tensor"))
+    with pytest.raises(RuntimeError, match=r"scaled_gemm: the out variant does not take DTensors"):
+        ops.scaled_gemm(codes, codes.t(), scale, scale, out=d(torch.empty(16, 16, dtype=torch.bfloat16), Replicate()))
 
 
 def test_convert_after_parallelize_says_it_must_run_first(mesh):
@@ -159,6 +162,28 @@ def test_scaled_gemm_and_quantize_fp8_shards_carry_their_scales(mesh):
     codes, scale = ops.quantize_fp8(d(x, Shard(0)), "row")
     assert codes.placements == scale.placements == (Shard(0),)
     assert torch.equal(codes.to_local().view(torch.uint8), xq.view(torch.uint8)) and torch.equal(scale.to_local(), xs)
+
+
+@pytest.mark.parametrize("n, k, splits", [(48, 256, ["M", "K"]), (64, 48, ["M", "N"]), (64, 256, ["M", "N", "K"])])
+def test_scaled_gemm_splits_k_or_n_only_into_multiples_of_16(mesh, n, k, splits):
+    # What the rule offers DTensor on a 2-rank mesh (a mesh object: no processes): N = 48 split in two is 24
+    # per rank, which no FP8 kernel takes (K likewise).
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    from ops._dtensor import _scaled_gemm
+
+    two = DeviceMesh("cpu", [0, 1], _init_backend=False)
+
+    def spec(*shape):
+        t = torch.empty(shape)
+        return DTensorSpec(two, (Replicate(),), TensorMeta(t.shape, t.stride(), t.dtype))
+
+    rules = _scaled_gemm(spec(32, k), spec(k, n), spec(32, 1), spec(1, n))
+    offered = {"M": ([Shard(0)], [Shard(0), Replicate(), Shard(0), Replicate(), None]),
+               "N": ([Shard(1)], [Replicate(), Shard(1), Replicate(), Shard(1), None]),
+               "K": ([Partial()], [Shard(1), Shard(0), Replicate(), Replicate(), None])}
+    assert [name for name, rule in offered.items() if rule in rules] == splits
 
 
 @pytest.mark.parametrize("first", ["row", "group", "tensor", "block"])
