@@ -127,12 +127,6 @@ def run(args, log=None, resume=None):
     timer = CudaTimer() if device == "cuda" else None
     if args.candidates and device == "cuda":
         warn_without_candidate_kernels("swap-AB, SIMT GEMV; each case's not_built lists their tactics")
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if not dtypes:
-        sys.exit(f"--dtypes is empty; choose from {', '.join(DTYPES)}")
-    for d in dtypes:
-        if d not in DTYPES:
-            sys.exit(f"unknown dtype {d!r}; choose from {', '.join(DTYPES)}")
     cases = planned_cases(args, device)
     results = resume.of("result") if resume else []
     candidates = resume.of("candidates") if resume else []
@@ -498,6 +492,14 @@ def parse_args(argv=None):
             parser.error(f"{option} does not apply to --suite {args.suite} (only to {', '.join(suites)})")
     if not args.tactic_limit >= 0:  # NaN too
         parser.error(f"--tactic-limit must be a number of seconds >= 0 (0: no watchdog), got {args.tactic_limit}")
+    # Before anything is written: a crashed run's partial log in --out stays for reading.
+    if args.dtypes is not None:
+        dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+        unknown = [d for d in dtypes if d not in DTYPES]
+        if unknown or not dtypes:
+            parser.error(f"--dtypes: {', '.join(map(repr, unknown)) or 'empty'}; choose from {', '.join(DTYPES)}")
+    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out must be a folder, got the file {args.out}")
     return args
 
 

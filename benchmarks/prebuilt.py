@@ -69,9 +69,10 @@ def make(directory):
     """Store ops/_C.abi3.so, ops/_build_info.py and a manifest in `directory` (replacing what is there).
 
     Raises:
-        SystemExit: no built library in ops/; it was built from other sources than the checkout's (edited
-            since, or a build that failed after an edit), or by a setup.py that recorded none; or against
-            another torch than the one imported now (build and run this with the same PYTHONPATH).
+        SystemExit: `directory` is ops/ itself; no built library in ops/; it was built from other sources than
+            the checkout's (edited since, or a build that failed after an edit), or by a setup.py that recorded
+            none; or against another torch than the one imported now (build and run this with the same
+            PYTHONPATH).
     """
     import torch
 
@@ -87,6 +88,9 @@ def make(directory):
     if info.get("TORCH_VERSION") != torch.__version__:
         sys.exit(f"prebuilt make: ops was built against torch {info.get('TORCH_VERSION')}, but torch "
                  f"{torch.__version__} is imported; use the same PYTHONPATH for both")
+    if os.path.realpath(directory) == os.path.dirname(os.path.realpath(library)):
+        sys.exit(f"prebuilt make: {directory} is the package folder the library is stored from; name another "
+                 "(e.g. .prebuilt)")
     os.makedirs(directory, exist_ok=True)
     for name in (LIBRARY, BUILD_INFO, MANIFEST):
         if os.path.exists(os.path.join(directory, name)):

@@ -460,6 +460,21 @@ def test_ops_benchmark_rejects_unknown_dtypes_before_writing(tmp_path, dtypes, c
     assert list(tmp_path.iterdir()) == []  # a previous report in --out would have been kept
 
 
+@pytest.mark.parametrize("dtypes", ["bogus", "bf16,int8", ","])
+def test_gemm_benchmark_rejects_bad_arguments_before_writing(tmp_path, dtypes, capsys):
+    from benchmarks import gemm as gemm_benchmark
+
+    partial = tmp_path / "gemm.partial.jsonl"  # what a crashed run left: the next run's arguments must not wipe it
+    partial.write_text('{"kind": "result", "shape": "kept"}\n')
+    with pytest.raises(SystemExit) as info:
+        gemm_benchmark.main(["--dtypes", dtypes, "--out", str(tmp_path)])
+    assert info.value.code == 2 and "--dtypes" in capsys.readouterr().err
+    assert partial.read_text() == '{"kind": "result", "shape": "kept"}\n'
+    with pytest.raises(SystemExit) as info:
+        gemm_benchmark.main(["--out", str(partial)])
+    assert info.value.code == 2 and "--out must be a folder" in capsys.readouterr().err
+
+
 def test_a_sweep_goes_on_past_a_tactic_that_hangs_or_crashes(tmp_path):
     # benchmarks.watchdog: the tactic that never returns and the one that kills its process each become a
     # row of their case; every other tactic of both cases is measured, each case once.

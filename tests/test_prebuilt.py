@@ -117,6 +117,16 @@ def _ops_files(tree):
 
 
 @pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")
+@pytest.mark.parametrize("target", ["ops", "./ops/"])
+def test_make_refuses_the_package_folder_and_keeps_its_library(tmp_path, target):
+    tree = _tree_with_library(tmp_path)
+    before = _ops_files(tree)
+    result = _prebuilt(tree, "make", target)
+    assert result.returncode != 0 and "is the package folder" in result.stderr, result.stderr
+    assert _ops_files(tree) == before
+
+
+@pytest.mark.skipif(not os.path.exists(ops.library_path()), reason="no built library")
 def test_make_refuses_a_library_built_from_other_sources(tmp_path):
     """A library older than an edit must not go to the device labelled as the new sources: setup.py
     records the digest of the sources it built (SOURCE_SHA256), and `make` compares it with the
