@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -21,11 +22,15 @@ class JsonObject {
   JsonObject& add(const std::string& key, int64_t value) { return raw(key, std::to_string(value)); }
   JsonObject& add(const std::string& key, int value) { return add(key, static_cast<int64_t>(value)); }
   JsonObject& add(const std::string& key, const JsonObject& value) { return raw(key, value.str()); }
-  // Non-finite numbers have no JSON spelling: null.
+  // Non-finite numbers have no JSON spelling: null. Finite ones in the fewest digits (15 to 17) that read
+  // back as the same double: a tuning cache saved and loaded keeps its timings.
   JsonObject& add(const std::string& key, double value) {
     if (!std::isfinite(value)) return null(key);
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.6g", value);
+    for (int digits = 15; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof(buf), "%.*g", digits, value);
+      if (std::strtod(buf, nullptr) == value) break;
+    }
     return raw(key, buf);
   }
   JsonObject& null(const std::string& key) { return raw(key, "null"); }

@@ -4,6 +4,7 @@ The schemas live in csrc/registration.cpp; CPU kernels in cutlass_gemm/gemm_cpu.
 cutlass_gemm/.
 """
 
+import errno
 import os
 import threading
 from typing import Optional
@@ -167,6 +168,9 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
     """
     import json
 
+    for name, t in (("A", A), ("B", B), ("out", out)):
+        if not (isinstance(t, torch.Tensor) or (name == "out" and t is None)):
+            raise TypeError(f"ops.gemm.plan: expected {name} to be a tensor, got {type(t).__name__}")
     if A.device.type != "cuda":
         raise RuntimeError(f"ops.gemm.plan: expected CUDA tensors (the CUTLASS kernels run on NVIDIA GPUs), "
                            f"got A on {A.device}")
@@ -189,6 +193,9 @@ def set_tactic(name: Optional[str]) -> Optional[str]:
     Returns the previous setting."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"ops.gemm.set_tactic: expected a tactic name (str) or None, got {type(name).__name__}")
+    if name is not None and not (name.isprintable() and name.isascii()):
+        raise ValueError(f"ops.gemm.set_tactic: expected a tactic name (printable ASCII, as plan() lists them), "
+                         f"got {name[:80]!r}")
     with _CONTROLS_LOCK:
         previous = get_tactic()
         torch.ops.ops._cutlass_gemm_set_tactic(name or None)
@@ -215,9 +222,12 @@ def set_autotune(enabled: bool) -> bool:
     Cached choices (tuned here, or loaded with ``load_tuning_cache``) are used whenever present, with
     autotuning on or off; turning it off only stops new shapes from being timed (``clear_tuning_cache``
     forgets the choices). ``set_tactic`` takes precedence over both."""
+    if not isinstance(enabled, bool):  # bool("no") is True
+        raise TypeError(f"ops.gemm.set_autotune: expected enabled to be True or False, got "
+                        f"{type(enabled).__name__} {enabled!r}")
     with _CONTROLS_LOCK:
         previous = autotune_enabled()
-        torch.ops.ops._cutlass_gemm_set_autotune(bool(enabled))
+        torch.ops.ops._cutlass_gemm_set_autotune(enabled)
     return previous
 
 
@@ -256,7 +266,15 @@ def _tuning_path(op: str, path) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{op}: expected path to be a file path (str or os.PathLike), got "
                         f"{type(path).__name__} {path!r}")
-    return os.fsdecode(os.fspath(path))
+    path = os.fsdecode(os.fspath(path))
+    if not path or "\0" in path:
+        raise ValueError(f"{op}: expected path to be a file path, got {path!r}")
+    return path
+
+
+def _os_error(op: str, path: str, error: OSError) -> OSError:
+    """`error` (of the same class) saying which call failed on which path."""
+    return type(error)(error.errno, f"{op}: cannot {'read' if 'load' in op else 'write'} {path}: {error.strerror}")
 
 
 def _file_kind(mode: int) -> str:
@@ -299,8 +317,9 @@ def save_tuning_cache(path) -> int:
 
     Raises:
         TypeError: ``path`` is not a str or os.PathLike.
-        ValueError: ``path`` exists and is not a regular file (a directory, FIFO, device).
-        OSError: the file cannot be written.
+        ValueError: ``path`` is empty, or exists and is not a regular file (a directory, FIFO, device); the
+            file would be larger than ``TUNING_CACHE_MAX_BYTES`` (what ``load_tuning_cache`` reads).
+        OSError: the file cannot be written; PermissionError for an existing file that is read-only.
     """
     import json
     import stat
@@ -318,16 +337,26 @@ def save_tuning_cache(path) -> int:
     if mode is not None and not stat.S_ISREG(mode):
         raise ValueError(f"{op}: {path} is not a regular file ({_file_kind(mode)}); a tuning cache is "
                          "written to a file path")
+    if mode is not None and not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, f"{op}: {path} is read-only; it is kept (make it writable to replace it)")
     file_mode = stat.S_IMODE(mode) if mode is not None else _new_file_mode()
     entries = tuning_cache()
     payload = {"format": _TUNING_FORMAT, "version": _TUNING_VERSION, "torch_version": torch.__version__,
                "cutlass_version": build_info.CUTLASS_VERSION, "cuda_arch_list": build_info.CUDA_ARCH_LIST,
                "entries": entries}
+    text = json.dumps(payload, indent=1).encode("utf-8")
+    if len(text) > TUNING_CACHE_MAX_BYTES:
+        raise ValueError(f"{op}: {len(entries)} entries take {len(text)} bytes, more than load_tuning_cache reads "
+                         f"(TUNING_CACHE_MAX_BYTES, {TUNING_CACHE_MAX_BYTES / 2**20:g} MiB); {path} is kept. Save "
+                         "fewer shapes (clear_tuning_cache() between runs)")
     folder, name = os.path.split(target)
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=1)
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    except OSError as e:
+        raise _os_error(op, path, e) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temp, file_mode)  # mkstemp makes it 0o600
@@ -371,9 +400,10 @@ def load_tuning_cache(path) -> int:
     def bad(what):
         return ValueError(f"{op}: {path}: {what}")
 
+    data = _read_tuning_file(op, path)
     try:
-        payload = json.loads(_read_tuning_file(op, path).decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        payload = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too many digits
         raise ValueError(f"{op}: {path} is not JSON ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != _TUNING_FORMAT:
         raise ValueError(f"ops.gemm.load_tuning_cache: {path} is not a tuning cache written by "
@@ -381,7 +411,7 @@ def load_tuning_cache(path) -> int:
     version = payload.get("version")
     if type(version) is not int or version != _TUNING_VERSION:
         old = ("; version 1 files name kernels by their former names: autotune again to write one"
-               if version == 1 else "")
+               if type(version) is int and version == 1 else "")
         raise ValueError(f"ops.gemm.load_tuning_cache: {path} has version {version!r}; this library reads "
                          f"version {_TUNING_VERSION}{old}")
     entries = payload.get("entries")
@@ -433,7 +463,10 @@ def _read_tuning_file(op: str, path: str) -> bytes:
     import stat
 
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise _os_error(op, path, e) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -84,28 +84,39 @@ def test_processes_saving_to_one_path_leave_a_loadable_file(tmp_path, clean_tuni
     assert len(tags) == 1 and loaded == 150 * (int(tags.pop().split()[-1]) + 1)  # one worker's whole cache
 
 
-def fail_in_dump(obj, f, **kwargs):
-    f.write(json.dumps(obj, **kwargs)[:100])  # part of the file, then the disk is full
-    f.flush()
-    raise OSError(28, "No space left on device")
+class CutShort:
+    """A file whose write stores part of the data, then raises `error` (a full disk, Ctrl-C)."""
+
+    def __init__(self, f, error):
+        self.f, self.error = f, error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def write(self, data):
+        self.f.write(data[:100])
+        self.f.flush()
+        raise self.error
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
 
 
-@pytest.mark.parametrize("step", ["json.dump", "os.fsync", "os.replace", "KeyboardInterrupt"])
+@pytest.mark.parametrize("step", ["write", "os.fsync", "os.replace", "KeyboardInterrupt"])
 def test_a_save_cut_short_leaves_the_previous_file(tmp_path, clean_tuning_cache, monkeypatch, step):
     path = tmp_path / "tuning.json"
     old = add_entries("old", 3)
     assert ops.gemm.save_tuning_cache(path) == 3
     before = path.read_bytes()
     add_entries("new", 5)
-    if step == "json.dump":
-        monkeypatch.setattr(json, "dump", fail_in_dump)
-        error = OSError
-    elif step == "KeyboardInterrupt":
-        def interrupted(obj, f, **kwargs):
-            f.write("{")
-            raise KeyboardInterrupt
-        monkeypatch.setattr(json, "dump", interrupted)
-        error = KeyboardInterrupt
+    if step in ("write", "KeyboardInterrupt"):
+        error = OSError(28, "No space left on device") if step == "write" else KeyboardInterrupt()
+        fdopen = os.fdopen
+        monkeypatch.setattr(os, "fdopen", lambda *args, **kwargs: CutShort(fdopen(*args, **kwargs), error))
+        error = type(error)
     else:
         def fail(*args):
             raise OSError(5, "Input/output error")
@@ -290,3 +301,64 @@ def test_an_int_is_not_taken_for_a_file_descriptor(fn, clean_tuning_cache):
             pass  # closed by the call
         else:
             os.close(read_end)
+
+
+@pytest.mark.parametrize("path", ["", "cache\0.json"], ids=["empty", "nul"])
+@pytest.mark.parametrize("fn", ["save_tuning_cache", "load_tuning_cache"])
+def test_an_empty_path_or_one_with_a_nul_is_refused(fn, path, clean_tuning_cache):
+    with pytest.raises(ValueError, match=f"ops.gemm.{fn}: expected path to be a file path, got"):
+        getattr(ops.gemm, fn)(path)
+
+
+def test_os_errors_name_the_call_and_the_path(tmp_path, clean_tuning_cache):
+    missing = tmp_path / "missing.json"
+    with pytest.raises(FileNotFoundError, match=f"ops.gemm.load_tuning_cache: cannot read {missing}"):
+        ops.gemm.load_tuning_cache(missing)
+    nowhere = tmp_path / "no folder" / "t.json"  # not the temporary file's name
+    with pytest.raises(FileNotFoundError, match=f"ops.gemm.save_tuning_cache: cannot write {nowhere}"):
+        ops.gemm.save_tuning_cache(nowhere)
+
+
+# ---- what a save writes, a load reads back ------------------------------------------------------------
+
+def test_a_save_load_makes_would_refuse_is_not_written(tmp_path, clean_tuning_cache, monkeypatch):
+    path = tmp_path / "t.json"
+    add_entries("kept", 2)
+    ops.gemm.save_tuning_cache(path)
+    kept = path.read_bytes()
+    add_entries("more", 50)
+    monkeypatch.setattr(ops.gemm, "TUNING_CACHE_MAX_BYTES", len(kept) * 2)
+    with pytest.raises(ValueError, match=f"ops.gemm.save_tuning_cache: 52 entries take \\d+ bytes, more than "
+                                         f"load_tuning_cache reads .*; {path} is kept"):
+        ops.gemm.save_tuning_cache(path)
+    assert path.read_bytes() == kept and sorted(os.listdir(tmp_path)) == ["t.json"]
+
+
+def test_timings_round_trip_exactly(tmp_path, clean_tuning_cache):
+    times = [1.2345678901234567, 123456789.123, 5e-324, 0.1, 1e300]
+    names = [f"t{i}" for i in range(len(times))]
+    torch.ops.ops._cutlass_gemm_add_tuning(["exact"], ["t0"], [len(times)], names, times)
+    assert ops.gemm.tuning_cache()[0]["timings_ms"] == dict(zip(names, times))
+    ops.gemm.save_tuning_cache(tmp_path / "t.json")
+    ops.gemm.clear_tuning_cache()
+    ops.gemm.load_tuning_cache(tmp_path / "t.json")
+    assert ops.gemm.tuning_cache()[0]["timings_ms"] == dict(zip(names, times))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_a_read_only_file_is_kept(tmp_path, clean_tuning_cache):
+    path = tmp_path / "t.json"
+    path.write_text("mine")
+    path.chmod(0o444)
+    add_entries("ro", 1)
+    with pytest.raises(PermissionError, match=f"ops.gemm.save_tuning_cache: {path} is read-only"):
+        ops.gemm.save_tuning_cache(path)
+    assert path.read_text() == "mine"
+
+
+@pytest.mark.parametrize("value", ["no", "0", 1, None], ids=repr)
+def test_set_autotune_takes_a_bool_only(value):
+    before = ops.gemm.autotune_enabled()
+    with pytest.raises(TypeError, match="ops.gemm.set_autotune: expected enabled to be True or False"):
+        ops.gemm.set_autotune(value)
+    assert ops.gemm.autotune_enabled() == before
