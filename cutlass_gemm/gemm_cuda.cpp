@@ -275,12 +275,13 @@ at::Tensor cutlass_gemm_cuda(const at::Tensor& A, const at::Tensor& B) {
 std::string cutlass_gemm_plan_cuda(const at::Tensor& A, const at::Tensor& B,
                                    const c10::optional<at::Tensor>& out) {
   check_gemm_inputs("cutlass_gemm", A, B);
-  if (out.has_value()) check_gemm_out("cutlass_gemm", A, B, *out);
+  // An out that may share A's or B's buffer is computed into a fresh tensor (cutlass_gemm_out_cuda): its plan.
+  const bool into_out = out.has_value() && !check_gemm_out("cutlass_gemm", A, B, *out);
   TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem (M=",
               A.size(0), ", N=", B.size(1), ", K=", A.size(1), ")");
   const c10::cuda::CUDAGuard guard(A.device());
   const DeviceTarget target = current_device_target();
-  return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target), target);
+  return plan_json(plan_for(A, B, into_out ? *out : at::Tensor(), target), target);
 }
 
 // For every instantiation in this build: the problem its kernel parameters hold for one synthetic launch descriptor

@@ -85,13 +85,14 @@ std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64
                                  const c10::optional<at::Tensor>& out,
                                  c10::optional<bool> candidate_kernels) {
   check_gemm_inputs("cutlass_gemm", A, B);
-  if (out.has_value()) check_gemm_out("cutlass_gemm", A, B, *out);
+  // As cutlass_gemm_plan_cuda: an out that may share A's or B's buffer is not computed into.
+  const bool into_out = out.has_value() && !check_gemm_out("cutlass_gemm", A, B, *out);
   TORCH_CHECK(A.numel() > 0 && B.numel() > 0, "cutlass_gemm: no kernel runs for an empty problem");
   const DeviceTarget target =
       emulated_target(cc_major, cc_minor, arch_list, allow_tf32, sm_count, candidate_kernels);
   const Epilogue ep =
       epilogue_named(epilogue);
-  return plan_json(plan_for(A, B, out.has_value() ? *out : at::Tensor(), target, ep), target);
+  return plan_json(plan_for(A, B, into_out ? *out : at::Tensor(), target, ep), target);
 }
 
 std::string kernels_json() {

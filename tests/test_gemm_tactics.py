@@ -700,3 +700,18 @@ def test_every_fused_linear_candidate_computes_its_epilogue(act):
         assert plan["tactic"]["name"] == name
         torch.testing.assert_close(out.double(), expected, atol=0.15, rtol=2e-2, msg=name)
     ops.gemm.set_tactic(None)
+
+
+def test_the_plan_of_an_out_sharing_a_buffer_is_the_fresh_tensors_it_runs():
+    # cutlass_gemm.out computes into a fresh row-major tensor where out may share A's buffer (strided views
+    # ATen cannot tell apart), then copies: plan(A, B, out) names that GEMM, not one into out's layout.
+    buf = torch.zeros(16, 16, dtype=torch.bfloat16)
+    A, B, out = buf[:8, :8], torch.randn(8, 8, dtype=torch.bfloat16), buf[8:, :8].t()
+    fresh = plan_only(A, B)
+
+    def plan(out):
+        return ops._library.gemm_plan_for_target(A, B, HOPPER["cc_major"], HOPPER["cc_minor"], HOPPER["arch_list"],
+                                                 False, H200_SMS, "plain", out, True)
+
+    assert plan(out) == fresh
+    assert plan(torch.empty(8, 8, dtype=torch.bfloat16).t()) != fresh  # out's own layout where it has its own memory
