@@ -104,8 +104,12 @@ def pluggable(alloc_fn: str = ALLOC_FN) -> "torch.cuda.memory.CUDAPluggableAlloc
     """The ``CUDAPluggableAllocator`` over this library's functions (no GPU needed to construct).
 
     Raises:
-        ValueError: ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is set and is not a number of bytes.
+        ValueError: ``alloc_fn`` is not ``ALLOC_FN`` or ``POOL_ALLOC_FN``; ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is
+            set and is not a number of bytes.
     """
+    if alloc_fn not in (ALLOC_FN, POOL_ALLOC_FN):  # any other exported symbol would be called as an allocator
+        raise ValueError(f"ops.allocator.pluggable: expected alloc_fn to be {ALLOC_FN!r} (global install) or "
+                         f"{POOL_ALLOC_FN!r} (MemPool), got {alloc_fn!r}")
     _lib()
     _release_threshold_from_environment()
     return torch.cuda.memory.CUDAPluggableAllocator(_library.library_path(), alloc_fn, FREE_FN)

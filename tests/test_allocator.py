@@ -68,6 +68,11 @@ def test_pytorch_accepts_the_functions():
     allocator = ops.allocator.pluggable()
     assert isinstance(allocator, torch.cuda.memory.CUDAPluggableAllocator)
     assert allocator.allocator() is not None
+    assert ops.allocator.pluggable(ops.allocator.POOL_ALLOC_FN).allocator() is not None
+    for name in ("ops_free", "nope"):  # an exported symbol that is no allocator, one that is not there
+        with pytest.raises(ValueError, match=f"ops.allocator.pluggable: expected alloc_fn to be 'ops_alloc' .* "
+                                             f"got '{name}'"):
+            ops.allocator.pluggable(name)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the no-GPU message")
