@@ -506,6 +506,14 @@ def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionRe
     extra = {"activation_scheme": "dynamic", "weight_block_size": (128, 128)} if recipe == "blockwise" else {}
     config.quantization_config = config_class(modules_to_not_convert=kept, **extra)
     report.quantization_config = method
+    partial = [name for name, m in model.named_modules() if isinstance(m, Fp8Linear) and m.recipe == "blockwise"
+               and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
+    if partial:
+        warnings.warn(f"ops.nn.convert: {len(partial)} blockwise FP8 Linears have a dimension of several 128-blocks, "
+                      f"the last partial (e.g. {partial[0]}): transformers' CPU dequantization (Fp8Dequantize, 5.25) of a "
+                      "save_pretrained checkpoint takes a block as the weight's rows over the scale's rows and loads "
+                      "their weights wrong (a grid that does not divide them raises); its GPU kernels and ops' own "
+                      "load read them right", stacklevel=3)
 
 
 def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = None) -> ConversionReport:

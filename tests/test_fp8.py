@@ -5,6 +5,7 @@ ops.quantize_fp8: codes and scales equal the formula's for every granularity, an
 
 import copy
 import functools
+import warnings
 
 import pytest
 import torch
@@ -765,6 +766,26 @@ def test_save_pretrained_of_a_converted_model_writes_the_fp8_format_transformers
     again.load_state_dict(safetensors.load_file(tmp_path / "model.safetensors"), strict=True)
     with torch.no_grad():
         assert torch.equal(again(ids).logits, logits)
+
+
+def test_convert_warns_where_transformers_cpu_load_of_a_blockwise_checkpoint_is_wrong():
+    # transformers 5.25 dequantizes 288 rows over 3 scale rows in blocks of 96 where the format has 128, 128, 32
+    # (a dimension of one block, e.g. k_proj's 64 rows, it reads right).
+    transformers = pytest.importorskip("transformers")
+
+    def llama(intermediate_size):  # a config of its own: convert sets its quantization_config
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=128, hidden_size=128, intermediate_size=intermediate_size, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32))
+
+    with pytest.warns(UserWarning, match=r"ops.nn.convert: 3 blockwise FP8 Linears have a dimension of several "
+                                         r"128-blocks, the last partial \(e.g. model.layers.0.mlp.gate_proj\): "
+                                         r"transformers' CPU"):
+        ops.nn.convert(llama(288), fp8="blockwise")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ops.nn.convert(llama(288), fp8="rowwise")  # a scale per row: any size
+        ops.nn.convert(llama(256), fp8="blockwise")
 
 
 def test_convert_lists_every_module_it_keeps_in_floating_point_for_transformers():
