@@ -529,7 +529,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     1 ulp apart, when the weight requires grad).
     A recipe replaces its block's forward only and falls back to the class's forward whenever its
     submodules no longer are what it was written for. Only exact classes are swapped (a subclass may
-    compute something else). Left alone, and listed in ``report.skipped``: modules with hooks, with
+    compute something else; a subclass of ``nn.Linear`` is listed in ``report.skipped``). Left alone, and listed in ``report.skipped``: modules with hooks, with
     parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), with child
     modules or a ``forward`` set on the instance, compiled in place (``module.compile()``: convert
     first), with DTensor parameters (convert before ``parallelize_module`` / ``fully_shard``), of other
@@ -606,6 +606,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 report.fp8.append(prefix + name)
                 continue
             is_linear = type(child) is torch.nn.Linear
+            if not is_linear and isinstance(child, torch.nn.Linear) and not isinstance(child, (Linear, Fp8Linear)):
+                report.skipped.append((prefix + name, f"a subclass of torch.nn.Linear ({type(child).__name__}): only "
+                                                      "the exact class is swapped (a subclass may compute otherwise)"))
+                continue
             norms = None if is_linear or child is None else _norm_list(child)
             if norms is not None and (why := _hf_classes.formula_changed(type(child), norms)) is not None:
                 report.skipped.append((prefix + name, why))

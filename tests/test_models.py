@@ -92,6 +92,20 @@ def test_convert_keeps_attributes_and_leaves_other_dtypes_alone():
     torch.testing.assert_close(model[2](x=x), norm(x))  # torch.nn.RMSNorm's argument name
 
 
+def test_convert_reports_the_linear_subclasses_it_leaves_alone():
+    class Scaled(torch.nn.Linear):  # computes something else than its base class
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model = torch.nn.Sequential(Scaled(8, 8), torch.nn.MultiheadAttention(8, 2), ops.nn.Linear(8, 8))
+    report = ops.nn.convert(model)
+    assert type(model[0]) is Scaled and dict(report.skipped) == {
+        "0": "a subclass of torch.nn.Linear (Scaled): only the exact class is swapped (a subclass may compute "
+             "otherwise)",
+        "1.out_proj": "a subclass of torch.nn.Linear (NonDynamicallyQuantizableLinear): only the exact class is "
+                      "swapped (a subclass may compute otherwise)"}
+
+
 def test_converted_hf_norm_reads_and_sets_variance_epsilon():
     transformers = pytest.importorskip("transformers")
     norm = torch.nn.Sequential(transformers.models.llama.modeling_llama.LlamaRMSNorm(16, eps=1e-5))
