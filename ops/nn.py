@@ -509,11 +509,11 @@ def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionRe
     partial = [name for name, m in model.named_modules() if isinstance(m, Fp8Linear) and m.recipe == "blockwise"
                and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
     if partial:
-        warnings.warn(f"ops.nn.convert: {len(partial)} blockwise FP8 Linears have a dimension of several 128-blocks, "
-                      f"the last partial (e.g. {partial[0]}): transformers' CPU dequantization (Fp8Dequantize, 5.25) of a "
-                      "save_pretrained checkpoint takes a block as the weight's rows over the scale's rows and loads "
-                      "their weights wrong (a grid that does not divide them raises); its GPU kernels and ops' own "
-                      "load read them right", stacklevel=3)
+        warnings.warn(f"ops.nn.convert: {len(partial)} blockwise FP8 Linears have a dimension of several "
+                      f"128-blocks, the last partial (e.g. {partial[0]}): transformers' CPU dequantization "
+                      "(Fp8Dequantize, 5.25) of a save_pretrained checkpoint takes a block as the weight's rows over "
+                      "the scale's rows and loads their weights wrong (a grid that does not divide them raises); its "
+                      "GPU kernels and ops' own load read them right", stacklevel=3)
 
 
 def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = None) -> ConversionReport:
@@ -529,13 +529,13 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     1 ulp apart, when the weight requires grad).
     A recipe replaces its block's forward only and falls back to the class's forward whenever its
     submodules no longer are what it was written for. Only exact classes are swapped (a subclass may
-    compute something else; a subclass of ``nn.Linear`` is listed in ``report.skipped``). Left alone, and listed in ``report.skipped``: modules with hooks, with
-    parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style weight norm), with child
-    modules or a ``forward`` set on the instance, compiled in place (``module.compile()``: convert
-    first), with DTensor parameters (convert before ``parallelize_module`` / ``fully_shard``), of other
-    dtypes, an ``nn.RMSNorm`` over several dimensions, an uninitialized ``nn.LazyLinear``, and listed
-    transformers classes whose own forward, in the installed release, is not the formula ops fuses for
-    them (``ops._hf_classes.formula_changed``). A module
+    compute something else). Left alone, and listed in ``report.skipped``: subclasses of ``nn.Linear``,
+    modules with hooks, with parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style
+    weight norm), with child modules or a ``forward`` set on the instance, compiled in place
+    (``module.compile()``: convert first), with DTensor parameters (convert before ``parallelize_module``
+    / ``fully_shard``), of other dtypes, an ``nn.RMSNorm`` over several dimensions, an uninitialized
+    ``nn.LazyLinear``, and listed transformers classes whose own forward, in the installed release, is
+    not the formula ops fuses for them (``ops._hf_classes.formula_changed``). A module
     shared by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
     Linear or RMSNorm is reported: wrap it, or use ``Linear.from_linear``).
 
@@ -606,7 +606,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 report.fp8.append(prefix + name)
                 continue
             is_linear = type(child) is torch.nn.Linear
-            if not is_linear and isinstance(child, torch.nn.Linear) and not isinstance(child, (Linear, Fp8Linear)):
+            if not is_linear and isinstance(child, torch.nn.Linear) and not isinstance(child, Linear):
                 report.skipped.append((prefix + name, f"a subclass of torch.nn.Linear ({type(child).__name__}): only "
                                                       "the exact class is swapped (a subclass may compute otherwise)"))
                 continue
