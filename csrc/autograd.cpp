@@ -9,7 +9,7 @@
 //
 // The ops that write an argument (the out= variants, fused_add_rms_norm, fused_add_rms_norm_fp8) are not
 // differentiable. Like torch.mm(..., out=), with grad mode on and an argument that requires grad they
-// raise, instead of silently producing a result with no history. Their ADInplaceOrView kernel (as
+// raise, instead of silently producing a result with no history. Their ADInplaceOrView kernel (ops::define, as
 // ATen's in-place ops) bumps the written tensors' versions, also under inference mode, which skips the
 // Autograd kernels but not this one for tensors made outside it.
 #include <ATen/ATen.h>
@@ -513,36 +513,14 @@ at::Tensor silu_and_mul_autograd(const at::Tensor& input) {
 
 // The Autograd kernel of an in-place op that is not differentiable: an argument refuse_grad refuses is an
 // error (a result without its derivative would be silently wrong); otherwise `call` runs the op below
-// autograd, through its ADInplaceOrView kernel (inplace_or_view), which bumps the written tensors'
-// versions.
+// autograd, through its ADInplaceOrView kernel (layout_errors.cpp, bump_versions), which bumps the
+// written tensors' versions.
 template <typename Call>
 void run_inference_inplace(const char* op, std::initializer_list<NamedArg> arguments, const char* why,
                            const char* instead, Call&& call) {
   refuse_grad(op, arguments, why, instead);
   const at::AutoDispatchBelowAutograd below_autograd;
   call();
-}
-
-// The ADInplaceOrView kernel of every op that writes an argument (its schema's Tensor(a!)), as ATen's
-// in-place and out= ops have: the op runs below, then each tensor it wrote gets a new version, so that
-// autograd refuses a backward through a saved tensor the op overwrote. Inference mode skips the Autograd
-// kernels, not this one (tensors made outside it carry the key).
-void inplace_or_view(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-  const auto& arguments = op.schema().arguments();
-  const size_t first = stack->size() - arguments.size();
-  std::vector<at::Tensor> written;
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const auto* alias = arguments[i].alias_info();
-    const c10::IValue& value = (*stack)[first + i];
-    if (alias != nullptr && alias->isWrite() && value.isTensor()) written.push_back(value.toTensor());
-  }
-  {
-    const at::AutoDispatchBelowADInplaceOrView below;
-    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
-  }
-  for (const at::Tensor& t : written) {
-    torch::autograd::impl::bump_version(t);
-  }
 }
 
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
@@ -775,13 +753,6 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_autograd);
   m.impl("grouped_gemm", &ops::grouped_gemm_autograd);
   m.impl("grouped_gemm.out", &ops::grouped_gemm_out_autograd);
-}
-
-TORCH_LIBRARY_IMPL(ops, ADInplaceOrView, m) {
-  for (const char* name : {"cutlass_gemm.out", "scaled_gemm.out", "grouped_gemm.out", "fused_add_rms_norm",
-                           "fused_add_rms_norm_fp8"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&ops::inplace_or_view>());
-  }
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

@@ -12,13 +12,16 @@
 // write an argument and return nothing (fused_add_rms_norm, cutlass_gemm.out), it read a stack slot that
 // was not there, failed an internal assert and corrupted memory. So those ops get a
 // kernel of their own on that key: a written negative view is refused with an error naming it, a read
-// one is resolved (materialised) and the op runs on.
+// one is resolved (materialised) and the op runs on. They also get an ADInplaceOrView kernel
+// (bump_versions), as ATen's in-place ops have.
 #include "layout_errors.h"
 
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/variable.h>
 
 namespace ops {
 namespace {
@@ -74,6 +77,28 @@ void resolve_negative_views(const c10::OperatorHandle& op, c10::DispatchKeySet k
   op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Negative), stack);
 }
 
+// The ADInplaceOrView kernel of an op that writes an argument, as ATen's in-place and out= ops have: the op
+// runs below, then each tensor it wrote gets a new version, so that autograd refuses a backward through a
+// saved tensor the op overwrote. Inference mode skips the Autograd kernels, not this one (tensors made
+// outside it carry the key).
+void bump_versions(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  std::vector<at::Tensor> written;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    const c10::IValue& value = (*stack)[first + i];
+    if (alias != nullptr && alias->isWrite() && value.isTensor()) written.push_back(value.toTensor());
+  }
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for (const at::Tensor& t : written) {
+    torch::autograd::impl::bump_version(t);
+  }
+}
+
 constexpr c10::DispatchKey kNonStridedKeys[] = {
     c10::DispatchKey::SparseCPU,       c10::DispatchKey::SparseCUDA,       c10::DispatchKey::SparseMeta,
     c10::DispatchKey::SparseCsrCPU,    c10::DispatchKey::SparseCsrCUDA,    c10::DispatchKey::SparseCsrMeta,
@@ -92,6 +117,8 @@ void define(torch::Library& m, const char* schema) {
   if (declaration.find("!)") != std::string::npos) {  // writes an argument: "Tensor(a!) out"
     m.impl(name.c_str(), torch::dispatch(c10::DispatchKey::Negative,
                                          torch::CppFunction::makeFromBoxedFunction<&resolve_negative_views>()));
+    m.impl(name.c_str(), torch::dispatch(c10::DispatchKey::ADInplaceOrView,
+                                         torch::CppFunction::makeFromBoxedFunction<&bump_versions>()));
   }
 }
 
