@@ -272,9 +272,9 @@ def _tuning_path(op: str, path) -> str:
     return path
 
 
-def _os_error(op: str, path: str, error: OSError) -> OSError:
-    """`error` (of the same class) saying which call failed on which path."""
-    return type(error)(error.errno, f"{op}: cannot {'read' if 'load' in op else 'write'} {path}: {error.strerror}")
+def _os_error(op: str, verb: str, path: str, error: OSError) -> OSError:
+    """`error` (of the same class) saying which call failed to `verb` which path."""
+    return type(error)(error.errno, f"{op}: cannot {verb} {path}: {error.strerror}")
 
 
 def _file_kind(mode: int) -> str:
@@ -353,7 +353,7 @@ def save_tuning_cache(path) -> int:
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     except OSError as e:
-        raise _os_error(op, path, e) from None
+        raise _os_error(op, "write", path, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text)
@@ -466,7 +466,7 @@ def _read_tuning_file(op: str, path: str) -> bytes:
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        raise _os_error(op, path, e) from None
+        raise _os_error(op, "read", path, e) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
