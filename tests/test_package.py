@@ -130,3 +130,42 @@ def test_includes_go_one_way():
     for header in ("cutlass_gemm/kernel_list.h", "cutlass_gemm/launch_args.h", "csrc/activation.h"):
         includes = re.findall(r'#include\s+[<"]([^">]+)[">]', pathlib.Path(REPO, header).read_text())
         assert not [i for i in includes if i.split("/")[0] in ("ATen", "c10", "torch")], (header, includes)
+
+
+def test_sdist_holds_every_build_input(tmp_path):
+    # `python setup.py sdist` of the tree as it is: the source distribution `pip install <sdist>` builds
+    # from must hold every file whose digest the library records (ops/_source_digest.py: the headers
+    # too, which are no Extension sources), the package, the tests and what README's commands run;
+    # nothing built (the library, its build facts).
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    skip = shutil.ignore_patterns("build", "dist", ".git", "*.egg-info", ".whl", ".prebuilt", ".hypothesis",
+                                  ".pytest_cache", "__pycache__", "results")
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO, tree, ignore=skip)
+    for name in ("_C.abi3.so", "_build_info.py"):  # as after an in-place build
+        (tree / "ops" / name).write_text("built\n")
+    env = dict(os.environ, OPS_WITH_CUDA="0")
+    result = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=tree,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (archive,) = (tmp_path / "dist").iterdir()
+    with tarfile.open(archive) as tar:
+        members = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+
+    def files(top):
+        return {os.path.relpath(os.path.join(folder, f), tree) for folder, _, names in os.walk(tree / top)
+                for f in names}
+
+    expected = (files("csrc") | files("cutlass_gemm") | files("tests") | files("docs") | files("benchmarks")
+                | {f"ops/{f}" for f in os.listdir(tree / "ops") if f.endswith(".py")}
+                | {"setup.py", "pyproject.toml", "README.md", "Makefile", "pytest.ini", "requirements.txt",
+                   "requirements-nodeps.txt", "MANIFEST.in"})
+    expected -= {"ops/_build_info.py"}
+    missing = expected - members
+    assert not missing, f"the sdist lacks {sorted(missing)[:10]}"
+    assert not {"ops/_C.abi3.so", "ops/_build_info.py"} & members
