@@ -92,7 +92,8 @@ def kernels(op=None):
     cutlass_gemm/kernel_list.h, the CUTLASS instantiations and the SIMT GEMV kernels), ``"scaled_gemm"``
     (the SM90 FP8 kernels) and ``"grouped_gemm"`` (the SM90 grouped kernels); ``op``: that op's only.
     ``candidate_only`` ones are compiled only with OPS_CANDIDATE_KERNELS=1
-    (``ops.build_info.CANDIDATE_KERNELS``)."""
+    (``ops.build_info.CANDIDATE_KERNELS``). Dtypes (``dtype``, ``out_dtype``) are spelled as torch's
+    (``"bfloat16"``, ``"float8_e4m3fn"``: ``str(torch.bfloat16)`` without ``torch.``)."""
     if op is not None and op not in _KERNEL_OPS:
         raise ValueError(f"ops.kernels: op must be None or one of {', '.join(_KERNEL_OPS)}, got {op!r}")
     listed = json.loads(torch.ops.ops._cutlass_gemm_kernels())

@@ -994,7 +994,7 @@ def scaled_kernel_candidates(recipe, out_dtype, act):
     """The unswapped and the swapped SM90 kernel of a call (ops.kernels), two-level accumulation."""
     names = {"tensorwise": "tensorwise", "rowwise": "rowwise", "block128": "blockwise 1x128 x 128x128",
              "block1x128": "blockwise 1x128 x 1x128"}
-    dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[out_dtype]
+    dtype = str(out_dtype).removeprefix("torch.")
     found = sorted((k["swap_ab"], k["name"]) for k in ops.kernels("scaled_gemm")
                    if names[recipe] in k["recipes"] and k["out_dtype"] == dtype and k["activation"] == act
                    and k["accumulation"] != "fast")

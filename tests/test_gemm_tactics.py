@@ -553,7 +553,7 @@ def test_the_fp8_and_grouped_kernels_choose_as_cutlass_gemm_does(tmp_path, clean
     # forced or cached and there is a choice. plan() and the launch both choose through this.
     import json
 
-    names = [k["name"] for k in ops.kernels("grouped_gemm") if k["dtype"] == "bf16" and k["layout_b"] == "col"]
+    names = [k["name"] for k in ops.kernels("grouped_gemm") if k["dtype"] == "bfloat16" and k["layout_b"] == "col"]
     assert len(names) == 2  # unswapped, swapped
 
     def choice(key, candidates=names, heuristic=0):

@@ -63,10 +63,14 @@ def test_kernel_list_names_the_fp8_and_grouped_kernels():
         blockwise = k["recipes"][0].startswith("blockwise")
         assert ("fp8_blockwise" in k["name"]) == blockwise and ("fastaccum" in k["name"]) == (k["accumulation"] == "fast")
         assert ("128x32x128" in k["name"]) == k["swap_ab"] == ("_tnn_" in k["name"])
-        assert k["name"].endswith(f"_{k['out_dtype']}_scaled_bias_{k['activation']}") or blockwise
+        short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[k["out_dtype"]]
+        assert k["name"].endswith(f"_{short}_scaled_bias_{k['activation']}") or blockwise
+    # Every op's dtypes in torch's names.
+    assert {k["dtype"] for k in scaled} == {"float8_e4m3fn"}
     assert {(k["out_dtype"], k["activation"]) for k in scaled} == {
-        (o, a) for o in ("bf16", "f16", "f32") for a in ("none", "relu", "gelu", "gelu_tanh", "silu")}
+        (o, a) for o in ("bfloat16", "float16", "float32") for a in ("none", "relu", "gelu", "gelu_tanh", "silu")}
     grouped = ops.kernels("grouped_gemm")
+    assert {k["dtype"] for k in grouped} == {"bfloat16", "float16"}
     assert len(grouped) == 2 * 5 and all(k["sm"] == 90 and k["candidate_only"] for k in grouped)
     assert {(k["layout_a"], k["layout_b"], k["swap_ab"]) for k in grouped if k["modes"] == ["2D x 2D"]} == {
         ("col", "row", False)}
