@@ -409,6 +409,9 @@ def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
 
 
 _HF_FP8_LINEAR = ("transformers.integrations.finegrained_fp8", "FP8Linear")
+_HF_CONV1D = ("transformers.pytorch_utils", "Conv1D")
+_CONV1D = ("transformers' Conv1D (GPT-2 family): a linear layer whose weight is stored (in, out), not an "
+           "nn.Linear; swapping it would change the state_dict")
 
 
 def _why_unaligned(module) -> Optional[str]:
@@ -530,6 +533,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     A recipe replaces its block's forward only and falls back to the class's forward whenever its
     submodules no longer are what it was written for. Only exact classes are swapped (a subclass may
     compute something else). Left alone, and listed in ``report.skipped``: subclasses of ``nn.Linear``,
+    transformers' ``Conv1D`` (GPT-2's linear layers, weight stored transposed),
     modules with hooks, with parameters or buffers besides ``weight`` and ``bias`` (pruning, old-style
     weight norm), with child modules or a ``forward`` set on the instance, compiled in place
     (``module.compile()``: convert first), with DTensor parameters (convert before ``parallelize_module``
@@ -604,6 +608,9 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                     replaced[id(child)] = Fp8Linear.from_fp8(child.weight, child.weight_scale_inv, child.bias)
                 setattr(parent, name, replaced[id(child)])
                 report.fp8.append(prefix + name)
+                continue
+            if child is not None and type(child).__module__ == _HF_CONV1D[0] and type(child).__qualname__ == _HF_CONV1D[1]:
+                report.skipped.append((prefix + name, _CONV1D))
                 continue
             is_linear = type(child) is torch.nn.Linear
             if not is_linear and isinstance(child, torch.nn.Linear) and not isinstance(child, Linear):

@@ -106,6 +106,18 @@ def test_convert_reports_the_linear_subclasses_it_leaves_alone():
                       "swapped (a subclass may compute otherwise)"}
 
 
+def test_convert_reports_gpt2_conv1d():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=32, n_positions=8)
+    model = transformers.GPT2Model(config).eval()
+    ids = torch.randint(0, 32, (1, 5))
+    expected = model(ids).last_hidden_state
+    report = ops.nn.convert(model)
+    conv = {name for name, why in report.skipped if why.startswith("transformers' Conv1D")}
+    assert conv == {"h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc", "h.0.mlp.c_proj"}
+    torch.testing.assert_close(model(ids).last_hidden_state, expected, rtol=0, atol=0)
+
+
 def test_converted_hf_norm_reads_and_sets_variance_epsilon():
     transformers = pytest.importorskip("transformers")
     norm = torch.nn.Sequential(transformers.models.llama.modeling_llama.LlamaRMSNorm(16, eps=1e-5))
