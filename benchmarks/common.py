@@ -1,6 +1,7 @@
 """Timing and reporting helpers shared by the benchmarks (README.md, "Benchmarks")."""
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -189,17 +190,34 @@ def cpu_compare(fns, rounds=3, min_run_time=0.1):
     return [min(t) for t in medians], spread
 
 
+@contextlib.contextmanager
+def replacing(path):
+    """A text file that replaces `path` when the block ends without an error (a temporary file renamed onto
+    it): a run killed while it writes a report leaves the previous file, never a truncated one."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    temp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temp, "w") as f:
+            yield f
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def write_text(path, text):
+    with replacing(path) as f:
+        f.write(text)
+
+
 def write_json(path, payload):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=1)
+    write_text(path, json.dumps(payload, indent=1))
 
 
 def write_report(out_dir, name, payload, title, table):
     """<out_dir>/<name>.json (payload) and <name>.md (title + table)."""
     write_json(os.path.join(out_dir, f"{name}.json"), payload)
-    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
-        f.write(f"# {title}\n\n{table}\n")
+    write_text(os.path.join(out_dir, f"{name}.md"), f"# {title}\n\n{table}\n")
 
 
 def mark_stopped(payload, measured, planned, aborted=None):

@@ -50,8 +50,8 @@ import ops
 from benchmarks import watchdog
 from benchmarks.common import (ACT, NOISE, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth,
                                cpu_compare, cpu_time, cuda_kernels, fastest, graph_time, int_list, machine_facts, mark_stopped,
-                               markdown_table, max_rel_error, measure_all, output_check, sweep_order, sweep_tactics,
-                               write_json, warn_without_candidate_kernels, wrong_results)
+                               markdown_table, max_rel_error, measure_all, output_check, replacing, sweep_order,
+                               sweep_tactics, write_json, warn_without_candidate_kernels, wrong_results)
 
 TOKENS = [1, 16, 128, 1024, 4096]
 OVERHEAD_SIZES = [16, 64, 128]
@@ -292,7 +292,7 @@ def report_decode(results, facts, quick, note, out_dir):
             row += [_ratio(f["ref_ms"], f["ops_ms"]), _ratio(f["ref_graph_ms"], f["ops_graph_ms"])]
         rows.append(row)
     where = facts.get("gpu", f"CPU ({facts['cpu']}, {facts['cpu_threads']} threads)")
-    with open(os.path.join(out_dir, "gemm_decode.md"), "w") as f:
+    with replacing(os.path.join(out_dir, "gemm_decode.md")) as f:
         f.write(f"# Decode GEMMs (x @ W^T, M = tokens) on {where}\n\n")
         f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}; {'quick' if quick else 'full'} suite{note}. "
                 "GB/s = (x + W + out bytes) / time; copy = a device copy of W's bytes (read and written); "
@@ -376,7 +376,7 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
     if candidates:
         report_candidates(candidates, facts, out_dir)
     where = facts.get("gpu", f"CPU ({facts['cpu']}, {facts['cpu_threads']} threads)")
-    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
+    with replacing(os.path.join(out_dir, f"{stem}.md")) as f:
         f.write(f"# ops.cutlass_gemm vs torch.mm on {where}\n\n")
         if suite == "overhead":
             f.write("Call cost of tiny problems: time per call of back-to-back calls (min over rounds of "
@@ -414,7 +414,7 @@ def report_candidates(candidates, facts, out_dir):
         rows.append([c["dtype"], c["shape"], f"{c['torch_ms']:.4f}", c["heuristic"],
                      f"{h:.4f}" if h else "-", c["best"] or "-", f"{b:.4f}" if b else "-",
                      f"{h / b:.3f}" if h and b else "-", ", ".join(wrong_results(c["problems"])) or "-"])
-    with open(os.path.join(out_dir, "gemm_candidates.md"), "w") as f:
+    with replacing(os.path.join(out_dir, "gemm_candidates.md")) as f:
         f.write(f"# cutlass_gemm tactics per shape on {facts.get('gpu', 'CPU')}\n\n")
         f.write("heuristic / best > 1: the heuristic (cutlass_gemm/tactic.cpp) left that much on the table. "
                 "wrong results: tactics whose output failed the check against the float64 reference (not timed: "

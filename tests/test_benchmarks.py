@@ -641,3 +641,17 @@ def test_grouped_benchmark_group_sizes_sum_to_the_picks():
         sizes = group_sizes(37, 8, 2, routing)
         assert sizes.sum() == 74 and len(sizes) == 8 and (sizes >= 0).all()
     assert group_sizes(37, 8, 2, "balanced").tolist() == [10, 10, 9, 9, 9, 9, 9, 9]
+
+
+def test_reports_are_replaced_whole(tmp_path):
+    # A run stopped while it writes a report (a second signal) keeps the previous file, never a torn one.
+    from benchmarks.common import replacing, write_json
+
+    path = tmp_path / "gemm.json"
+    write_json(str(path), {"rows": [1, 2]})
+    with pytest.raises(KeyboardInterrupt):
+        with replacing(str(path)) as f:
+            f.write('{"rows": [1')
+            raise KeyboardInterrupt
+    assert json.loads(path.read_text()) == {"rows": [1, 2]}
+    assert os.listdir(tmp_path) == ["gemm.json"]
