@@ -319,7 +319,8 @@ def save_tuning_cache(path) -> int:
         TypeError: ``path`` is not a str or os.PathLike.
         ValueError: ``path`` is empty, or exists and is not a regular file (a directory, FIFO, device); the
             file would be larger than ``TUNING_CACHE_MAX_BYTES`` (what ``load_tuning_cache`` reads).
-        OSError: the file cannot be written; PermissionError for an existing file that is read-only.
+        OSError: the file cannot be written; PermissionError for an existing file that is read-only (no
+            write permission bit, or none for this user: root too).
     """
     import json
     import stat
@@ -337,7 +338,9 @@ def save_tuning_cache(path) -> int:
     if mode is not None and not stat.S_ISREG(mode):
         raise ValueError(f"{op}: {path} is not a regular file ({_file_kind(mode)}); a tuning cache is "
                          "written to a file path")
-    if mode is not None and not os.access(target, os.W_OK):
+    # No write bit, or none for this user: read-only, for root too (whom os.access lets write anything), as
+    # rm asks before removing a write-protected file.
+    if mode is not None and (not stat.S_IMODE(mode) & 0o222 or not os.access(target, os.W_OK)):
         raise PermissionError(errno.EACCES, f"{op}: {path} is read-only; it is kept (make it writable to replace it)")
     file_mode = stat.S_IMODE(mode) if mode is not None else _new_file_mode()
     entries = tuning_cache()
