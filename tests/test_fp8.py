@@ -671,7 +671,7 @@ def test_a_tiny_llama_in_fp8_keeps_its_logits_and_generates(recipe):
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref, got = model(ids).logits, fp8_model(ids).logits
-    # Measured 0.9993 (rowwise) and 0.9992 (blockwise).
+    # Measured 0.9990 (rowwise) and 0.9993 (blockwise).
     assert F.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.99
     assert (F.cosine_similarity(got, ref, dim=-1) > 0.98).all()
     out = fp8_model.generate(ids[:1, :4], max_new_tokens=5, do_sample=False)

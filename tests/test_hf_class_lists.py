@@ -272,3 +272,20 @@ def test_convert_leaves_a_listed_class_alone_whose_forward_is_not_its_lists_form
     assert "ChangedRMSNorm.forward in transformers" in reasons["0"]
     assert "ClampedMLP.forward in transformers" in reasons["1"] and "not the formula" in reasons["1"]
     torch.testing.assert_close(model(x), expected)
+
+
+def test_the_docs_count_the_lists():
+    # README.md and docs/fusion.md state the lists' sizes and the transformers release they come from.
+    from conftest import REPO
+
+    readme = open(os.path.join(REPO, "README.md")).read()
+    fusion = open(os.path.join(REPO, "docs", "fusion.md")).read()
+    norms = len(_hf_classes.RMS_NORM_LLAMA) + len(_hf_classes.RMS_NORM_CAST)
+    assert f"and {norms} listed transformers" in readme.replace("\n", " ")
+    assert f"({len(_hf_classes.RMS_NORM_LLAMA)} with Llama's formula, {len(_hf_classes.RMS_NORM_CAST)} with Olmo2's" \
+        in fusion
+    for name, blocks in (("dense_act", _hf_classes.DENSE_ACT), ("gated_mlp", _hf_classes.GATED_MLP),
+                         ("gate_up_mlp", _hf_classes.GATE_UP_MLP)):
+        assert f"| `{name}` | {len(blocks)} blocks with" in fusion, name
+    release = " ".join(_hf_classes.__doc__.split()).split("Listed from transformers ")[1].split()[0]
+    assert f"every class of transformers {release} whose" in fusion
