@@ -35,9 +35,18 @@ import shutil
 import subprocess
 import sys
 
+import setuptools
 from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# A wheel (pip install, pip wheel, an editable install) needs setuptools >= 70.1 or the `wheel` package; the
+# setuptools 65 of a fresh Python 3.11 venv fails with "invalid command 'bdist_wheel'".
+if ({"bdist_wheel", "editable_wheel", "dist_info"} & set(sys.argv[1:])
+        and tuple(int(p) for p in re.findall(r"\d+", setuptools.__version__)[:2]) < (70, 1)
+        and importlib.util.find_spec("wheel") is None):
+    sys.exit(f"setup.py: setuptools {setuptools.__version__} builds wheels only with the `wheel` package, which "
+             "is not installed: pip install 'setuptools>=70.1' (requirements.txt), then build again.")
 DEFAULT_ARCH_LIST = "8.0;9.0a"
 GB = 1024**3
 
@@ -65,7 +74,12 @@ _cuda_home = _find_cuda_home()
 if _cuda_home:
     os.environ.setdefault("CUDA_HOME", _cuda_home)
 
-import torch  # noqa: E402
+try:
+    import torch  # noqa: E402
+except ImportError:
+    sys.exit(f"setup.py: torch cannot be imported by the Python running this build ({sys.executable}). ops is "
+             "built against the torch it will run with: install torch, then `pip install --no-build-isolation .` "
+             "(pip's default isolated build environment has no torch).")
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
 
@@ -76,13 +90,25 @@ def _nvcc_version(cuda_home):
     return f"{match.group(1)}.{match.group(2)}" if match else "unknown"
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def _flag(name, allowed=()):
+    """An on/off environment knob (unset: off); any other value than those and `allowed` stops the build."""
+    value = os.environ.get(name, "0").strip().lower()
+    if value not in _TRUE + _FALSE + allowed:
+        sys.exit(f"setup.py: {name}={os.environ[name]!r}; expected one of {', '.join(_TRUE[:1] + _FALSE[:1] + allowed)} "
+                 "(or true/false, yes/no, on/off)")
+    return value if value in allowed else value in _TRUE
+
+
 def _with_cuda():
-    flag = os.environ.get("OPS_WITH_CUDA", "auto").lower()
-    if flag in ("0", "false", "no", "off"):
+    flag = _flag("OPS_WITH_CUDA", allowed=("auto",)) if os.environ.get("OPS_WITH_CUDA", "").strip() else "auto"
+    if flag is False:
         return False
     available = torch.version.cuda is not None and _cuda_home is not None and os.path.exists(
         os.path.join(_cuda_home, "bin", "nvcc"))
-    if flag in ("1", "true", "yes", "on") and not available:
+    if flag is True and not available:
         sys.exit("setup.py: OPS_WITH_CUDA=1 but no CUDA build of torch or no nvcc was found "
                  f"(torch {torch.__version__}, CUDA_HOME={_cuda_home}).")
     if available:
@@ -98,7 +124,8 @@ def _cutlass_include_dirs():
     spec = importlib.util.find_spec("cutlass_library")  # locate without importing its dependencies
     if spec is None or not spec.submodule_search_locations:
         sys.exit("setup.py: CUTLASS headers not found. Install them with "
-                 "`pip install --no-deps nvidia-cutlass==4.2.0.0` (see requirements.txt).")
+                 "`pip install --no-deps nvidia-cutlass==4.2.0.0` (see requirements-nodeps.txt), or build the "
+                 "CPU-only library with OPS_WITH_CUDA=0.")
     source = os.path.join(list(spec.submodule_search_locations)[0], "source")
     dirs = [os.path.join(source, "include"), os.path.join(source, "tools", "util", "include")]
     for d in dirs:
@@ -145,12 +172,8 @@ def _write_if_changed(path, text):
         f.write(text)
 
 
-def _flag(name):
-    return os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
-
-
 WITH_CUDA = _with_cuda()
-CANDIDATE_KERNELS = WITH_CUDA and _flag("OPS_CANDIDATE_KERNELS")
+CANDIDATE_KERNELS = _flag("OPS_CANDIDATE_KERNELS") and WITH_CUDA
 ARCH_LIST = os.environ.get("TORCH_CUDA_ARCH_LIST") or DEFAULT_ARCH_LIST if WITH_CUDA else ""
 if WITH_CUDA:
     os.environ["TORCH_CUDA_ARCH_LIST"] = ARCH_LIST
@@ -312,13 +335,20 @@ class BuildExt(BuildExtension):
 
 
 setup(
-    # The distribution's name; the import name is `ops`. PyPI's unrelated `ops` is another distribution,
-    # which pip install / show / uninstall of this one never touch.
+    # The distribution's name; the import name is `ops`. PyPI's unrelated `ops` (Canonical's) installs a
+    # top-level `ops` package too: one environment cannot hold both.
     name="torch-cutlass-ops",
     version="0.1.0",
     description="C++/CUDA custom operators for PyTorch: a CUTLASS GEMM and friends, registered "
                 "with torch.library.",
+    long_description=open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
     packages=["ops"],
+    # The library loads only into the torch it was built against (its public version; a local label such
+    # as +cu130 is not compared), as torchvision's wheels pin theirs.
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}"],
+    # ops._C uses no Python API (py_limited_api): one wheel serves CPython 3.10 and later.
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
     ext_modules=[_extension()],
     cmdclass={"build_ext": BuildExt.with_options(use_ninja=True)},
     python_requires=">=3.10",

@@ -148,7 +148,7 @@ def test_sdist_holds_every_build_input(tmp_path):
     import tarfile
 
     skip = shutil.ignore_patterns("build", "dist", ".git", "*.egg-info", ".whl", ".prebuilt", ".hypothesis",
-                                  ".pytest_cache", "__pycache__", "results")
+                                  ".pytest_cache", "__pycache__", "local")
     tree = tmp_path / "tree"
     shutil.copytree(REPO, tree, ignore=skip)
     for name in ("_C.abi3.so", "_build_info.py"):  # as after an in-place build
@@ -173,3 +173,38 @@ def test_sdist_holds_every_build_input(tmp_path):
     missing = expected - members
     assert not missing, f"the sdist lacks {sorted(missing)[:10]}"
     assert not {"ops/_C.abi3.so", "ops/_build_info.py"} & members
+
+
+def _run_setup(tmp_path, args, env=None, prelude=""):
+    """setup.py `args` in a folder holding a copy of setup.py and what it reads before building."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / "ops").mkdir(exist_ok=True)
+    for name in ("setup.py", "README.md", "ops/_source_digest.py"):
+        shutil.copy(os.path.join(REPO, name), tmp_path / name)
+    code = f"{prelude}\nimport runpy, sys; sys.argv = ['setup.py', *{args!r}]; runpy.run_path('setup.py', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "OPS_WITH_CUDA": "0", **(env or {})},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_setup_stops_with_a_reason_where_it_cannot_build_right(tmp_path):
+    # An isolated build environment (pip install . without --no-build-isolation) has no torch.
+    result = _run_setup(tmp_path, ["--name"], prelude="import sys; sys.modules['torch'] = None")
+    assert result.returncode != 0 and "pip install --no-build-isolation ." in result.stderr, result.stderr[-2000:]
+    # setuptools < 70.1 without the wheel package cannot write a wheel (a fresh Python 3.11 venv's 65.5).
+    result = _run_setup(tmp_path, ["dist_info"], prelude="import setuptools, sys; setuptools.__version__ = '65.5.0'; "
+                                                           "sys.modules['wheel'] = None")
+    assert result.returncode != 0 and "pip install 'setuptools>=70.1'" in result.stderr, result.stderr[-2000:]
+    for knob in ("OPS_WITH_CUDA", "OPS_CANDIDATE_KERNELS", "OPS_DEBUG_INFO"):
+        result = _run_setup(tmp_path, ["--name"], env={knob: "sometimes"})
+        assert result.returncode != 0 and f"setup.py: {knob}='sometimes'; expected one of 1, 0" in result.stderr
+
+
+def test_the_distribution_requires_the_torch_it_was_built_against(tmp_path):
+    result = _run_setup(tmp_path, ["-q", "egg_info", "--egg-base", str(tmp_path)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    requires = (tmp_path / "torch_cutlass_ops.egg-info" / "requires.txt").read_text().split()
+    assert requires == [f"torch=={torch.__version__.split('+')[0]}"]
