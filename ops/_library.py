@@ -48,7 +48,7 @@ def load():
         raise ImportError(
             f"ops was built against torch {info.TORCH_VERSION} but torch {torch.__version__} is installed. "
             "A C++ extension only loads into the torch it was compiled with: rebuild ops "
-            "(`make test`, or `pip install --no-build-isolation --force-reinstall .`) or install torch "
+            "(`make test`, or `pip install --no-build-isolation --no-deps --force-reinstall .`) or install torch "
             f"{info.TORCH_VERSION}."
         )
     path = library_path()
