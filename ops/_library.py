@@ -63,7 +63,25 @@ def load():
             f"ops: loading the compiled library {path} failed ({exc}). It was built with torch "
             f"{info.TORCH_VERSION} (CUDA {info.TORCH_CUDA_VERSION}); rebuild it in this environment."
         ) from exc
+    _warn_if_stale(info, path)
     return info
+
+
+def _warn_if_stale(info, path):
+    """In a source checkout (built in place, or an editable install), warns when the C++/CUDA sources
+    changed since the library was built: what runs is not what the files say."""
+    root = os.path.dirname(_PACKAGE_DIR)
+    if not all(os.path.exists(os.path.join(root, f)) for f in ("setup.py", "csrc", "cutlass_gemm")):
+        return
+    from . import _source_digest
+
+    built = getattr(info, "SOURCE_SHA256", None)
+    if built is not None and built != _source_digest.source_digest(root):
+        import warnings
+
+        warnings.warn(f"ops: {path} was built from other sources than those in {root} now (a build input "
+                      "under csrc/ or cutlass_gemm/, or setup.py, changed since): the ops run the old code until it is rebuilt (`make build`, or "
+                      "`python setup.py build_ext --inplace`)", stacklevel=3)
 
 
 build_info = load()

@@ -208,3 +208,27 @@ def test_the_distribution_requires_the_torch_it_was_built_against(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     requires = (tmp_path / "torch_cutlass_ops.egg-info" / "requires.txt").read_text().split()
     assert requires == [f"torch=={torch.__version__.split('+')[0]}"]
+
+
+def test_import_warns_when_the_checkout_changed_since_the_build(tmp_path):
+    # Built in place (or installed editable): a source edited since the build runs only after a rebuild.
+    import os
+    import shutil
+
+    shutil.copytree(os.path.join(REPO, "ops"), tmp_path / "ops", ignore=shutil.ignore_patterns("__pycache__", "_C*.so"))
+    os.symlink(ops._library.library_path(), tmp_path / "ops" / os.path.basename(ops._library.library_path()))
+    for name in ("csrc", "cutlass_gemm"):
+        shutil.copytree(os.path.join(REPO, name), tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(REPO, "setup.py"), tmp_path)
+    from ops import _source_digest
+
+    digest = _source_digest.source_digest(str(tmp_path))
+    (tmp_path / "ops" / "_build_info.py").write_text(
+        open(os.path.join(REPO, "ops", "_build_info.py")).read().replace(ops.build_info.SOURCE_SHA256, digest))
+    code = "import warnings; warnings.simplefilter('error'); import ops"
+    result = run_python(code, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(tmp_path / "csrc" / "checks.cpp", "a") as f:
+        f.write("// edited\n")
+    result = run_python(code, cwd=tmp_path)
+    assert result.returncode != 0 and "was built from other sources than those in" in result.stderr
