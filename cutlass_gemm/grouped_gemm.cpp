@@ -7,6 +7,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
+#include <utility>
 #include <vector>
 
 #include "../csrc/checks.h"
@@ -82,6 +83,40 @@ bool torch_runs(const at::Tensor& A, const at::Tensor& B, at::ScalarType dtype) 
   return dtype == t && (t == at::kBFloat16 || t == at::kHalf || t == at::kFloat) && A.numel() > 0 && B.numel() > 0;
 }
 
+// torch's bfloat16 kernel (SM90, SM100) asserts on the device, a sticky error, that every group but the last
+// spans a multiple of 16 bytes along the cut dimension where its TMA strides over it (GroupMMCommon.cuh,
+// prepare_grouped_gemm_data; row-major means stride(-1) == 1, as GroupMM.cu reads it): the rows of a
+// column-major A (2D x 3D), K of a row-major A or of a column-major B (2D x 2D), N of the output (3D x 2D,
+// always). Any offsets must run, so the operands get the layouts it leaves unchecked.
+bool torch_checks_group_sizes(const at::Tensor& a, const at::Tensor& b, GroupedMode mode) {
+  switch (mode) {
+    case GroupedMode::RaggedM: return a.stride(-1) != 1;
+    case GroupedMode::RaggedK: return a.stride(-1) == 1 || b.stride(-1) != 1;
+    case GroupedMode::RaggedN: return true;
+    case GroupedMode::Batched: return false;
+  }
+  return true;
+}
+
+at::Tensor row_major_copy(const at::Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); }
+at::Tensor column_major_copy(const at::Tensor& t) { return row_major_copy(t.transpose(-2, -1)).transpose(-2, -1); }
+
+// The operands torch._grouped_mm gets (its layouts, and for bfloat16 none whose group sizes it checks), or
+// undefined tensors where it takes none.
+std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::Tensor& B, GroupedMode mode,
+                                                 at::ScalarType dtype) {
+  if (!torch_runs(A, B, dtype)) return {};
+  at::Tensor a = for_torch(A), b = for_torch(B);
+  if (!a.defined() || !b.defined() || dtype != at::kBFloat16 || !torch_checks_group_sizes(a, b, mode)) return {a, b};
+  if (mode == GroupedMode::RaggedM) a = row_major_copy(A);
+  if (mode == GroupedMode::RaggedK) {
+    if (a.stride(-1) == 1) a = column_major_copy(A);
+    if (b.stride(-1) != 1) b = row_major_copy(B);
+  }
+  if (!torch_layout(a) || !torch_layout(b) || torch_checks_group_sizes(a, b, mode)) return {};
+  return {a, b};
+}
+
 at::Tensor device_offsets(const at::Tensor& offs, const GroupedProblem& p) {
   return std::get<0>(at::cummax(offs.clamp(0, p.extent), 0));
 }
@@ -100,14 +135,14 @@ void zero_outside_groups(at::Tensor& out, const at::Tensor& ends, const GroupedP
 
 }  // namespace
 
-bool grouped_gemm_torch_takes(const at::Tensor& A, const at::Tensor& B, at::ScalarType dtype) {
-  return torch_runs(A, B, dtype) && for_torch(A).defined() && for_torch(B).defined();
+bool grouped_gemm_torch_takes(const at::Tensor& A, const at::Tensor& B, const GroupedProblem& p,
+                              at::ScalarType dtype) {
+  return torch_operands(A, B, p.mode, dtype).first.defined();
 }
 
 at::Tensor grouped_gemm_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                               const GroupedProblem& p, at::ScalarType dtype) {
-  if (!torch_runs(A, B, dtype)) return {};
-  const at::Tensor a = for_torch(A), b = for_torch(B);
+  const auto [a, b] = torch_operands(A, B, p.mode, dtype);
   if (!a.defined() || !b.defined()) return {};
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   const c10::optional<at::Tensor> ends =

@@ -23,11 +23,13 @@ at::Tensor grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const c10
 // clamped offsets, a bad offset reads nothing out of bounds), rows or columns past the last end and 2D x 2D
 // groups of no K zeroed (torch leaves them unwritten), a contiguous result; no host synchronization. An
 // undefined tensor where torch's op does not take the problem (grouped_gemm_torch_takes: its dtypes with
-// out_dtype = A's, nothing empty, layouts it takes directly or after a contiguous copy). The CUDA kernel's
-// path; the test hook _grouped_gemm_torch_path runs it on CPU.
+// out_dtype = A's, nothing empty, layouts it takes directly or after a copy; for bfloat16, none where its
+// kernel would check the groups' sizes on the device: 3D x 2D never). The CUDA kernel's path; the test hook
+// _grouped_gemm_torch_path runs it on CPU.
 at::Tensor grouped_gemm_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                               const GroupedProblem& p, at::ScalarType dtype);
-bool grouped_gemm_torch_takes(const at::Tensor& A, const at::Tensor& B, at::ScalarType dtype);
+bool grouped_gemm_torch_takes(const at::Tensor& A, const at::Tensor& B, const GroupedProblem& p,
+                              at::ScalarType dtype);
 
 // grouped_gemm and grouped_gemm.out around a path `compute(A, B, offs, problem, dtype)` returning a fresh
 // result: the op's checks, and for .out the copy into out last (out never feeds its own computation).

@@ -142,7 +142,7 @@ std::string grouped_gemm_cuda_path(const at::Tensor& A, const at::Tensor& B, con
     plan.add("offsets", "clamped on the device");
     return plan.str();
   }
-  const bool torch_path = grouped_gemm_torch_takes(A, B, dtype);
+  const bool torch_path = grouped_gemm_torch_takes(A, B, p, dtype);
   // 3D x 3D reads no offsets; the others read them on the host unless torch's kernel takes them on the device.
   const bool sync = p.mode != GroupedMode::Batched && !(torch_path && torch_kernel_on_device(A));
   plan.add("path", torch_path ? "torch._grouped_mm" : "loop");

@@ -54,9 +54,11 @@ bool tma_in_place(const at::Tensor& t, bool row_major) {
 
 at::Tensor tma_operand(const at::Tensor& t, bool row_major) {
   if (tma_in_place(t, row_major)) return t;
+  // A fresh tensor of that layout: contiguous() keeps a view whose size-1 dimension has stride 1 (a (1, K)
+  // transpose of (K, 1)), a leading dimension of 1 that CUTLASS's can_implement refuses.
   const int64_t last = t.dim() - 1;
-  const at::Tensor c = row_major ? t.contiguous() : t.transpose(last - 1, last).contiguous().transpose(last - 1, last);
-  return aligned16(c) ? c : c.clone();
+  return row_major ? t.clone(at::MemoryFormat::Contiguous)
+                   : t.transpose(last - 1, last).clone(at::MemoryFormat::Contiguous).transpose(last - 1, last);
 }
 
 MatrixView view_of(const at::Tensor& t) {

@@ -130,6 +130,11 @@ ScaledLaunch prepare_scaled_launch(const at::Tensor& A, const at::Tensor& B, con
 // mainloop scales it.
 void replay_scaled_launch(const ScaledGemmLaunchArgs& args, at::ScalarType out_dtype) {
   const ScaledKernelProblem p = scaled_kernel_problem(args);
+  // The kernel's can_implement: every dynamic stride a multiple of 16 bytes (CUTLASS detail::check_alignment),
+  // whatever the extent along it.
+  TORCH_CHECK(p.lda % 16 == 0 && p.ldb % 16 == 0 && args.ldd * c10::elementSize(out_dtype) % 16 == 0,
+              "_scaled_gemm_emulate: CUTLASS's can_implement would refuse the leading dimensions lda = ", p.lda,
+              ", ldb = ", p.ldb, " (FP8 elements), ldd = ", args.ldd, ": each must be 16 bytes");
   const bool swap = args.swap_ab;
   const auto* A = static_cast<const c10::Float8_e4m3fn*>(p.a);
   const auto* B = static_cast<const c10::Float8_e4m3fn*>(p.b);

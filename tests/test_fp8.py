@@ -1010,8 +1010,10 @@ def test_the_sm90_launch_replayed_on_cpu_equals_the_formula(recipe, out_dtype):
     # dimensions (torch.ops.ops._scaled_gemm_emulate); a wrong pointer, stride or scale layout shows.
     eps = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7}[out_dtype]
     for M, K, N, layout in ((37, 528, 256, "tn"), (1, 256, 128, "tn"), (64, 384, 384, "nt"), (5, 256, 160, "views"),
-                            (9, 256, 64, "padded")):
+                            (9, 256, 64, "padded"), (1, 256, 128, "column")):
         A, B = fp8(M, K), fp8(N, K, seed=1).t()
+        if layout == "column":  # (1, K) of a (K, 1) column: strides (1, 1), contiguous for torch
+            A = fp8(K, 1).t()
         if layout == "padded":  # leading dimensions past K, read in place
             A, B = fp8(M, K + 32)[:, :K], fp8(N, K + 16, seed=1)[:, :K].t()
         if layout == "nt":  # A column-major, B row-major: copied

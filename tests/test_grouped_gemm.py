@@ -2,6 +2,8 @@
 float64 loop of torch.mm, every edge of the group offsets, errors the fake kernel repeats, the out variant,
 autograd (gradcheck, any gradient layout, forward mode), opcheck, torch.compile, torch.export, TorchScript."""
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -319,8 +321,58 @@ def test_the_cuda_torch_path_equals_the_op_on_good_offsets(case, dtype, b_transp
     # The same ATen calls as on CUDA, so that its logic (layouts taken or copied, tails and empty K zeroed,
     # a contiguous result) is checked without a GPU.
     A, B, offs = make(case, dtype, b_transposed=b_transposed)
+    if dtype == torch.bfloat16 and case[0] == "3Dx2D":  # torch's kernel checks N's group sizes: the loop's
+        with pytest.raises(RuntimeError, match="torch._grouped_mm does not take this problem"):
+            torch_path(A, B, offs)
+        return
     got = torch_path(A, B, offs)
     assert got.is_contiguous() and not got.isnan().any()
+    assert torch.equal(got, ops.grouped_gemm(A, B, offs))
+
+
+def _torch_checks_group_sizes(a, b, mode):
+    """Whether torch's bfloat16 grouped kernel (SM90/SM100) asserts on the device that the groups along the cut
+    dimension are multiples of 16 bytes (ATen/native/cuda/GroupMMCommon.cuh; GroupMM.cu: row-major is
+    stride(-1) == 1)."""
+    a_row, b_row = a.stride(-1) == 1, b.stride(-1) == 1
+    return {"2Dx3D": not a_row, "2Dx2D": a_row or not b_row, "3Dx2D": True, "3Dx3D": False}[mode]
+
+
+# 16 rows: a column-major A is a layout torch takes as it is (its leading dimension 32 bytes).
+LAYOUT_CASES = CASES + [("2Dx3D 16 rows", (16, 32), (3, 32, 16), [3, 3, 16])]
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=[c[0] for c in LAYOUT_CASES])
+@pytest.mark.parametrize("a_transposed", [False, True], ids=["A", "A^T"])
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
+def test_the_cuda_torch_path_never_hands_torch_groups_it_checks_on_the_device(case, a_transposed, b_transposed):
+    # The groups' sizes here (3 rows, 1 column of K, ...) are no multiples of 16 bytes: torch's bfloat16 kernel
+    # would stop the process with a device-side assert if it checked them. torch._grouped_mm's CPU kernel is
+    # replaced by one that records what it is given.
+    A, B, offs = make(case, torch.bfloat16, b_transposed=b_transposed)
+    if a_transposed:
+        A = A.transpose(-2, -1).contiguous().transpose(-2, -1)
+    mode, seen = case[0].split()[0], []
+
+    def recording(a, b, offs=None, bias=None, out_dtype=None):
+        seen.append((a.stride(), b.stride()))
+        assert not _torch_checks_group_sizes(a, b, mode), (a.stride(), b.stride())
+        return ops.grouped_gemm(a, b, offs)  # the loop on CPU
+
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+            lib.impl("_grouped_mm", recording, "CPU")
+        if mode == "3Dx2D":
+            with pytest.raises(RuntimeError, match="torch._grouped_mm does not take this problem"):
+                torch_path(A, B, offs)
+            assert not seen
+            return
+        got = torch_path(A, B, offs)
+    finally:
+        lib._destroy()
+    assert len(seen) == 1
     assert torch.equal(got, ops.grouped_gemm(A, B, offs))
 
 
