@@ -376,6 +376,22 @@ def test_the_cuda_torch_path_never_hands_torch_groups_it_checks_on_the_device(ca
     assert torch.equal(got, ops.grouped_gemm(A, B, offs))
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=[c[0] for c in LAYOUT_CASES])
+@pytest.mark.parametrize("a_transposed", [False, True], ids=["A", "A^T"])
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
+def test_bfloat16_groups_of_any_size_run_on_the_gpu(case, a_transposed, b_transposed):
+    # Groups torch's bfloat16 kernel would refuse with a device-side assert (sizes no multiple of 8): every
+    # path ops takes on the device computes them, and the CUDA context stays usable.
+    A, B, offs = make(case, torch.bfloat16, b_transposed=b_transposed)
+    if a_transposed:
+        A = A.transpose(-2, -1).contiguous().transpose(-2, -1)
+    expected = ops.grouped_gemm(A, B, offs)
+    got = ops.grouped_gemm(A.cuda(), B.cuda(), None if offs is None else offs.cuda())
+    torch.cuda.synchronize()
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-2, rtol=1e-2)
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c[3] is not None], ids=[c[0] for c in CASES if c[3] is not None])
 def test_the_cuda_torch_path_clamps_bad_offsets(case):
     # Decreasing, negative and past-the-end ends: the groups of cummax(clamp(offs, 0, extent)), never a read
