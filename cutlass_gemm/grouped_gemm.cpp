@@ -13,6 +13,7 @@
 #include "../csrc/checks.h"
 #include "../csrc/json.h"
 #include "grouped_gemm.h"
+#include "operands.h"  // tma_operand
 
 namespace ops::cutlass_gemm {
 namespace {
@@ -98,9 +99,6 @@ bool torch_checks_group_sizes(const at::Tensor& a, const at::Tensor& b, GroupedM
   return true;
 }
 
-at::Tensor row_major_copy(const at::Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); }
-at::Tensor column_major_copy(const at::Tensor& t) { return row_major_copy(t.transpose(-2, -1)).transpose(-2, -1); }
-
 // The operands torch._grouped_mm gets (its layouts, and for bfloat16 none whose group sizes it checks), or
 // undefined tensors where it takes none.
 std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::Tensor& B, GroupedMode mode,
@@ -108,10 +106,10 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
   if (!torch_runs(A, B, dtype)) return {};
   at::Tensor a = for_torch(A), b = for_torch(B);
   if (!a.defined() || !b.defined() || dtype != at::kBFloat16 || !torch_checks_group_sizes(a, b, mode)) return {a, b};
-  if (mode == GroupedMode::RaggedM) a = row_major_copy(A);
+  if (mode == GroupedMode::RaggedM) a = tma_operand(A, /*row_major=*/true);
   if (mode == GroupedMode::RaggedK) {
-    if (a.stride(-1) == 1) a = column_major_copy(A);
-    if (b.stride(-1) != 1) b = row_major_copy(B);
+    if (a.stride(-1) == 1) a = tma_operand(A, /*row_major=*/false);
+    if (b.stride(-1) != 1) b = tma_operand(B, /*row_major=*/true);
   }
   if (!torch_layout(a) || !torch_layout(b) || torch_checks_group_sizes(a, b, mode)) return {};
   return {a, b};

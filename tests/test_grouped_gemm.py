@@ -342,6 +342,12 @@ def _torch_checks_group_sizes(a, b, mode):
 LAYOUT_CASES = CASES + [("2Dx3D 16 rows", (16, 32), (3, 32, 16), [3, 3, 16])]
 
 
+def make_layout(case, a_transposed, b_transposed):
+    """bfloat16 operands of `case`, A column-major if `a_transposed`."""
+    A, B, offs = make(case, torch.bfloat16, b_transposed=b_transposed)
+    return (A.transpose(-2, -1).contiguous().transpose(-2, -1) if a_transposed else A), B, offs
+
+
 @pytest.mark.parametrize("case", LAYOUT_CASES, ids=[c[0] for c in LAYOUT_CASES])
 @pytest.mark.parametrize("a_transposed", [False, True], ids=["A", "A^T"])
 @pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
@@ -349,9 +355,7 @@ def test_the_cuda_torch_path_never_hands_torch_groups_it_checks_on_the_device(ca
     # The groups' sizes here (3 rows, 1 column of K, ...) are no multiples of 16 bytes: torch's bfloat16 kernel
     # would stop the process with a device-side assert if it checked them. torch._grouped_mm's CPU kernel is
     # replaced by one that records what it is given.
-    A, B, offs = make(case, torch.bfloat16, b_transposed=b_transposed)
-    if a_transposed:
-        A = A.transpose(-2, -1).contiguous().transpose(-2, -1)
+    A, B, offs = make_layout(case, a_transposed, b_transposed)
     mode, seen = case[0].split()[0], []
 
     def recording(a, b, offs=None, bias=None, out_dtype=None):
@@ -383,9 +387,7 @@ def test_the_cuda_torch_path_never_hands_torch_groups_it_checks_on_the_device(ca
 def test_bfloat16_groups_of_any_size_run_on_the_gpu(case, a_transposed, b_transposed):
     # Groups torch's bfloat16 kernel would refuse with a device-side assert (sizes no multiple of 8): every
     # path ops takes on the device computes them, and the CUDA context stays usable.
-    A, B, offs = make(case, torch.bfloat16, b_transposed=b_transposed)
-    if a_transposed:
-        A = A.transpose(-2, -1).contiguous().transpose(-2, -1)
+    A, B, offs = make_layout(case, a_transposed, b_transposed)
     expected = ops.grouped_gemm(A, B, offs)
     got = ops.grouped_gemm(A.cuda(), B.cuda(), None if offs is None else offs.cuda())
     torch.cuda.synchronize()
