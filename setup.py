@@ -97,8 +97,8 @@ def _flag(name, allowed=()):
     """An on/off environment knob (unset: off); any other value than those and `allowed` stops the build."""
     value = os.environ.get(name, "0").strip().lower()
     if value not in _TRUE + _FALSE + allowed:
-        sys.exit(f"setup.py: {name}={os.environ[name]!r}; expected one of {', '.join(_TRUE[:1] + _FALSE[:1] + allowed)} "
-                 "(or true/false, yes/no, on/off)")
+        expected = ", ".join(_TRUE[:1] + _FALSE[:1] + allowed)
+        sys.exit(f"setup.py: {name}={os.environ[name]!r}; expected one of {expected} (or true/false, yes/no, on/off)")
     return value if value in allowed else value in _TRUE
 
 

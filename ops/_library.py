@@ -80,8 +80,8 @@ def _warn_if_stale(info, path):
         import warnings
 
         warnings.warn(f"ops: {path} was built from other sources than those in {root} now (a build input "
-                      "under csrc/ or cutlass_gemm/, or setup.py, changed since): the ops run the old code until it is rebuilt (`make build`, or "
-                      "`python setup.py build_ext --inplace`)", stacklevel=3)
+                      "under csrc/ or cutlass_gemm/, or setup.py, changed since): the ops run the old code until "
+                      "it is rebuilt (`make build`, or `python setup.py build_ext --inplace`)", stacklevel=3)
 
 
 build_info = load()

@@ -609,7 +609,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 setattr(parent, name, replaced[id(child)])
                 report.fp8.append(prefix + name)
                 continue
-            if child is not None and type(child).__module__ == _HF_CONV1D[0] and type(child).__qualname__ == _HF_CONV1D[1]:
+            if child is not None and (type(child).__module__, type(child).__qualname__) == _HF_CONV1D:
                 report.skipped.append((prefix + name, _CONV1D))
                 continue
             is_linear = type(child) is torch.nn.Linear

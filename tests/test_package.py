@@ -185,9 +185,11 @@ def _run_setup(tmp_path, args, env=None, prelude=""):
     (tmp_path / "ops").mkdir(exist_ok=True)
     for name in ("setup.py", "README.md", "ops/_source_digest.py"):
         shutil.copy(os.path.join(REPO, name), tmp_path / name)
-    code = f"{prelude}\nimport runpy, sys; sys.argv = ['setup.py', *{args!r}]; runpy.run_path('setup.py', run_name='__main__')"
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "OPS_WITH_CUDA": "0", **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    code = (f"{prelude}\nimport runpy, sys; sys.argv = ['setup.py', *{args!r}]; "
+            "runpy.run_path('setup.py', run_name='__main__')")
+    env = {**os.environ, "OPS_WITH_CUDA": "0", **(env or {})}
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_setup_stops_with_a_reason_where_it_cannot_build_right(tmp_path):
