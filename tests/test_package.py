@@ -1,6 +1,11 @@
 """The package as a user meets it: import in a clean interpreter, build facts, readable errors."""
 
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tarfile
 
 import pytest
 import torch
@@ -141,12 +146,6 @@ def test_sdist_holds_every_build_input(tmp_path):
     # from must hold every file whose digest the library records (ops/_source_digest.py: the headers
     # too, which are no Extension sources), the package, the tests and what README's commands run;
     # nothing built (the library, its build facts).
-    import os
-    import shutil
-    import subprocess
-    import sys
-    import tarfile
-
     skip = shutil.ignore_patterns("build", "dist", ".git", "*.egg-info", ".whl", ".prebuilt", ".hypothesis",
                                   ".pytest_cache", "__pycache__", "local")
     tree = tmp_path / "tree"
@@ -177,11 +176,6 @@ def test_sdist_holds_every_build_input(tmp_path):
 
 def _run_setup(tmp_path, args, env=None, prelude=""):
     """setup.py `args` in a folder holding a copy of setup.py and what it reads before building."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
     (tmp_path / "ops").mkdir(exist_ok=True)
     for name in ("setup.py", "README.md", "ops/_source_digest.py"):
         shutil.copy(os.path.join(REPO, name), tmp_path / name)
@@ -214,9 +208,6 @@ def test_the_distribution_requires_the_torch_it_was_built_against(tmp_path):
 
 def test_import_warns_when_the_checkout_changed_since_the_build(tmp_path):
     # Built in place (or installed editable): a source edited since the build runs only after a rebuild.
-    import os
-    import shutil
-
     shutil.copytree(os.path.join(REPO, "ops"), tmp_path / "ops", ignore=shutil.ignore_patterns("__pycache__", "_C*.so"))
     os.symlink(ops._library.library_path(), tmp_path / "ops" / os.path.basename(ops._library.library_path()))
     for name in ("csrc", "cutlass_gemm"):
