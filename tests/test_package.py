@@ -147,9 +147,10 @@ def test_sdist_holds_every_build_input(tmp_path):
     # too, which are no Extension sources), the package, the tests and what README's commands run;
     # nothing built (the library, its build facts).
     skip = shutil.ignore_patterns("build", "dist", ".git", "*.egg-info", ".whl", ".prebuilt", ".hypothesis",
-                                  ".pytest_cache", "__pycache__", "local")
+                                  ".pytest_cache", "__pycache__", "local", "venv", ".venv")
     tree = tmp_path / "tree"
-    shutil.copytree(REPO, tree, ignore=skip)
+    # Links stay links: a virtual environment's may point anywhere (CI's links site-packages/nvidia).
+    shutil.copytree(REPO, tree, ignore=skip, symlinks=True)
     for name in ("_C.abi3.so", "_build_info.py"):  # as after an in-place build
         (tree / "ops" / name).write_text("built\n")
     env = dict(os.environ, OPS_WITH_CUDA="0")
