@@ -124,7 +124,7 @@ std::vector<std::string> grouped_kernels_json() {
       o.add("name", grouped_kernel_name(args, dtype))
           .add("op", "grouped_gemm")
           .add("sm", 90)
-          .add("dtype", dtype == at::kBFloat16 ? "bfloat16" : "float16")  // torch's names, as ops.kernels() spells all
+          .add("dtype", std::string(c10::getDtypeNames(dtype).first))  // torch's names, as ops.kernels() spells all
           .raw("modes", v.a_row_major ? row_a_modes : column_a_modes)
           .add("layout_a", v.a_row_major ? "row" : "col")
           .add("layout_b", v.b_row_major ? "row" : "col")

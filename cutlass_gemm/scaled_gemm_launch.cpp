@@ -51,8 +51,8 @@ std::vector<std::string> scaled_kernels_json() {
     o.add("name", scaled_kernel_name(out, *recipes.begin(), act, fast_accum, swap_ab))
         .add("op", "scaled_gemm")
         .add("sm", 90)
-        .add("dtype", "float8_e4m3fn")  // torch's names, as ops.kernels() spells all
-        .add("out_dtype", out == at::kBFloat16 ? "bfloat16" : out == at::kHalf ? "float16" : "float32")
+        .add("dtype", std::string(c10::getDtypeNames(at::kFloat8_e4m3fn).first))  // torch's names, as ops.kernels() spells all
+        .add("out_dtype", std::string(c10::getDtypeNames(out).first))
         .raw("recipes", json_names(names))
         .add("activation", std::string(activation_name(act)))
         .add("accumulation", scaled_block_recipe(*recipes.begin()) ? "blockwise promotion"
