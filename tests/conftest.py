@@ -16,6 +16,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 
+@pytest.fixture(autouse=True)
+def _seeded_global_generator():
+    """Every test starts from the same state of torch's global generator: a test's random tensors (torch.randn
+    without generator=) do not depend on which tests ran before it."""
+    torch.manual_seed(0)
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
     for item in items:
