@@ -121,9 +121,9 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
     Computation: each code times its scale in float32, the product, the bias and the activation in
     float32, one rounding to ``out_dtype``: what ATen's emulated CPU kernel of ``torch._scaled_mm`` computes,
     equal bit for bit for the recipes it runs (torch's oneDNN path, taken for e4m3 x e4m3 on CPUs with
-    AMX-INT8, scales after accumulating and differs in the last bits). On CUDA an SM90 FP8 CUTLASS kernel where one takes the call (e4m3 A and
-    B, a binary built with the candidate kernels: float32 accumulation on the tensor cores, the bias and
-    activation in its epilogue), else ``torch._scaled_mm`` for tensorwise and rowwise (its float32 product
+    AMX-INT8, scales after accumulating and differs in the last bits). On CUDA an SM90 FP8 CUTLASS kernel
+    where one takes the call (e4m3 A and B, a binary built with the candidate kernels: float32 accumulation
+    on the tensor cores, the bias and activation in its epilogue), else ``torch._scaled_mm`` for tensorwise and rowwise (its float32 product
     where there is an activation, applied before one rounding), else the same ATen formula (also every call
     of a kind torch has refused); ``plan()`` says which.
 
