@@ -110,11 +110,21 @@ def kernels(op=None):
     cutlass_gemm/kernel_list.h, the CUTLASS instantiations and the SIMT GEMV kernels), ``"scaled_gemm"``
     (the SM90 FP8 kernels) and ``"grouped_gemm"`` (the SM90 grouped kernels); ``op``: that op's only.
     ``candidate_only`` ones are compiled only with OPS_CANDIDATE_KERNELS=1
-    (``ops.build_info.CANDIDATE_KERNELS``). Dtypes (``dtype``, ``out_dtype``) are spelled as torch's
-    (``"bfloat16"``, ``"float8_e4m3fn"``: ``str(torch.bfloat16)`` without ``torch.``)."""
+    (``ops.build_info.CANDIDATE_KERNELS``). ``built``: whether this library holds the kernel's machine code
+    (a CUDA build, the kernel's build switch, and an arch of ``ops.build_info.CUDA_ARCH_LIST`` whose image
+    holds it: sm_90a for SM90 kernels; an 8.x arch, or 9.0 for those the Hopper image keeps, for SM80 ones).
+    Dtypes (``dtype``, ``out_dtype``) are spelled as torch's (``"bfloat16"``, ``"float8_e4m3fn"``:
+    ``str(torch.bfloat16)`` without ``torch.``)."""
     if op is not None and op not in _KERNEL_OPS:
         raise ValueError(f"ops.kernels: op must be None or one of {', '.join(_KERNEL_OPS)}, got {op!r}")
     listed = json.loads(torch.ops.ops._cutlass_gemm_kernels())
+    built = compiled_build_info()
+    archs = built["cuda_arch_list"].replace(",", ";").replace(" ", ";").split(";") if built["with_cuda"] else []
+    archs = [a.split("+")[0] for a in archs if a]
+    for k in listed:
+        in_image = ("9.0a" in archs if k["sm"] == 90 else
+                    any(a.startswith("8.") for a in archs) or (k["on_sm90"] and any(a.startswith("9.0") for a in archs)))
+        k["built"] = in_image and (built["candidate_kernels"] or not k["candidate_only"])
     return [k for k in listed if op is None or k["op"] == op]
 
 

@@ -85,6 +85,17 @@ def test_kernel_list_names_the_fp8_and_grouped_kernels():
         ops.kernels("linear")
 
 
+def test_kernel_list_says_which_kernels_this_build_holds():
+    info = ops.build_info
+    for k in ops.kernels():
+        images = info.CUDA_ARCH_LIST.split(";") if info.WITH_CUDA else []
+        arch_built = ("9.0a" in images) if k["sm"] == 90 else any(
+            a.startswith("8.") or (k["on_sm90"] and a.startswith("9.0")) for a in images)
+        assert k["built"] == (arch_built and (info.CANDIDATE_KERNELS or not k["candidate_only"])), k["name"]
+    if info.WITH_CUDA and info.CUDA_ARCH_LIST == "8.0;9.0a" and not info.CANDIDATE_KERNELS:  # the default build
+        assert sum(k["built"] for k in ops.kernels()) == sum(not k["candidate_only"] for k in ops.kernels()) > 0
+
+
 def test_wrong_torch_version_gives_readable_error():
     # Pretend the running torch is another release: the import must say so in words, before the
     # shared library is loaded (which would fail with `undefined symbol`).
