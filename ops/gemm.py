@@ -160,20 +160,27 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
         Where no CUTLASS kernel may run for this dtype on this GPU (fp32 without TF32 and fp64 on Hopper,
         until the SM80 kernels are confirmed there: README), ``{"kernel": "aten", "tactic": {"name":
         "aten"}, "tactic_source": "fallback", "fallback": <reason>, "candidates": [], "m", "n", "k"}``:
-        the GEMM runs through ATen (cuBLAS) with torch.mm's precision rules.
+        the GEMM runs through ATen (cuBLAS) with torch.mm's precision rules. CPU tensors get that plan too,
+        the reason naming ATen's BLAS (torch.mm's kernel).
 
     Raises:
-        RuntimeError: bad inputs (as ``cutlass_gemm``), an empty problem, CPU tensors (no CUTLASS
-            kernel runs there), or no kernel for this GPU.
+        RuntimeError: bad inputs (as ``cutlass_gemm``), an empty problem on CUDA, tensors on a device
+            other than the CPU and CUDA, or no kernel for this GPU.
     """
     import json
 
     for name, t in (("A", A), ("B", B), ("out", out)):
         if not (isinstance(t, torch.Tensor) or (name == "out" and t is None)):
             raise TypeError(f"ops.gemm.plan: expected {name} to be a tensor, got {type(t).__name__}")
+    if A.device.type == "cpu":
+        _check_gemm_args("cutlass_gemm", A, B)
+        if out is not None:
+            _check_gemm_out("cutlass_gemm", A, B, out)
+        return {"kernel": "aten", "tactic": {"name": "aten"}, "tactic_source": "fallback",
+                "fallback": "the CPU runs ATen's BLAS (torch.mm's kernel)", "candidates": [],
+                "m": A.shape[0], "n": B.shape[1], "k": A.shape[1]}
     if A.device.type != "cuda":
-        raise RuntimeError(f"ops.gemm.plan: expected CUDA tensors (the CUTLASS kernels run on NVIDIA GPUs), "
-                           f"got A on {A.device}")
+        raise RuntimeError(f"ops.gemm.plan: expected CPU or CUDA tensors, got A on {A.device}")
     return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B, out))
 
 

@@ -442,9 +442,17 @@ def test_autotune_environment_variable():
     assert out.stdout.strip() == "True"
 
 
-def test_plan_needs_cuda_tensors():
-    with pytest.raises(RuntimeError, match="ops.gemm.plan: expected CUDA tensors"):
-        ops.gemm.plan(torch.randn(4, 4), torch.randn(4, 4))
+def test_plan_on_cpu_names_aten_as_the_fp8_and_grouped_plans_do():
+    plan = ops.gemm.plan(torch.randn(4, 6), torch.randn(6, 5), out=torch.empty(5, 4).t())
+    assert plan["kernel"] == "aten" and plan["tactic"] == {"name": "aten"} and plan["candidates"] == []
+    assert "ATen's BLAS" in plan["fallback"] and (plan["m"], plan["n"], plan["k"]) == (4, 5, 6)
+    A = torch.randn(4, 4)
+    with pytest.raises(RuntimeError, match=r"cutlass_gemm: A \(M, K\) and B \(K, N\) must agree on K"):  # as the op
+        ops.gemm.plan(A, torch.randn(3, 4))
+    with pytest.raises(RuntimeError, match="cutlass_gemm: out overlaps A in memory"):
+        ops.gemm.plan(A, torch.randn(4, 4), out=A)
+    with pytest.raises(RuntimeError, match="ops.gemm.plan: expected CPU or CUDA tensors, got A on meta"):
+        ops.gemm.plan(A.to("meta"), A.to("meta"))
 
 
 def test_plan_with_a_column_major_out_lists_forcible_candidates():
