@@ -1,0 +1,276 @@
+"""FP8 in models: ops.nn.Fp8Linear (the quantized formula, casts, state_dicts, bad inputs),
+ops.nn.convert(model, fp8=...) on transformers models (what stays in high precision, by role), and their
+checkpoints (save_pretrained in transformers' FP8 formats, loaded back by transformers and by ops)."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ops
+
+E4 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_linear_is_the_quantized_formula(recipe, dtype):
+    lin = torch.nn.Linear(320, 48).to(dtype)
+    fp8_lin = ops.nn.Fp8Linear.from_linear(lin, recipe, activation="silu")
+    x = torch.randn(2, 5, 320).to(dtype)
+    with torch.no_grad():
+        y = fp8_lin(x)
+        wq, ws = ops.quantize_fp8(lin.weight, "row" if recipe == "rowwise" else "block")
+        xq, xs = ops.quantize_fp8(x.reshape(10, 320), "row" if recipe == "rowwise" else "group")
+        expected = ops.scaled_gemm(xq, wq.t(), xs, ws.t(), lin.bias, out_dtype=dtype, activation="silu")
+        assert y.dtype == dtype and torch.equal(y, expected.reshape(2, 5, 48))
+        reference = F.silu(lin.float()(x.float()))
+        assert F.cosine_similarity(y.float().flatten(), reference.flatten(), dim=0) > 0.999
+        # state_dict round trip into a fresh module
+        fresh = ops.nn.Fp8Linear(320, 48, recipe=recipe, activation="silu", dtype=dtype)
+        fresh.load_state_dict(fp8_lin.state_dict())
+        assert torch.equal(fresh(x), y)
+        compiled = torch.compile(fp8_lin, fullgraph=True)
+        torch.testing.assert_close(compiled(x), y)
+    with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: inference only .* torch.no_grad\(\)"):
+        fp8_lin(x.requires_grad_())
+
+
+def test_fp8_linear_keeps_codes_and_scales_through_dtype_casts_and_state_dicts():
+    lin = torch.nn.Linear(64, 32)
+    fp8_lin = ops.nn.Fp8Linear.from_linear(lin)
+    codes, scale = fp8_lin.weight.clone(), fp8_lin.weight_scale.clone()
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        y = fp8_lin(x)
+        for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.float(), lambda m: m.double(),
+                     lambda m: m.to("cpu", torch.float16)):
+            cast(fp8_lin)
+            assert torch.equal(fp8_lin.weight.view(torch.uint8), codes.view(torch.uint8))
+            assert fp8_lin.weight_scale.dtype == torch.float32 and torch.equal(fp8_lin.weight_scale, scale)
+        assert fp8_lin.bias.dtype == torch.float16
+        fp8_lin.float()
+        torch.testing.assert_close(fp8_lin(x), y, rtol=1e-3, atol=1e-3)  # the bias once rounded to float16
+        # A module built without a dtype has torch's default one, as nn.Linear: the round trip is exact.
+        fresh = ops.nn.Fp8Linear(64, 32)
+        src = ops.nn.Fp8Linear.from_linear(lin)
+        fresh.load_state_dict(src.state_dict())
+        assert fresh.bias.dtype == torch.float32 and torch.equal(fresh(x), src(x))
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_fp8_linear_quantizes_a_high_precision_checkpoint_on_load(recipe):
+    # An nn.Linear's state_dict (no weight_scale) loads as from_linear quantizes it; its values are never
+    # copied into the codes.
+    lin, other = torch.nn.Linear(64, 32).to(torch.bfloat16), torch.nn.Linear(64, 32).to(torch.bfloat16)
+    fp8_lin = ops.nn.Fp8Linear.from_linear(lin, recipe)
+    assert str(fp8_lin.load_state_dict(other.state_dict(), strict=True)) == "<All keys matched successfully>"
+    expected = ops.nn.Fp8Linear.from_linear(other, recipe)
+    scale_name = ops.nn.Fp8Linear.SCALE_NAMES[recipe]
+    assert list(expected.state_dict()) == ["weight", scale_name, "bias"]
+    assert torch.equal(fp8_lin.weight.view(torch.uint8), expected.weight.view(torch.uint8))
+    assert torch.equal(getattr(fp8_lin, scale_name), getattr(expected, scale_name))
+    assert torch.equal(fp8_lin.bias, expected.bias)
+    before = copy.deepcopy(fp8_lin.state_dict())
+    bad = {"weight": other.weight.float(), scale_name: getattr(expected, scale_name), "bias": other.bias}
+    with pytest.raises(RuntimeError, match=rf"ops.nn.Fp8Linear: weight is torch.float32 beside a {scale_name}"):
+        fp8_lin.load_state_dict(bad)
+    with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: weight is torch.float8_e5m2: expected the FP8 codes"):
+        fp8_lin.load_state_dict({**bad, "weight": other.weight.to(torch.float8_e5m2)})
+    def bits(t):
+        return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+    for name, tensor in fp8_lin.state_dict().items():  # a refused load wrote nothing
+        assert torch.equal(bits(tensor), bits(before[name])), name
+    if recipe == "blockwise":  # the scale's earlier key loads too
+        old_keys = {"weight": expected.weight, "weight_scale": expected.weight_scale_inv, "bias": expected.bias}
+        assert str(fp8_lin.load_state_dict(old_keys, strict=True)) == "<All keys matched successfully>"
+        assert torch.equal(fp8_lin.weight_scale_inv, expected.weight_scale_inv)
+
+
+def test_fp8_linear_bad_input():
+    fp8_lin = ops.nn.Fp8Linear.from_linear(torch.nn.Linear(32, 16))
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: expected input with last dimension 32 "
+                                               r"\(in_features\), got shape \[4, 64\]"):
+            fp8_lin(torch.randn(4, 64))
+        with pytest.raises(RuntimeError, match=r"ops.nn.Fp8Linear: expected input of dtype .* got torch.float64"):
+            fp8_lin(torch.randn(4, 32, dtype=torch.float64))
+
+
+def test_fp8_linear_bad_arguments():
+    with pytest.raises(ValueError, match="multiples of 16"):
+        ops.nn.Fp8Linear(20, 16)
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        ops.nn.Fp8Linear(16, 16, recipe="tensorwise")
+    with pytest.raises(ValueError, match=r"ops.nn.convert: fp8 must be None or one of \('rowwise', 'blockwise'\)"):
+        ops.nn.convert(torch.nn.Sequential(torch.nn.Linear(16, 16)), fp8="per-tensor")
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_a_tiny_llama_in_fp8_keeps_its_logits_and_generates(recipe):
+    from conftest import tiny_hf_decoder
+    import copy
+
+    model = tiny_hf_decoder("Llama").eval()
+    fp8_model = copy.deepcopy(model)
+    report = ops.nn.convert(fp8_model, fp8=recipe)
+    assert len(report.fp8) == 14 and report.kept_high_precision[0][0] == "lm_head"
+    assert type(fp8_model.lm_head) is ops.nn.Linear and "FP8 model.layers.0.mlp.down_proj" in str(report)
+    assert "recipe gated_mlp not applied: gate_proj is not a plain Linear (Fp8Linear;" in str(report)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref, got = model(ids).logits, fp8_model(ids).logits
+    # Measured 0.9990 (rowwise) and 0.9993 (blockwise).
+    assert F.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.99
+    assert (F.cosine_similarity(got, ref, dim=-1) > 0.98).all()
+    out = fp8_model.generate(ids[:1, :4], max_new_tokens=5, do_sample=False)
+    assert out.shape == (1, 9) and torch.equal(out[:, :4], ids[:1, :4])
+
+
+def test_a_checkpoint_in_transformers_fine_grained_fp8_format_runs_on_ops_kernels(tmp_path):
+    """A tiny Llama's Linears saved as FP8 codes + 128x128 `weight_scale_inv` (DeepSeek-V3's format) and loaded
+    into transformers' FP8Linear modules: convert gives them ops' Fp8Linear, sharing the checkpoint's tensors,
+    and the logits match the dequantized model (transformers' own CPU path dequantizes at load)."""
+    import copy
+
+    safetensors = pytest.importorskip("safetensors.torch")
+    fg = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    from transformers import FineGrainedFP8Config
+    from conftest import tiny_hf_decoder
+
+    model = tiny_hf_decoder("Llama").eval()
+    dequantized = copy.deepcopy(model)
+    checkpoint = {}
+    for name, m in model.named_modules():
+        if type(m) is torch.nn.Linear and name != "lm_head":
+            codes, scale = ops.quantize_fp8(m.weight.detach(), "block")
+            checkpoint[name + ".weight"], checkpoint[name + ".weight_scale_inv"] = codes, scale
+            expanded = scale.repeat_interleave(128, 0)[:codes.shape[0]].repeat_interleave(128, 1)[:, :codes.shape[1]]
+            dequantized.get_submodule(name).weight.data = codes.float() * expanded
+    safetensors.save_file(checkpoint, tmp_path / "model.safetensors")
+    fp8_model = fg.replace_with_fp8_linear(copy.deepcopy(model), modules_to_not_convert=["lm_head"],
+                                           quantization_config=FineGrainedFP8Config(weight_block_size=(128, 128)),
+                                           pre_quantized=True)
+    loaded = safetensors.load_file(tmp_path / "model.safetensors")
+    fp8_model.load_state_dict(loaded, strict=False, assign=True)
+    keys = list(fp8_model.state_dict())
+    report = ops.nn.convert(fp8_model)
+    assert len(report.fp8) == 14
+    assert list(fp8_model.state_dict()) == keys  # the checkpoint's format, weight_scale_inv included
+    assert not fp8_model.load_state_dict(loaded, strict=False).unexpected_keys
+    down = fp8_model.model.layers[0].mlp.down_proj
+    assert type(down) is ops.nn.Fp8Linear and down.weight.data_ptr() == loaded["model.layers.0.mlp.down_proj.weight"].data_ptr()
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, ref = fp8_model(ids).logits, dequantized(ids).logits
+    assert F.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.999  # measured 0.9996
+    with pytest.raises(ValueError, match="from_fp8: expected a float8_e4m3fn weight"):
+        ops.nn.Fp8Linear.from_fp8(torch.zeros(32, 32, dtype=E4), torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_save_pretrained_of_a_converted_model_writes_the_fp8_format_transformers_reads(recipe, tmp_path):
+    # The codes and scales are saved in transformers' format of the recipe, with its quantization_config:
+    # from_pretrained of the stock class runs them as FP8 or dequantizes them (fine-grained "fp8" on CPU),
+    # or refuses (FBGEMM's needs a GPU and fbgemm-gpu), never loads the codes as float weights.
+    import json
+
+    transformers = pytest.importorskip("transformers")
+    safetensors = pytest.importorskip("safetensors.torch")
+    # Features in whole 128-blocks: transformers' CPU dequantization (5.25) takes a block as the weight's
+    # rows over the scale's rows (160 rows, 2 scales: blocks of 80, where the format has 128 and 32).
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32)).eval()
+    dequantized = copy.deepcopy(model)  # each Linear's weight: its codes times their scales, in float32
+    report = ops.nn.convert(model, fp8=recipe)
+    method = {"rowwise": "fbgemm_fp8", "blockwise": "fp8"}[recipe]
+    assert report.quantization_config == method and f"config.quantization_config: {method!r}" in str(report)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids).logits
+    model.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
+    assert written["quant_method"] == method and written["modules_to_not_convert"] == ["lm_head", "model.embed_tokens"]
+    if recipe == "blockwise":
+        assert written["weight_block_size"] == [128, 128] and written["activation_scheme"] == "dynamic"
+        stock = transformers.LlamaForCausalLM.from_pretrained(tmp_path).eval()  # dequantized on CPU
+        for name in report.fp8:
+            fp8_linear = model.get_submodule(name)
+            scale = fp8_linear.weight_scale_inv.repeat_interleave(128, 0).repeat_interleave(128, 1)
+            n, k = fp8_linear.weight.shape
+            dequantized.get_submodule(name).weight.data = fp8_linear.weight.float() * scale[:n, :k]
+        with torch.no_grad():
+            got, expected = stock(ids).logits.float(), dequantized(ids).logits
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        # The FP8 model also quantizes its activations: measured 0.99939.
+        assert F.cosine_similarity(got.flatten(), logits.flatten(), dim=0) > 0.999
+    elif not torch.cuda.is_available():
+        with pytest.raises(ImportError, match="fbgemm fp8 quantization requires a GPU"):
+            transformers.LlamaForCausalLM.from_pretrained(tmp_path)
+    # Into ops' modules: the stock model from the config, converted, then the checkpoint: bit for bit.
+    again = transformers.LlamaForCausalLM._from_config(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
+    ops.nn.convert(again, fp8=recipe)
+    again.load_state_dict(safetensors.load_file(tmp_path / "model.safetensors"), strict=True)
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, logits)
+
+
+def test_convert_warns_where_transformers_cpu_load_of_a_blockwise_checkpoint_is_wrong():
+    # transformers 5.25 dequantizes 288 rows over 3 scale rows in blocks of 96 where the format has 128, 128, 32
+    # (a dimension of one block, e.g. k_proj's 64 rows, it reads right).
+    transformers = pytest.importorskip("transformers")
+
+    def llama(intermediate_size):  # a config of its own: convert sets its quantization_config
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=128, hidden_size=128, intermediate_size=intermediate_size, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32))
+
+    with pytest.warns(UserWarning, match=r"ops.nn.convert: 3 blockwise FP8 Linears have a dimension of several "
+                                         r"128-blocks, the last partial \(e.g. model.layers.0.mlp.gate_proj\): "
+                                         r"transformers' CPU"):
+        ops.nn.convert(llama(288), fp8="blockwise")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ops.nn.convert(llama(288), fp8="rowwise")  # a scale per row: any size
+        ops.nn.convert(llama(256), fp8="blockwise")
+
+
+def test_convert_lists_every_module_it_keeps_in_floating_point_for_transformers():
+    # An MoE model: its router and experts keep float weights, so modules_to_not_convert names them.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen3MoeConfig(vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                         num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    model = transformers.Qwen3MoeForCausalLM(config)
+    ops.nn.convert(model, fp8="blockwise")
+    assert model.config.quantization_config.modules_to_not_convert == [
+        "lm_head", "model.embed_tokens", "model.layers.0.mlp.experts", "model.layers.0.mlp.gate"]
+    already = transformers.Qwen3MoeForCausalLM(config)
+    already.config.quantization_config = transformers.FineGrainedFP8Config()
+    with pytest.warns(UserWarning, match=r"config.quantization_config is .*'fp8'.*fp8='rowwise' stored scales in the "
+                                         r"'fbgemm_fp8' format"):
+        ops.nn.convert(already, fp8="rowwise")
+
+
+@pytest.mark.cuda
+def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
+    """transformers' own fine-grained FP8 path (its Triton or DeepGEMM kernels) against ops' on one layer."""
+    fg = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 needs sm89+")
+    w = torch.randn(512, 1024, device="cuda") / 32
+    codes, scale = ops.quantize_fp8(w, "block")
+    theirs = fg.FP8Linear(1024, 512, block_size=(128, 128)).cuda()
+    with torch.no_grad():
+        theirs.weight.copy_(codes)
+        theirs.weight_scale_inv.copy_(scale)
+    ours = ops.nn.Fp8Linear.from_fp8(codes, scale)
+    x = torch.randn(3, 40, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        a, b = ours(x).float(), theirs(x).float()
+    assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.999
