@@ -34,8 +34,11 @@ as a "HANG" or "CRASH" problem of its shape, and the sweep goes on in a new proc
 kernels torch.mm ran (torch.profiler: cuBLAS's kernel names carry tile, cluster and split-K).
 --autotune runs with ops.gemm.set_autotune(True) (each shape tuned on its first, warm-up, call).
 
-Without a GPU it runs the same suite (quick by default) on the CPU kernels, which use ATen's BLAS: the
-CUTLASS kernels need an NVIDIA GPU (sm80 or newer).
+Without a GPU it runs the same suite (quick by default) on the CPU kernels: the CUTLASS kernels need an
+NVIDIA GPU (sm80 or newer), and on CPU ops.cutlass_gemm is ATen's CPU mm, the kernel torch.mm runs. Both
+columns then time the same call, which every output says (same_kernel_note). Each CPU row records the
+machine's noise: "cpu_spread" (NOISY above 10%) and "cpu_wait" (BUSY above 0.1: another process held the
+cores; benchmarks.common.cpu_wait).
 """
 
 import argparse
@@ -48,7 +51,7 @@ import torch
 
 import ops
 from benchmarks import watchdog
-from benchmarks.common import (ACT, NOISE, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth,
+from benchmarks.common import (ACT, BUSY, NOISE, RESULTS, CudaTimer, PartialLog, copies_beyond_l2, copy_bandwidth,
                                cpu_compare, cpu_time, cuda_kernels, fastest, graph_time, int_list, machine_facts, mark_stopped,
                                markdown_table, max_rel_error, measure_all, output_check, replacing, sweep_order,
                                sweep_tactics, write_json, warn_without_candidate_kernels, wrong_results)
@@ -100,9 +103,21 @@ def shapes(suite, quick, device, tokens=None, squares=None, models=None):
 
 
 def call_times(fns, rounds=5):
-    """Seconds per call of back-to-back calls of each of `fns` (host-bound for tiny problems): cpu_compare's
-    interleaved rounds (torch.utils.benchmark synchronizes CUDA around each timed block)."""
-    return cpu_compare(fns, rounds, min_run_time=0.2)[0]
+    """(seconds per call of back-to-back calls of each of `fns` (host-bound for tiny problems), spread, wait):
+    cpu_compare's interleaved rounds (torch.utils.benchmark synchronizes CUDA around each timed block)."""
+    return cpu_compare(fns, rounds, min_run_time=0.2)
+
+
+def same_kernel_note(suite):
+    """What a CPU run's ratios measure: on CPU ops runs ATen's own kernels, the reference's."""
+    if suite == "overhead":
+        return ("On CPU ops.cutlass_gemm runs ATen's CPU mm (at::cpu::mm), the kernel torch.mm runs: the "
+                "columns differ only by each call path's cost.")
+    fused = (" and ops.linear is ATen's linear followed by the activation in place, the calls of F.linear + "
+             "the activation" if suite == "decode" else "")
+    return ("On CPU ops.cutlass_gemm runs ATen's CPU mm (at::cpu::mm), the kernel torch.mm runs" + fused +
+            ": both sides time the same call, so a ratio away from 1 measures the machine, not ops. "
+            "The CUTLASS kernels need an NVIDIA GPU (sm80 or newer).")
 
 
 STEMS = {"overhead": "gemm_overhead", "decode": "gemm_decode"}
@@ -121,9 +136,8 @@ def run(args, log=None, resume=None):
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     quick = args.quick or (device == "cpu" and not args.full)
     if device == "cpu":
-        print("No NVIDIA GPU here: the CUTLASS kernels need an NVIDIA GPU (sm80 or newer). On CPU "
-              "ops.cutlass_gemm runs ATen's BLAS, so this run compares two CPU BLAS calls "
-              f"({'quick' if quick else 'full'} suite).", flush=True)
+        print(f"No NVIDIA GPU here ({'quick' if quick else 'full'} suite). {same_kernel_note(args.suite)}",
+              flush=True)
     timer = CudaTimer() if device == "cuda" else None
     if args.candidates and device == "cuda":
         warn_without_candidate_kernels("swap-AB, SIMT GEMV; each case's not_built lists their tactics")
@@ -188,8 +202,8 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
     del ours, theirs
     extra = {"problem": hung} if hung else {}
     if overhead:
-        t_ours, t_torch, t_aten = call_times([lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B),
-                                              lambda: torch.ops.aten.mm.default(A, B)])
+        (t_ours, t_torch, t_aten), extra["cpu_spread"], extra["cpu_wait"] = call_times(
+            [lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B), lambda: torch.ops.aten.mm.default(A, B)])
         extra["aten_op_ms"] = t_aten * 1e3
     elif device == "cuda":
         t_ours = float("nan") if hung else timer(lambda: ops.cutlass_gemm(A, B))
@@ -198,7 +212,8 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
         t_torch = timer(lambda: torch.mm(A, B))
         extra["torch_kernels"] = cuda_kernels(lambda: torch.mm(A, B))
     else:
-        (t_ours, t_torch), extra["cpu_spread"] = cpu_compare([lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B)])
+        (t_ours, t_torch), extra["cpu_spread"], extra["cpu_wait"] = cpu_compare(
+            [lambda: ops.cutlass_gemm(A, B), lambda: torch.mm(A, B)])
     if args.suite == "decode":
         decode_hung = skip.get("decode")
         watch_decode = progress is not None and device == "cuda" and not decode_hung
@@ -212,6 +227,7 @@ def measure_case(args, device, timer, gen, overhead, case, results, candidates, 
     # The heuristic's tactic (with --autotune the JSON also holds the tuning cache: what ran instead).
     plan = ops.gemm.plan(A, B) if device == "cuda" else None
     tactic = plan["tactic"]["name"] if plan else "cpu (ATen)"
+    extra["same_kernel"] = plan is None or tactic == "aten"  # ATen's kernel on both sides
     if hung and plan:  # the same tactic under its own name among the candidates
         skip.setdefault(tactic, hung)
     if args.candidates and plan and not overhead and dname in ("bf16", "fp16"):
@@ -273,8 +289,9 @@ def _ratio(reference, ours):
     return f"{reference / ours:.3f}" if reference and ours else "-"
 
 
-def report_decode(results, facts, quick, note, out_dir):
-    """gemm_decode.md: the decode suite's bandwidth, CUDA-graph and fused-linear columns."""
+def report_decode(results, facts, quick, note, out_dir, same_note=None):
+    """gemm_decode.md: the decode suite's bandwidth, CUDA-graph and fused-linear columns; same_note (where
+    both sides ran the same kernels) first."""
     headers = ["dtype", "shape", "ops GB/s", "torch.mm GB/s", "copy GB/s", "ops / copy", "ratio",
                "graph: ops us", "graph: torch.mm us", "graph ratio"]
     for name in DECODE_ACTS:
@@ -291,15 +308,26 @@ def report_decode(results, facts, quick, note, out_dir):
             f = r["fused"][name]
             row += [_ratio(f["ref_ms"], f["ops_ms"]), _ratio(f["ref_graph_ms"], f["ops_graph_ms"])]
         rows.append(row)
+    if any("cpu_spread" in r for r in results):  # the GEMM pair's noise (the ratio column's)
+        at = headers.index("ratio") + 1
+        headers[at:at] = ["spread", "CPU wait"]
+        for row, r in zip(rows, results):
+            row[at:at] = noise_cells(r)
     where = facts.get("gpu", f"CPU ({facts['cpu']}, {facts['cpu_threads']} threads)")
     with replacing(os.path.join(out_dir, "gemm_decode.md")) as f:
         f.write(f"# Decode GEMMs (x @ W^T, M = tokens) on {where}\n\n")
+        if same_note:
+            f.write(f"**{same_note}**\n\n")
         f.write(f"torch {facts['torch']}, CUDA {facts['cuda']}; {'quick' if quick else 'full'} suite{note}. "
                 "GB/s = (x + W + out bytes) / time; copy = a device copy of W's bytes (read and written); "
                 "ratio = reference time / ops time (>1: ops faster). graph: the calls replayed from one CUDA "
                 "graph over weight copies that together exceed L2, time per call. Fused: ops.linear(x, W, "
                 "activation=...) against F.linear followed by the activation, eager and replayed.\n\n")
         f.write(markdown_table(headers, rows) + "\n")
+        noisy = [r for r in results if is_noisy(r)]
+        if noisy:
+            f.write(f"\n{len(noisy)} of {len(results)} rows NOISY (spread above {NOISE:.0%}, or BUSY): their "
+                    f"ratios measure the machine, not the two sides. {NOISE_NOTE}\n")
 
 
 def geomean(values):
@@ -317,19 +345,49 @@ def summary_text(s):
     return text
 
 
+def is_noisy(r):
+    """A row whose ratio measures the machine (NOISY): its spread exceeds NOISE, or it was timed BUSY."""
+    return r.get("cpu_spread", 0.0) > NOISE or (r.get("cpu_wait") or 0.0) > BUSY
+
+
+NOISE_NOTE = ("spread: the largest IQR / median of a measurement, or spread of one side's medians over interleaved "
+              f"rounds; NOISY above {NOISE:.0%}. CPU wait: how many of this process's threads, on average, waited "
+              "for a CPU while the row's times were measured (Linux's run-queue wait); BUSY above "
+              f"{BUSY}: another process held the cores, and each parallel call waited for its threads' turn.")
+
+
+def noise_cells(r):
+    """The "spread" and "CPU wait" cells of a row, marked NOISY and BUSY past their thresholds."""
+    spread, wait = r.get("cpu_spread"), r.get("cpu_wait")
+    return ["-" if spread is None else f"{spread:.1%}" + (" NOISY" if spread > NOISE else ""),
+            "-" if wait is None else f"{wait:.2f}" + (" BUSY" if wait > BUSY else "")]
+
+
+def same_kernel_facts(device, suite, results):
+    """{"reference_is_same_kernel": whether every row ran ATen's kernel on both sides, "note": why, where
+    some did}: CPU runs, and GPU rows whose plan fell back to ATen (tactic "aten")."""
+    same = [r for r in results if r.get("same_kernel")]
+    facts = {"reference_is_same_kernel": bool(results) and len(same) == len(results)}
+    if device == "cpu":
+        facts["note"] = same_kernel_note(suite)
+    elif same:
+        facts["note"] = (f"{len(same)} of {len(results)} rows ran ATen's kernel on both sides (tactic aten: "
+                         "ops.gemm.plan() gives the reason): " + ", ".join(f"{r['dtype']} {r['shape']}" for r in same))
+    return facts
+
+
 def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="all", planned=None, aborted=None):
     """Prints the table and writes {stem}.json, {stem}.md (and gemm.png, gemm_candidates.*). planned: the
     number of cases the run set out to measure, when it stopped before measuring them all; aborted: the
-    error that stopped it (measure_all)."""
+    error that stopped it (measure_all). Where both sides ran the same kernel (every CPU run), each output
+    says so first: the terminal, the markdown, the JSON ("reference_is_same_kernel", "note") and the plot."""
     headers = ["dtype", "shape", "M", "N", "K", "ops ms", "torch.mm ms", "ops TFLOP/s",
                "torch.mm TFLOP/s", "ratio", "ops err", "torch.mm err", "tactic"]
     rows = [[r["dtype"], r["shape"], r["M"], r["N"], r["K"], f"{r['ops_ms']:.4f}", f"{r['torch_ms']:.4f}",
              f"{r['ops_tflops']:.2f}", f"{r['torch_tflops']:.2f}", f"{r['ratio']:.3f}",
              f"{r['ops_max_rel_err']:.2e}", f"{r['torch_max_rel_err']:.2e}", r["tactic"]] for r in results]
     facts = machine_facts(device)
-    def is_noisy(r):
-        return r.get("cpu_spread", 0.0) > NOISE
-
+    same = same_kernel_facts(device, suite, results)
     noisy = [r for r in results if is_noisy(r)]
     summary = {}
     for d in sorted({r["dtype"] for r in results}):
@@ -344,14 +402,15 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         for row, r in zip(rows, results):
             row.insert(7, f"{r['aten_op_ms']:.4f}")
     if any("cpu_spread" in r for r in results):
-        headers.insert(headers.index("ratio") + 1, "spread")
+        at = headers.index("ratio") + 1
+        headers[at:at] = ["spread", "CPU wait"]
         for row, r in zip(rows, results):
-            spread = r.get("cpu_spread")
-            row.insert(headers.index("spread"), "-" if spread is None else
-                       f"{spread:.1%}" + (" NOISY" if spread > NOISE else ""))
+            row[at:at] = noise_cells(r)
     table = markdown_table(headers, rows)
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     print()
+    if "note" in same:
+        print(same["note"])
     for row in [headers] + rows:
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
     print()
@@ -359,16 +418,15 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
         print(f"{d}: geometric-mean ratio (ops / torch.mm speed) {summary_text(s)}")
     noise_note = ""
     if noisy:
-        noise_note = (f"{len(noisy)} of {len(results)} rows NOISY: the machine's timing noise (spread: the largest "
-                      f"IQR / median of a measurement, or spread of one side's medians over interleaved rounds) "
-                      f"exceeds {NOISE:.0%}, so their ratios measure the machine, not the two sides.")
+        noise_note = (f"{len(noisy)} of {len(results)} rows NOISY (spread above {NOISE:.0%}, or BUSY): their ratios "
+                      f"measure the machine, not the two sides. {NOISE_NOTE}")
         print(noise_note)
     os.makedirs(out_dir, exist_ok=True)
     stem = STEMS.get(suite, "gemm")
-    payload = {"benchmark": stem, "device": device, "quick": quick, "machine": facts,
+    payload = {"benchmark": stem, "device": device, "quick": quick, **same, "machine": facts,
                "build": {k: v for k, v in vars(ops.build_info).items() if k.isupper()},
                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary,
-               "noisy_rows": [r["shape"] for r in noisy], "results": results}
+               "noisy_rows": [f"{r['dtype']} {r['shape']}" for r in noisy], "results": results}
     if tuning is not None:
         payload["tuning_cache"] = tuning
     interrupted = mark_stopped(payload, len(results), len(results) if planned is None else planned, aborted)
@@ -378,6 +436,8 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
     where = facts.get("gpu", f"CPU ({facts['cpu']}, {facts['cpu_threads']} threads)")
     with replacing(os.path.join(out_dir, f"{stem}.md")) as f:
         f.write(f"# ops.cutlass_gemm vs torch.mm on {where}\n\n")
+        if "note" in same:
+            f.write(f"**{same['note']}**\n\n")
         if suite == "overhead":
             f.write("Call cost of tiny problems: time per call of back-to-back calls (min over rounds of "
                     "the median), i.e. host overhead where the arithmetic is negligible. "
@@ -392,12 +452,12 @@ def report(device, quick, results, out_dir, candidates=(), tuning=None, suite="a
             f.write(f"- {d}: geometric-mean ratio {summary_text(s)}\n")
         if noise_note:
             f.write(f"\n{noise_note}\n")
-    if suite == "decode":
-        report_decode(results, facts, quick, interrupted, out_dir)  # replaces the plain table's gemm_decode.md
+    if suite == "decode":  # replaces the plain table's gemm_decode.md
+        report_decode(results, facts, quick, interrupted, out_dir, same.get("note"))
     if suite in ("overhead", "decode"):
         print(f"\nwrote {out_dir}/{stem}.json, {stem}.md")
         return
-    plot(results, where, os.path.join(out_dir, "gemm.png"))
+    plot(results, where, os.path.join(out_dir, "gemm.png"), same.get("note") if device == "cpu" else None)
     print(f"\nwrote {out_dir}/gemm.json, gemm.md, gemm.png")
 
 
@@ -424,25 +484,40 @@ def report_candidates(candidates, facts, out_dir):
     print(f"wrote {out_dir}/gemm_candidates.json, gemm_candidates.md")
 
 
-def plot(results, where, path):
+def plot(results, where, path, note=None):
+    """gemm.png: both sides' TFLOP/s per shape, one panel per dtype. note (a CPU run: both sides are the same
+    call) heads the figure; NOISY rows carry a marker above their bars, rows that ran ATen on both sides on a
+    GPU an "(aten)" label."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     dtypes = sorted({r["dtype"] for r in results})
-    fig, axes = plt.subplots(len(dtypes), 1, figsize=(max(8, 0.35 * len(results) / len(dtypes) + 4),
-                                                       3.6 * len(dtypes)), squeeze=False)
+    width = max(8, 0.35 * len(results) / len(dtypes) + 4)
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(width, 3.6 * len(dtypes) + (0.8 if note else 0)),
+                             squeeze=False)
     for ax, d in zip(axes[:, 0], dtypes):
         rs = [r for r in results if r["dtype"] == d]
         x = range(len(rs))
         ax.bar([i - 0.2 for i in x], [r["ops_tflops"] for r in rs], width=0.4, label="ops.cutlass_gemm")
         ax.bar([i + 0.2 for i in x], [r["torch_tflops"] for r in rs], width=0.4, label="torch.mm")
+        noisy = [(i, max(r["ops_tflops"], r["torch_tflops"])) for i, r in enumerate(rs) if is_noisy(r)]
+        if noisy:
+            top = max(max(r["ops_tflops"], r["torch_tflops"]) for r in rs)
+            ax.scatter([i for i, _ in noisy], [h + 0.04 * top for _, h in noisy], marker="v", color="crimson",
+                       zorder=3, label=f"NOISY: the ratio measures the machine (spread > {NOISE:.0%} or BUSY)")
+            ax.set_ylim(top=1.12 * top)
         ax.set_xticks(list(x))
-        ax.set_xticklabels([r["shape"] for r in rs], rotation=60, ha="right", fontsize=7)
+        ax.set_xticklabels([r["shape"] + (" (aten)" if r.get("same_kernel") and not note else "") for r in rs],
+                           rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("TFLOP/s")
-        ax.set_title(f"{d} on {where}")
-        ax.legend(fontsize=8)
+        ax.set_title(f"{d} on {where}" + (": both bars time the same call" if note else ""))
+        ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    if note:
+        fig.suptitle("\n".join(textwrap.wrap(note, width=int(width * 14))), fontsize=9, color="crimson")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -4,6 +4,7 @@ suites; an interrupted run (Ctrl-C, or device_check.sh's time limit) reports the
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -34,8 +35,12 @@ def test_gemm_benchmark_cli_writes_json_markdown_and_plot(tmp_path):
         assert r["ops_max_rel_err"] < 1e-5 and r["torch_max_rel_err"] < 1e-5  # fp32 vs the fp64 reference
     assert report["summary"]["fp32"]["min_ratio"] == min(r["ratio"] for r in report["results"])
     table = (tmp_path / "gemm.md").read_text()
-    assert "| fp32 | square 1024 |" in table and "| spread |" in table
-    noisy = [r["shape"] for r in report["results"] if r["cpu_spread"] > 0.1]
+    assert "| fp32 | square 1024 |" in table and "| spread | CPU wait |" in table
+    # Both columns are ATen's CPU mm: the first thing every output says.
+    assert report["reference_is_same_kernel"] is True and all(r["same_kernel"] for r in report["results"])
+    assert table.split("\n")[2] == f"**{report['note']}**" and "the kernel torch.mm runs" in report["note"]
+    assert report["note"] in result.stdout.split("dtype")[0]
+    noisy = [f"fp32 {r['shape']}" for r in report["results"] if r["cpu_spread"] > 0.1 or r["cpu_wait"] > 0.1]
     assert report["noisy_rows"] == noisy and (f"{len(noisy)} of 3 rows NOISY" in table) == bool(noisy)
     assert report["summary"]["fp32"].get("quiet_rows", 3) == 3 - len(noisy)
     assert (tmp_path / "gemm.png").stat().st_size > 10_000
@@ -52,7 +57,7 @@ def test_gemm_summary_also_leaves_the_noisy_rows_out():
 
 
 def test_cpu_comparison_reports_a_drift_between_rounds_as_noise():
-    from benchmarks.common import NOISE, cpu_compare
+    from benchmarks.common import BUSY, NOISE, cpu_compare
 
     steady_calls = []
 
@@ -63,9 +68,73 @@ def test_cpu_comparison_reports_a_drift_between_rounds_as_noise():
         steady_calls.append(None)
         time.sleep(0.002)
 
-    (t_drift, t_steady), spread = cpu_compare([drifting, steady], rounds=2, min_run_time=0.005)
-    assert spread > NOISE
+    (t_drift, t_steady), spread, wait = cpu_compare([drifting, steady], rounds=2, min_run_time=0.005)
+    # A round timed while another process held the CPUs (BUSY) is reported as such and leaves the spread.
+    assert spread > NOISE or (wait or 0.0) > BUSY
     assert 0.0009 < t_drift < 0.002 and t_steady >= 0.002  # each side's fastest round
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task") or not hasattr(os, "sched_setaffinity"),
+                    reason="Linux's per-thread schedstat and CPU affinity")
+def test_cpu_wait_sees_another_process_holding_the_cpu():
+    # This process and a busy child on one CPU: the scheduler splits it, so this thread waits about half the time.
+    from benchmarks.common import BUSY, cpu_wait
+
+    saved = os.sched_getaffinity(0)
+    cpu = min(saved)
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    try:
+        os.sched_setaffinity(0, {cpu})
+        time.sleep(0.1)  # the child's loop is running
+        seed = random.Random(0).random()
+
+        def spin():  # 0.3 s of Python on the shared CPU
+            end, x = time.perf_counter() + 0.3, seed
+            while time.perf_counter() < end:
+                x = x * 1.0000001 % 7.0
+            return x
+
+        value, wait = cpu_wait(spin)
+    finally:
+        os.sched_setaffinity(0, saved)
+        child.kill()
+        child.wait()
+    if wait is None:
+        pytest.skip("this kernel does not report run-queue waits (schedstat)")
+    assert 0.0 <= value < 7.0 and wait > 3 * BUSY, wait
+
+
+def test_gemm_report_marks_busy_rows_and_says_both_sides_are_the_same_kernel(tmp_path):
+    from benchmarks import gemm
+
+    rng = random.Random(7)
+    results = []
+    for i, (spread, wait) in enumerate([(0.02, 0.01), (0.03, 1.2), (0.4, 0.0)]):  # quiet, BUSY, NOISY
+        ops_ms, torch_ms = rng.uniform(0.05, 0.1), rng.uniform(0.05, 0.1)
+        n = 256 << i
+        flops = 2.0 * n ** 3
+        results.append({"dtype": "fp32", "shape": f"square {n}", "M": n, "N": n, "K": n, "tactic": "cpu (ATen)",
+                        "ops_ms": ops_ms, "torch_ms": torch_ms, "ops_tflops": flops / ops_ms / 1e9,
+                        "torch_tflops": flops / torch_ms / 1e9, "ratio": torch_ms / ops_ms, "ops_max_rel_err": 1e-7,
+                        "torch_max_rel_err": 1e-7, "cpu_spread": spread, "cpu_wait": wait, "same_kernel": True})
+    gemm.report("cpu", True, results, str(tmp_path))
+    report = json.loads((tmp_path / "gemm.json").read_text())
+    assert report["reference_is_same_kernel"] is True and report["note"] == gemm.same_kernel_note("all")
+    assert report["noisy_rows"] == ["fp32 square 512", "fp32 square 1024"]
+    assert report["summary"]["fp32"]["quiet_rows"] == 1
+    assert report["summary"]["fp32"]["quiet_min_ratio"] == pytest.approx(results[0]["ratio"])
+    table = (tmp_path / "gemm.md").read_text()
+    assert "| 3.0% | 1.20 BUSY |" in table and "| 40.0% NOISY | 0.00 |" in table and "| 2.0% | 0.01 |" in table
+    assert "2 of 3 rows NOISY" in table
+    assert (tmp_path / "gemm.png").stat().st_size > 10_000
+    # On a GPU only the rows that fell back to ATen ran the same kernel on both sides; the note names them.
+    gpu_rows = [dict(results[0], tactic="aten", same_kernel=True), dict(results[1], tactic="sm90_x", same_kernel=False)]
+    facts = gemm.same_kernel_facts("cuda", "all", gpu_rows)
+    assert facts["reference_is_same_kernel"] is False
+    assert facts["note"] == ("1 of 2 rows ran ATen's kernel on both sides (tactic aten: ops.gemm.plan() gives the "
+                             "reason): fp32 square 256")
+    assert gemm.same_kernel_facts("cuda", "all", gpu_rows[1:]) == {"reference_is_same_kernel": False}
 
 
 @pytest.mark.slow
@@ -655,3 +724,4 @@ def test_reports_are_replaced_whole(tmp_path):
             raise KeyboardInterrupt
     assert json.loads(path.read_text()) == {"rows": [1, 2]}
     assert os.listdir(tmp_path) == ["gemm.json"]
+
