@@ -7,9 +7,10 @@
   activations quantized per token or per 1x128 group at each call, on ``ops.scaled_gemm``.
 * ``convert(model)``: swaps those modules one for one, in place, sharing their parameters, and runs the
   block recipes of ``ops.recipes`` on the blocks whose class it lists; ``convert(model, fp8=...)``
-  quantizes the Linears instead, keeping the output head in high precision.
+  quantizes the Linears instead, keeping output heads and MoE routers in high precision.
 """
 
+import copy
 import dataclasses
 import numbers
 import sys
@@ -435,10 +436,63 @@ def _why_not_hf_fp8(module) -> Optional[str]:
     return None
 
 
-def _why_kept_high_precision(module: torch.nn.Linear, name: str, head) -> Optional[str]:
+_OUTPUT_HEAD = "an output head (its errors reach the model's output undamped)"
+_ROUTER = "an MoE router (its scores choose each token's experts, and FP8 errors change the choice)"
+_ROUTER_NAMES = ("router", "gate")  # transformers' names for an MoE block's router, in every MoE family
+
+
+def _holds_experts(name: str, module: torch.nn.Module) -> bool:
+    """Whether a child holds its block's experts: named ``experts`` (transformers' name for them: Switch's and
+    NLLB-MoE's ModuleDicts, DBRX's), or holding a weight per expert, a parameter of ``num_experts`` matrices
+    (transformers' experts modules, JetMoe's ParallelExperts)."""
+    if name == "experts" or _moe.is_experts(module):
+        return True
+    count = getattr(module, "num_experts", None)
+    return isinstance(count, int) and any(p is not None and p.dim() >= 3 and p.shape[0] == count
+                                          for p in module._parameters.values())
+
+
+def _linears_in(module: torch.nn.Module) -> List[torch.nn.Module]:
+    return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def _high_precision_roles(model: torch.nn.Module) -> dict:
+    """id -> reason for the Linears convert(fp8=...) keeps in high precision by their role (output heads, MoE
+    routers: convert's docstring says which)."""
+    roles = {}
+    for parent in model.modules():
+        children = parent._modules
+        if any(child is not None and _holds_experts(name, child) for name, child in children.items()):
+            for name in _ROUTER_NAMES:
+                router = children.get(name)
+                if router is not None and not _holds_experts(name, router):
+                    roles.update((id(m), _ROUTER) for m in _linears_in(router))
+    for parent in model.modules():
+        heads = []
+        get_output_embeddings = getattr(parent, "get_output_embeddings", None)
+        if callable(get_output_embeddings):
+            try:
+                out = get_output_embeddings()
+            except (AttributeError, NotImplementedError):  # a class without a head may raise either
+                out = None
+            if isinstance(out, torch.nn.Module):
+                heads += _linears_in(out)
+        prefix = getattr(parent, "base_model_prefix", None)
+        base = parent._modules.get(prefix) if isinstance(prefix, str) and prefix else None
+        if base is not None:  # a transformers task model: its head is what lies outside the base model
+            inside = {id(m) for m in base.modules()}
+            heads += [m for m in _linears_in(parent) if id(m) not in inside]
+        for name, child in parent._modules.items():
+            if name == "lm_head" and isinstance(child, torch.nn.Linear):
+                heads.append(child)
+        roles.update((id(m), _OUTPUT_HEAD) for m in heads)
+    return roles
+
+
+def _why_kept_high_precision(module: torch.nn.Linear, roles: dict) -> Optional[str]:
     """Why convert(fp8=...) keeps a Linear in high precision, or None to quantize it."""
-    if module is head or name == "lm_head":
-        return "the output head (its errors reach the logits undamped; vLLM and torchao keep it too)"
+    if id(module) in roles:
+        return roles[id(module)]
     if (why := _why_unaligned(module)) is not None:
         return why
     if module.weight.dtype not in _fp8._OUT_DTYPES:
@@ -454,7 +508,7 @@ class ConversionReport:
     rms_norm: List[str] = dataclasses.field(default_factory=list)
     recipes: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (block, recipe name)
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)  # (module, why it was left alone)
-    fp8: List[str] = dataclasses.field(default_factory=list)  # Linears replaced by Fp8Linear
+    fp8: List[str] = dataclasses.field(default_factory=list)  # Fp8Linears: put in now, or already of the recipe
     # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
     kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops.grouped_gemm (ops.moe)
@@ -519,6 +573,78 @@ def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionRe
                       "GPU kernels and ops' own load read them right", stacklevel=3)
 
 
+def _checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, strict, missing_keys,
+                                   unexpected_keys, error_msgs) -> None:
+    """A load_state_dict pre-hook: the keys of a transformers model's state_dict that are not the model's own, as
+    ``save_pretrained`` writes them (MoE experts one per expert: ``experts.0.gate_proj.weight``; Mixtral's
+    ``block_sparse_moe``), become the model's through transformers' conversion mapping for the model, the one
+    ``save_pretrained`` reverted and ``from_pretrained`` applies. Keys it cannot convert stay as they are (then
+    reported unexpected), and a conversion that fails is a load error naming the keys."""
+    own = {prefix + key for key in module.state_dict(keep_vars=True)}
+    foreign = [key for key in state_dict if key.startswith(prefix) and key not in own]
+    if not foreign:
+        return
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
+    except ImportError:  # a transformers release without conversion mappings saves the model's own keys
+        return
+    transforms = get_model_conversion_mapping(module)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
+    renamed, pending = {}, {}  # pending: target key -> (its converter, the checkpoint keys it collects)
+    for key in sorted(foreign, key=dot_natural_key):  # experts in index order, as from_pretrained stacks them
+        target, pattern = rename_source_key(key[len(prefix):], renamings, converters)
+        if pattern is None:
+            if prefix + target in own:
+                renamed[key] = prefix + target
+            continue
+        converter, sources = pending.setdefault(target, (copy.deepcopy(by_pattern[pattern]), []))
+        converter.add_tensor(target, key[len(prefix):], pattern, state_dict[key])
+        sources.append(key)
+    for key, target in renamed.items():
+        state_dict[target] = state_dict.pop(key)
+    for target, (converter, sources) in pending.items():
+        try:
+            converted = converter.convert(target, model=module, config=getattr(module, "config", None))
+        except Exception as e:  # transformers' converters raise what their tensor ops raise
+            error_msgs.append(f"ops.nn: transformers' conversion of {sources[0]} and {len(sources) - 1} other "
+                              f"checkpoint keys into {prefix + target} failed: {e}")
+            continue
+        converted = {prefix + k: v[0] if isinstance(v, list) else v for k, v in converted.items()}
+        if all(k in own for k in converted):
+            for key in sources:
+                del state_dict[key]
+            state_dict.update(converted)
+
+
+def _load_checkpoint_keys_from_now_on(model: torch.nn.Module) -> None:
+    """Gives a transformers model the load_state_dict pre-hook ``_checkpoint_keys_to_model_keys`` (once)."""
+    if not type(getattr(model, "config", None)).__module__.startswith("transformers."):
+        return
+    if not any(getattr(h, "hook", h) is _checkpoint_keys_to_model_keys
+               for h in model._load_state_dict_pre_hooks.values()):
+        model.register_load_state_dict_pre_hook(_checkpoint_keys_to_model_keys)
+
+
+def _check_fp8_recipes(model: torch.nn.Module, recipe: str) -> None:
+    """Raises before convert(fp8=recipe) changes anything where the model holds FP8 Linears of another recipe:
+    quantizing their codes again would round the weights twice."""
+    for name, module in model.named_modules():
+        if isinstance(module, Fp8Linear):
+            held = module.recipe
+        elif _hf_classes.class_key(module) == _HF_FP8_LINEAR and _why_not_hf_fp8(module) is None:
+            held = "blockwise"  # convert gives it a blockwise Fp8Linear.from_fp8
+        else:
+            continue
+        if held != recipe:
+            raise ValueError(f"ops.nn.convert: fp8={recipe!r}, but {name or '(model)'} is already FP8 "
+                             f"({type(module).__name__}, {held}): quantizing its codes again would round the weights "
+                             f"twice. Pass fp8={held!r} to keep them, or convert a model holding the high-precision "
+                             f"weights")
+
+
 def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = None) -> ConversionReport:
     """Swap ``torch.nn.Linear`` for ``ops.nn.Linear`` and RMSNorm modules (``torch.nn.RMSNorm`` over one
     dimension, the transformers classes listed in ``ops._hf_classes``) for ``ops.nn.RMSNorm`` in
@@ -549,12 +675,24 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     computes in float32. A fused CUDA epilogue applies the activation to the float32 accumulator and
     rounds once, where the unfused block rounds the pre-activation first.
 
-    FP8 (opt-in, inference): ``fp8="rowwise"`` or ``"blockwise"`` replaces each Linear with an
-    ``Fp8Linear`` of that recipe (its weight quantized now; the state_dict then holds FP8 codes and
-    scales), except the output head (``get_output_embeddings()`` of a transformers model, or a module
-    named ``lm_head``) and Linears whose features are not multiples of 16 or whose dtype is float64: those
-    become ``ops.nn.Linear`` and are listed in ``report.kept_high_precision``. The block recipes then
-    find FP8 Linears where they expect plain ones and leave those blocks alone. A model already in
+    FP8 (opt-in, inference): ``fp8="rowwise"`` or ``"blockwise"`` replaces each Linear (``nn.Linear``, or
+    ``ops.nn.Linear``, whose maths is nn.Linear's) with an ``Fp8Linear`` of that recipe (its weight quantized
+    now; the state_dict then holds FP8 codes and scales), except those below, which become (or stay)
+    ``ops.nn.Linear`` and are listed in ``report.kept_high_precision`` with the reason:
+
+    * output heads: the ``get_output_embeddings()`` of any module of the model, a Linear named ``lm_head``,
+      and every Linear of a transformers task model outside its base model (the child its
+      ``base_model_prefix`` names): BERT's and ViT's ``classifier``, Llama's ``score``, ``qa_outputs``;
+    * MoE routers: in a module with a child holding experts (named ``experts``, or with a parameter of
+      ``num_experts`` matrices), its child named ``router`` or ``gate`` (transformers' names for it in every
+      MoE family), if a Linear, else every Linear inside it: HunYuan's ``gate.wg``, Gemma-4's ``router.proj``,
+      DBRX's and JetMoe's ``router.layer``, Switch's, NLLB-MoE's and LongCat's ``router.classifier``;
+    * Linears whose features are not multiples of 16, or whose dtype is float64.
+
+    FP8 Linears already of the recipe asked are listed in ``report.fp8`` and left as they are; FP8 Linears
+    of the other recipe raise before anything changes (quantizing their codes again would round the
+    weights twice). The block recipes then find FP8 Linears where they expect plain ones and leave those
+    blocks alone. A model already in
     transformers' fine-grained FP8 format (its ``FP8Linear`` modules, 128x128 block scales: DeepSeek-V3,
     Qwen3 FP8 checkpoints) has those modules replaced by ``Fp8Linear.from_fp8`` sharing their weights,
     with or without ``fp8``; they are listed in ``report.fp8``. The state_dict keeps transformers' key
@@ -562,7 +700,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     ``config.quantization_config`` gets the one of that format (``report.quantization_config``: "fp8" or
     "fbgemm_fp8"), so that ``save_pretrained`` writes a checkpoint transformers' ``from_pretrained`` reads
     as FP8 (on CPU, "fp8" dequantizes and "fbgemm_fp8" refuses) rather than as float weights. To load
-    it into ops' modules: ``from_config``, ``convert(model, fp8=...)``, then ``load_state_dict``.
+    it into ops' modules: ``_from_config``, ``convert(model, fp8=...)``, then ``load_state_dict`` of the
+    file: convert gives a transformers model a load_state_dict pre-hook that turns the keys
+    ``save_pretrained`` writes and the model lacks (MoE experts one per expert, Mixtral's
+    ``block_sparse_moe``) into the model's, with transformers' conversion mapping for the model.
 
     MoE experts (transformers' experts modules: Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) run
     on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``), listed in
@@ -574,13 +715,16 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
 
     Raises:
         TypeError: ``model`` is not a ``torch.nn.Module``.
-        ValueError: ``fp8`` is not None, "rowwise" or "blockwise".
+        ValueError: ``fp8`` is not None, "rowwise" or "blockwise", or the model holds FP8 Linears of the other
+            recipe.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"ops.nn.convert: expected model to be a torch.nn.Module, got {type(model).__name__}")
     if fp8 is not None and fp8 not in Fp8Linear.RECIPES:
         raise ValueError(f"ops.nn.convert: fp8 must be None or one of {Fp8Linear.RECIPES}, got {fp8!r}")
-    head = model.get_output_embeddings() if fp8 and callable(getattr(model, "get_output_embeddings", None)) else None
+    if fp8:
+        _check_fp8_recipes(model, fp8)
+    roles = _high_precision_roles(model) if fp8 else {}
     report = ConversionReport()
     replaced = {}  # id(original) -> its replacement: a module shared by parents stays shared
     if type(model) is torch.nn.Linear or _is_rms_norm(model):
@@ -612,7 +756,11 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             if child is not None and (type(child).__module__, type(child).__qualname__) == _HF_CONV1D:
                 report.skipped.append((prefix + name, _CONV1D))
                 continue
-            is_linear = type(child) is torch.nn.Linear
+            if fp8 and isinstance(child, Fp8Linear):  # of the recipe asked (_check_fp8_recipes)
+                report.fp8.append(prefix + name)
+                continue
+            ops_linear = fp8 is not None and type(child) is Linear  # plain Linear maths (and its activation)
+            is_linear = type(child) is torch.nn.Linear or ops_linear
             if not is_linear and isinstance(child, torch.nn.Linear) and not isinstance(child, Linear):
                 report.skipped.append((prefix + name, f"a subclass of torch.nn.Linear ({type(child).__name__}): only "
                                                       "the exact class is swapped (a subclass may compute otherwise)"))
@@ -628,18 +776,22 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 continue
             quantize = False
             if is_linear and fp8:
-                keep = _why_kept_high_precision(child, name, head)
+                keep = _why_kept_high_precision(child, roles)
                 if keep is None:
                     quantize = True
                 elif id(child) not in replaced:
                     report.kept_high_precision.append((prefix + name, keep))
             if id(child) not in replaced:
-                replaced[id(child)] = (Fp8Linear.from_linear(child, fp8) if quantize else Linear.from_linear(child)
-                                       if is_linear else RMSNorm.from_module(child))
+                replaced[id(child)] = (
+                    Fp8Linear.from_linear(child, fp8, getattr(child, "activation", "none")) if quantize
+                    else child if ops_linear else Linear.from_linear(child) if is_linear
+                    else RMSNorm.from_module(child))
             setattr(parent, name, replaced[id(child)])
-            (report.fp8 if quantize else report.linear if is_linear else report.rms_norm).append(prefix + name)
             if quantize:
+                report.fp8.append(prefix + name)
                 report.quantized.append(prefix + name)
+            elif not ops_linear:
+                (report.linear if is_linear else report.rms_norm).append(prefix + name)
     if recipes:
         for name, block in model.named_modules():
             recipe = _recipes.recipe_for(block)
@@ -660,6 +812,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             report.experts.append(name or "(model)")
     if fp8:
         _record_fp8_format(model, fp8, report)
+        _load_checkpoint_keys_from_now_on(model)
     parallelized = [name for name, why in report.skipped if why == _DTENSOR_PARAMS]
     if parallelized:
         warnings.warn(f"ops.nn.convert left {len(parallelized)} modules alone ({', '.join(parallelized[:3])}"

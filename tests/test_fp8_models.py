@@ -274,3 +274,283 @@ def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
     with torch.no_grad():
         a, b = ours(x).float(), theirs(x).float()
     assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.999
+
+
+# ---- what convert(fp8=...) keeps in high precision, by role ---------------------------------------------
+
+
+def _tiny_moe(family):
+    """A transformers MoE model of `family` with 16 experts (a multiple of 16, so the router's size alone
+    would let it be quantized), hidden 64, random weights; and its forward's inputs."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, f"{family}Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no {family}")
+    ids = torch.randint(0, 128, (2, 12))
+    common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4)
+    decoder = dict(common, num_key_value_heads=2, head_dim=16)
+    if family == "HunYuanMoEV1":
+        config = transformers.HunYuanMoEV1Config(**decoder, intermediate_size=64, num_experts=16, moe_topk=2)
+    elif family == "Afmoe":
+        config = transformers.AfmoeConfig(**decoder, intermediate_size=64, num_experts=16, num_experts_per_tok=2,
+                                          moe_intermediate_size=32, num_dense_layers=0)
+    elif family == "Gemma4Text":
+        config = transformers.Gemma4TextConfig(
+            **decoder, intermediate_size=64, num_experts=16, top_k_experts=2, moe_intermediate_size=32,
+            enable_moe_block=True, global_head_dim=16, vocab_size_per_layer_input=128, hidden_size_per_layer_input=16,
+            layer_types=["full_attention"])
+        return transformers.Gemma4ForCausalLM(config), {"input_ids": ids}
+    elif family == "Dbrx":
+        config = transformers.DbrxConfig(d_model=64, n_heads=4, n_layers=1, vocab_size=128,
+                                         ffn_config={"moe_num_experts": 16, "moe_top_k": 2, "ffn_hidden_size": 32},
+                                         attn_config={"kv_n_heads": 2, "clip_qkv": 8.0})
+        # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig lacks.
+        config.attn_config.rope_theta = 10000.0
+    elif family == "JetMoe":
+        config = transformers.JetMoeConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_key_value_heads=4,
+                                           kv_channels=16, intermediate_size=64, num_local_experts=16,
+                                           num_experts_per_tok=2)
+    elif family == "LongcatFlash":  # 16 routed experts and 16 zero experts: the router scores 32
+        config = transformers.LongcatFlashConfig(
+            vocab_size=128, hidden_size=64, num_layers=1, num_attention_heads=4, ffn_hidden_size=64,
+            expert_ffn_hidden_size=32, n_routed_experts=16, zero_expert_num=16, moe_topk=2, kv_lora_rank=16,
+            q_lora_rank=16, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, head_dim=16)
+    elif family == "SwitchTransformers":
+        config = transformers.SwitchTransformersConfig(
+            vocab_size=128, d_model=64, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4,
+            num_experts=16, encoder_sparse_step=1, decoder_sparse_step=1)
+        return (transformers.SwitchTransformersForConditionalGeneration(config),
+                {"input_ids": ids, "decoder_input_ids": ids[:, :5]})
+    else:
+        assert family == "NllbMoe"
+        config = transformers.NllbMoeConfig(
+            vocab_size=128, d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_experts=16, encoder_sparse_step=1,
+            decoder_sparse_step=1)
+        return (transformers.NllbMoeForConditionalGeneration(config),
+                {"input_ids": ids, "decoder_input_ids": ids[:, :5]})
+    return getattr(transformers, f"{family}ForCausalLM")(config), {"input_ids": ids}
+
+
+# The router Linears of each family, by the end of their names (a model may hold several).
+ROUTERS = {
+    "HunYuanMoEV1": ("mlp.gate.wg",),
+    "Afmoe": ("mlp.router.gate",),
+    "Gemma4Text": ("layers.0.router.proj",),
+    "Dbrx": ("ffn.router.layer",),
+    "JetMoe": ("mlp.router.layer", "self_attention.experts.router.layer"),
+    "LongcatFlash": ("mlp.router.classifier",),
+    "SwitchTransformers": ("mlp.router.classifier",),
+    "NllbMoe": ("ffn.router.classifier",),
+}
+
+
+def _fp8_logits(model, inputs):
+    with torch.no_grad():
+        out = model(**inputs)
+    return (out.logits if hasattr(out, "logits") else out[0]).float()
+
+
+def _dequantize_into(model, converted, names):
+    """Gives `model`'s Linears `names` the weights blockwise FP8 Linears of `converted` hold: codes times scales."""
+    for name in names:
+        fp8_linear = converted.get_submodule(name)
+        n, k = fp8_linear.weight.shape
+        scale = fp8_linear.weight_scale_inv.repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+        model.get_submodule(name).weight.data = fp8_linear.weight.float() * scale
+
+
+def _reloads_in_transformers(model, dequantized, report, inputs, path):
+    """save_pretrained of a blockwise FP8 model, from_pretrained by its stock class (dequantized on CPU): the
+    logits of the model whose quantized Linears hold their codes times their scales and whose kept ones hold
+    their own weights. A kept Linear loaded as FP8 would have no scale in the checkpoint."""
+    model.save_pretrained(path)
+    stock = type(model).from_pretrained(path).eval()
+    _dequantize_into(dequantized, model, report.fp8)
+    torch.testing.assert_close(_fp8_logits(stock, inputs), _fp8_logits(dequantized, inputs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(ROUTERS))
+def test_convert_fp8_keeps_every_moe_router_in_high_precision(family, tmp_path):
+    model, inputs = _tiny_moe(family)
+    model.eval()
+    dequantized = copy.deepcopy(model)
+    routers = sorted(name for name, m in model.named_modules()
+                     if isinstance(m, torch.nn.Linear) and name.endswith(ROUTERS[family]))
+    assert len(routers) >= 2 if family in ("JetMoe", "SwitchTransformers", "NllbMoe") else len(routers) == 1
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        scores = {name: model.get_submodule(name)(x) for name in routers}
+    assert all(s.shape[-1] % 16 == 0 for s in scores.values())
+    report = ops.nn.convert(model, fp8="blockwise")
+    kept = dict(report.kept_high_precision)
+    assert sorted(name for name, why in kept.items() if why.startswith("an MoE router")) == routers
+    not_converted = model.config.quantization_config.modules_to_not_convert
+    for name in routers:
+        router = model.get_submodule(name)
+        assert type(router) is ops.nn.Linear and name in not_converted
+        with torch.no_grad():
+            assert torch.equal(router(x), scores[name])
+    assert report.fp8 and not set(report.fp8) & set(kept)
+    if family in ("SwitchTransformers", "NllbMoe"):
+        return  # their experts cast activations to wo's / fc2's weight dtype, FP8's: no FP8 forward
+    assert torch.isfinite(_fp8_logits(model, inputs)).all()
+    _reloads_in_transformers(model, dequantized, report, inputs, tmp_path)
+
+
+def test_an_fp8_router_changes_which_experts_tokens_go_to():
+    # Why convert keeps routers: a tiny HunYuan-MoE's router in FP8 sends tokens elsewhere (measured: 5 of 128
+    # tokens change their top-2 experts), where the router convert keeps picks as before.
+    model, _ = _tiny_moe("HunYuanMoEV1")
+    model.eval()
+    hidden = torch.randn(128, 64)
+    gate = model.model.layers[0].mlp.gate
+    with torch.no_grad():
+        reference = gate(hidden)[2].sort(-1).values
+        fp8_gate = copy.deepcopy(gate)
+        fp8_gate.wg = ops.nn.Fp8Linear.from_linear(gate.wg, "blockwise")
+        moved = (fp8_gate(hidden)[2].sort(-1).values != reference).any(-1).sum().item()
+        ops.nn.convert(model, fp8="blockwise")
+        assert torch.equal(model.model.layers[0].mlp.gate(hidden)[2].sort(-1).values, reference)
+    assert moved >= 3
+
+
+def _tiny_task_model(name):
+    """A transformers task model whose head has a multiple of 16 outputs, its inputs, and the head's name."""
+    transformers = pytest.importorskip("transformers")
+    ids = torch.randint(0, 128, (2, 12))
+    bert = transformers.BertConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                   intermediate_size=64, num_labels=32 if "Token" in name else 16)
+    if name == "ViTForImageClassification":
+        config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                        intermediate_size=64, image_size=32, patch_size=8, num_labels=16)
+        return transformers.ViTForImageClassification(config), {"pixel_values": torch.randn(2, 3, 32, 32)}, "classifier"
+    if name == "LlamaForSequenceClassification":
+        config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_labels=16,
+                                          pad_token_id=0)
+        return transformers.LlamaForSequenceClassification(config), {"input_ids": ids + 1}, "score"
+    return getattr(transformers, name)(bert), {"input_ids": ids}, "classifier"
+
+
+@pytest.mark.parametrize("name", ["BertForSequenceClassification", "BertForTokenClassification",
+                                  "ViTForImageClassification", "LlamaForSequenceClassification"])
+def test_convert_fp8_keeps_task_heads_in_high_precision(name, tmp_path):
+    # The head of a task model is what lies outside its base model (base_model_prefix): num_labels of 16 or
+    # 32 would let a rule by size quantize it.
+    model, inputs, head = _tiny_task_model(name)
+    model.eval()
+    dequantized = copy.deepcopy(model)
+    reference = _fp8_logits(model, inputs)
+    report = ops.nn.convert(model, fp8="blockwise")
+    kept = dict(report.kept_high_precision)
+    assert kept == {head: "an output head (its errors reach the model's output undamped)"}
+    assert type(model.get_submodule(head)) is ops.nn.Linear and model.get_submodule(head).out_features % 16 == 0
+    assert head in model.config.quantization_config.modules_to_not_convert and len(report.fp8) >= 6
+    logits = _fp8_logits(model, inputs)
+    assert F.cosine_similarity(logits.flatten(), reference.flatten(), dim=0) > 0.99
+    _reloads_in_transformers(model, dequantized, report, inputs, tmp_path)
+
+
+# ---- converting again -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_convert_fp8_after_convert_quantizes_the_ops_linears(recipe):
+    # ops.nn.Linear is nn.Linear's maths: convert(fp8=...) quantizes it as it would the nn.Linear.
+    from conftest import tiny_hf_decoder
+
+    once = tiny_hf_decoder("Llama").eval()
+    twice = copy.deepcopy(once)
+    expected = ops.nn.convert(once, fp8=recipe)
+    first = ops.nn.convert(twice)
+    assert len(first.linear) == 15 and not first.fp8
+    report = ops.nn.convert(twice, fp8=recipe)
+    assert report.fp8 == report.quantized == expected.fp8 and len(report.fp8) == 14
+    assert report.kept_high_precision == expected.kept_high_precision == [
+        ("lm_head", "an output head (its errors reach the model's output undamped)")]
+    assert not report.linear and type(twice.lm_head) is ops.nn.Linear
+    assert report.quantization_config == expected.quantization_config
+    assert twice.config.quantization_config.to_dict() == once.config.quantization_config.to_dict()
+    ids = torch.randint(0, 128, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(twice(ids).logits, once(ids).logits)
+
+
+def test_convert_fp8_to_another_recipe_raises_and_changes_nothing():
+    from conftest import tiny_hf_decoder
+
+    model = tiny_hf_decoder("Llama").eval()
+    ops.nn.convert(model, fp8="rowwise")
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    modules = dict(model.named_modules())
+    with pytest.raises(ValueError, match=r"ops.nn.convert: fp8='blockwise', but model.layers.0.self_attn.q_proj is "
+                                         r"already FP8 \(Fp8Linear, rowwise\): quantizing its codes again would round "
+                                         r"the weights twice. Pass fp8='rowwise' to keep them"):
+        ops.nn.convert(model, fp8="blockwise")
+    assert dict(model.named_modules()) == modules
+    for name, t in model.state_dict().items():
+        assert torch.equal(t.view(torch.uint8) if t.dtype == E4 else t, before[name].view(torch.uint8)
+                           if t.dtype == E4 else before[name]), name
+    # The same recipe again: the FP8 Linears are what was asked, and are listed; nothing is quantized again.
+    report = ops.nn.convert(model, fp8="rowwise")
+    assert len(report.fp8) == 14 and not report.quantized and [n for n, _ in report.kept_high_precision] == ["lm_head"]
+    assert all(modules[name] is module for name, module in model.named_modules())
+    assert len(model._load_state_dict_pre_hooks) == 1  # convert's checkpoint-key hook, given once
+
+
+# ---- MoE checkpoints back into ops' modules ---------------------------------------------------------------
+
+
+def _tiny_checkpointed_moe(family):
+    """A transformers MoE model whose save_pretrained writes its experts one per expert (transformers' fused
+    experts modules), 16 experts, hidden 64."""
+    transformers = pytest.importorskip("transformers")
+    decoder = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    if family == "Qwen3Moe":
+        config = transformers.Qwen3MoeConfig(**decoder, head_dim=16, intermediate_size=128, moe_intermediate_size=32,
+                                             num_experts=16, num_experts_per_tok=2)
+    elif family == "Qwen2Moe":
+        config = transformers.Qwen2MoeConfig(**decoder, intermediate_size=128, moe_intermediate_size=32,
+                                             shared_expert_intermediate_size=32, num_experts=16, num_experts_per_tok=2)
+    elif family == "Mixtral":
+        config = transformers.MixtralConfig(**decoder, head_dim=16, intermediate_size=32, num_local_experts=16,
+                                            num_experts_per_tok=2)
+    else:
+        assert family == "DeepseekV3"
+        config = transformers.DeepseekV3Config(  # MLA: as many key-value heads as heads
+            **dict(decoder, num_key_value_heads=4), intermediate_size=128, moe_intermediate_size=32,
+            n_routed_experts=16, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+            q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16)
+    return getattr(transformers, f"{family}ForCausalLM")(config).eval()
+
+
+@pytest.mark.parametrize("family, recipe", [("Qwen3Moe", "blockwise"), ("Qwen3Moe", "rowwise"),
+                                            ("Qwen2Moe", "blockwise"), ("Mixtral", "rowwise"),
+                                            ("DeepseekV3", "blockwise")])
+def test_an_fp8_moe_checkpoint_loads_back_into_ops_modules_bit_for_bit(family, recipe, tmp_path):
+    # The documented route: the stock model from the config, convert(fp8=...), load_state_dict of the file.
+    # save_pretrained writes transformers' experts one per expert (and Mixtral's blocks as block_sparse_moe):
+    # convert lets load_state_dict take those keys, through transformers' own conversion mapping.
+    transformers = pytest.importorskip("transformers")
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = _tiny_checkpointed_moe(family)
+    ops.nn.convert(model, fp8=recipe)
+    ids = torch.randint(0, 128, (2, 12))
+    with torch.no_grad():
+        logits = model(ids).logits
+    model.save_pretrained(tmp_path)
+    saved = safetensors.load_file(tmp_path / "model.safetensors")
+    assert any(".experts.0." in key for key in saved) and not set(saved) <= set(model.state_dict())
+    for strict in (True, False):
+        again = type(model)._from_config(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
+        ops.nn.convert(again, fp8=recipe)
+        result = again.load_state_dict(safetensors.load_file(tmp_path / "model.safetensors"), strict=strict)
+        assert not result.missing_keys and not result.unexpected_keys
+        with torch.no_grad():
+            assert torch.equal(again(ids).logits, logits)
+    # The model's own keys load as ever; a checkpoint missing an expert is an error, not random weights.
+    assert str(again.load_state_dict(model.state_dict())) == "<All keys matched successfully>"
+    partial = safetensors.load_file(tmp_path / "model.safetensors")
+    del partial[next(key for key in partial if ".experts.3." in key)]
+    with pytest.raises(RuntimeError, match=r"model.layers.[01].mlp.experts"):
+        again.load_state_dict(partial, strict=False)
