@@ -27,7 +27,7 @@
 # allocator
 # (the build always runs), in the order of this script, most decisive first. All of them exceed one
 # 9-minute device call, and a 15-minute device lease includes the machine's start: run two
-# calls on one warm machine (benchmarks/README.md gives the commands and which stages each lease runs),
+# calls on one warm machine (benchmarks/GPU_PLAN.md gives the commands and which stages each lease runs),
 # the second at once (a machine goes back 30 s after a call); a later call's build is a ninja no-op.
 # Each stage has its own time limit; a failing stage does not stop the others.
 # The sweep stage times every candidate tactic of the shapes that decide each regime of the tactic
@@ -40,7 +40,7 @@
 # DEADLINE_S (default 560): seconds from this script's start by which everything has ended, packed
 # included. Every stage's time limit is cut to what is left of it (less 25 s for the kill grace and the
 # packing); a stage with under 10 s left is SKIPPED. Set it a little under the device call's limit: the
-# tool kills the call at its limit, and what a killed stage measured is lost (benchmarks/README.md
+# tool kills the call at its limit, and what a killed stage measured is lost (benchmarks/GPU_PLAN.md
 # gives each call's value). A table of every stage's exit status and seconds ends the
 # log (stages.tsv in results.tgz): 124 is a stage cut by its time limit.
 # Time limits send SIGINT first (`limit`): pytest then prints its summary of what ran, and the

@@ -9,7 +9,7 @@ order, each under its own time limit in device_check.sh, so a short lease cuts t
 
 The estimate is a model, not a measurement: a tactic costs the CudaTimer's calls (10 warm-up, 1 probe,
 up to 50 timed, 5 at least within 2 s; each timed call after a 256 MiB L2 flush read) at an assumed
-kernel time of twice its floor (benchmarks/README.md: 790 TFLOP/s, 4.8 TB/s) plus 5 us, a host cost of
+kernel time of twice its floor (benchmarks/GPU_PLAN.md: 790 TFLOP/s, 4.8 TB/s) plus 5 us, a host cost of
 30 us per timed call when the kernel is shorter, 5 ms of checking per tactic and 1 s per case (operands,
 the float64 reference, torch.profiler, plans). The first GPU run's stages.tsv gives the real seconds.
 """
@@ -25,7 +25,7 @@ import ops
 from benchmarks import gemm
 
 H200 = dict(cc_major=9, cc_minor=0, arch_list="8.0;9.0a", sm_count=132)
-PEAK_FLOPS, PEAK_BYTES = 790e12, 4.8e12  # benchmarks/README.md: bf16 torch.mm at 8192^3, HBM3e
+PEAK_FLOPS, PEAK_BYTES = 790e12, 4.8e12  # benchmarks/GPU_PLAN.md: bf16 torch.mm at 8192^3, HBM3e
 FLUSH_S = 256 * 2 ** 20 / 4.3e12  # CudaTimer's L2 flush: a 256 MiB read at the measured copy bandwidth
 HOST_S, CHECK_S, CASE_S = 30e-6, 5e-3, 1.0
 TACTIC_LIMIT_S = 20  # a tactic whose timing (at most ~2 s of calls) has not returned by then is a hang

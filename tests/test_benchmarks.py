@@ -2,6 +2,7 @@
 so without these a broken benchmark would first show on the scarce GPU machine. On CPU, on small
 suites; an interrupted run (Ctrl-C, or device_check.sh's time limit) reports the cases measured so far."""
 
+import glob
 import json
 import os
 import random
@@ -631,8 +632,8 @@ def test_the_gpu_sweep_covers_every_candidate_configuration_within_its_budget():
     # Each group's limit is twice its estimate; the whole sweep fits one device call with the plain tables.
     assert sum(sweep_plan.limit_seconds(r["seconds"]) for r in rows) <= 480
     assert sum(sweep_plan.limit_seconds(r["seconds"]) for r in sweep_plan.plan(short=True)) <= 300
-    readme = open(os.path.join(REPO, "benchmarks", "README.md")).read()
-    for r in rows:  # the README's table states this plan
+    readme = open(os.path.join(REPO, "benchmarks", "GPU_PLAN.md")).read()
+    for r in rows:  # GPU_PLAN.md's table states this plan
         assert re.search(rf"^\| {re.escape(r['group'])} \| [^|]+ \| {r['tactics']} \| {r['seconds']} \|", readme, re.M), r
     assert f"add up to {sum(sweep_plan.limit_seconds(r['seconds']) for r in rows)} s" in readme
     assert f"limits {sum(sweep_plan.limit_seconds(r['seconds']) for r in sweep_plan.plan(short=True))} s)" in readme
@@ -725,3 +726,28 @@ def test_reports_are_replaced_whole(tmp_path):
     assert json.loads(path.read_text()) == {"rows": [1, 2]}
     assert os.listdir(tmp_path) == ["gemm.json"]
 
+
+def test_benchmark_docs_links_resolve():
+    # benchmarks/README.md, GPU_PLAN.md and the results' summaries: every relative link reaches a file, its
+    # #anchor a heading of that file (GitHub's anchors: lower case, punctuation dropped, spaces as hyphens), and
+    # every benchmarks/....md path in the text a file.
+    def anchors(path):
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.*)$", open(path).read(), re.M)}
+
+    pages = [os.path.join(REPO, "benchmarks", name) for name in ("README.md", "GPU_PLAN.md")]
+    pages += sorted(glob.glob(os.path.join(REPO, "benchmarks", "results", "*", "SUMMARY.md")))
+    checked = 0
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", open(page).read()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            assert os.path.exists(full), (page, target)
+            assert not anchor or anchor in anchors(full), (page, target, sorted(anchors(full)))
+            checked += 1
+        for named in re.findall(r"(?<![\w/.])(benchmarks/[\w./-]+\.md)\b", open(page).read()):  # a path in the text
+            assert os.path.exists(os.path.join(REPO, named)), (page, named)
+            checked += 1
+    assert checked >= 5
