@@ -113,10 +113,10 @@ def same_kernel_note(suite):
     if suite == "overhead":
         return ("On CPU ops.cutlass_gemm runs ATen's CPU mm (at::cpu::mm), the kernel torch.mm runs: the "
                 "columns differ only by each call path's cost.")
-    fused = (" and ops.linear is ATen's linear followed by the activation in place, the calls of F.linear + "
-             "the activation" if suite == "decode" else "")
+    fused = ("; ops.linear runs ATen's linear, then the activation in place, as F.linear + the activation do"
+             if suite == "decode" else "")
     return ("On CPU ops.cutlass_gemm runs ATen's CPU mm (at::cpu::mm), the kernel torch.mm runs" + fused +
-            ": both sides time the same call, so a ratio away from 1 measures the machine, not ops. "
+            ": both sides time the same calls, so a ratio away from 1 measures the machine, not ops. "
             "The CUTLASS kernels need an NVIDIA GPU (sm80 or newer).")
 
 
