@@ -476,6 +476,16 @@ def test_convert_fp8_after_convert_quantizes_the_ops_linears(recipe):
         assert torch.equal(twice(ids).logits, once(ids).logits)
 
 
+def test_convert_fp8_keeps_an_ops_linear_s_activation():
+    linear = ops.nn.Linear(64, 32, activation="gelu")
+    model = torch.nn.Sequential(linear)
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        expected = ops.nn.Fp8Linear.from_linear(linear, "rowwise", activation="gelu")(x)
+        report = ops.nn.convert(model, fp8="rowwise")
+        assert report.fp8 == ["0"] and model[0].activation == "gelu" and torch.equal(model(x), expected)
+
+
 def test_convert_fp8_to_another_recipe_raises_and_changes_nothing():
     from conftest import tiny_hf_decoder
 
