@@ -197,8 +197,10 @@ class Fp8Linear(torch.nn.Module):
             raise RuntimeError(f"ops.nn.Fp8Linear: expected input with last dimension {self.in_features} "
                                f"(in_features), got shape {list(input.shape)}")
         if input.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            cast = ("; the caller cast its activations to this Linear's weight dtype, as T5-style blocks do "
+                    "(Switch, NLLB-MoE): keep this Linear in high precision" if input.dtype == self.weight.dtype else "")
             raise RuntimeError(f"ops.nn.Fp8Linear: expected input of dtype torch.bfloat16, torch.float16 or "
-                               f"torch.float32 (the output's), got {input.dtype}")
+                               f"torch.float32 (the output's), got {input.dtype}{cast}")
         if input.requires_grad and torch.is_grad_enabled():
             raise RuntimeError("ops.nn.Fp8Linear: inference only (FP8 operands have no gradient), and its input "
                                "requires grad: run the model under torch.no_grad() or torch.inference_mode()")
@@ -439,6 +441,8 @@ def _why_not_hf_fp8(module) -> Optional[str]:
 _OUTPUT_HEAD = "an output head (its errors reach the model's output undamped)"
 _ROUTER = "an MoE router (its scores choose each token's experts, and FP8 errors change the choice)"
 _ROUTER_NAMES = ("router", "gate")  # transformers' names for an MoE block's router, in every MoE family
+_KEEP_IN_FP32 = ("listed in the model's _keep_in_fp32_modules (transformers keeps it in float32; its block casts "
+                 "activations to its weight's dtype)")
 
 
 def _holds_experts(name: str, module: torch.nn.Module) -> bool:
@@ -460,6 +464,12 @@ def _high_precision_roles(model: torch.nn.Module) -> dict:
     """id -> reason for the Linears convert(fp8=...) keeps in high precision by their role (output heads, MoE
     routers: convert's docstring says which)."""
     roles = {}
+    for parent in model.modules():
+        keep = getattr(parent, "_keep_in_fp32_modules", None)  # T5's ["wo"], matched as from_pretrained does
+        if isinstance(keep, (list, tuple, set)) and keep:
+            for name, module in parent.named_modules():
+                if isinstance(module, torch.nn.Linear) and any(k in name.split(".") for k in keep):
+                    roles[id(module)] = _KEEP_IN_FP32
     for parent in model.modules():
         children = parent._modules
         if any(child is not None and _holds_experts(name, child) for name, child in children.items()):
@@ -687,6 +697,8 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
       ``num_experts`` matrices), its child named ``router`` or ``gate`` (transformers' names for it in every
       MoE family), if a Linear, else every Linear inside it: HunYuan's ``gate.wg``, Gemma-4's ``router.proj``,
       DBRX's and JetMoe's ``router.layer``, Switch's, NLLB-MoE's and LongCat's ``router.classifier``;
+    * Linears a transformers model lists in ``_keep_in_fp32_modules`` (T5's ``wo``: its block casts
+      activations to that weight's dtype);
     * Linears whose features are not multiples of 16, or whose dtype is float64.
 
     FP8 Linears already of the recipe asked are listed in ``report.fp8`` and left as they are; FP8 Linears

@@ -451,6 +451,25 @@ def test_convert_fp8_keeps_task_heads_in_high_precision(name, tmp_path):
     _reloads_in_transformers(model, dequantized, report, inputs, tmp_path)
 
 
+def test_convert_fp8_keeps_what_a_model_keeps_in_float32():
+    # T5 lists "wo" in _keep_in_fp32_modules and casts the activations to wo's weight dtype before it: an FP8
+    # wo would receive FP8 activations.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.T5Config(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
+                                   decoder_start_token_id=0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    ids = torch.randint(0, 128, (2, 8))
+    with torch.no_grad():
+        reference = model(input_ids=ids, decoder_input_ids=ids).logits
+        report = ops.nn.convert(model, fp8="rowwise")
+        logits = model(input_ids=ids, decoder_input_ids=ids).logits
+    kept = dict(report.kept_high_precision)
+    wo = {"encoder.block.0.layer.1.DenseReluDense.wo", "decoder.block.0.layer.2.DenseReluDense.wo"}
+    assert set(kept) == wo | {"lm_head"} and all("_keep_in_fp32_modules" in kept[name] for name in wo)
+    assert wo <= set(model.config.quantization_config.modules_to_not_convert) and len(report.fp8) >= 8
+    assert F.cosine_similarity(logits.flatten(), reference.flatten(), dim=0) > 0.99
+
+
 # ---- converting again -----------------------------------------------------------------------------------
 
 
