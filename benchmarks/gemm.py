@@ -359,7 +359,7 @@ NOISE_NOTE = ("spread: the largest IQR / median of a measurement, or spread of o
 def noise_cells(r):
     """The "spread" and "CPU wait" cells of a row, marked NOISY and BUSY past their thresholds."""
     spread, wait = r.get("cpu_spread"), r.get("cpu_wait")
-    return ["-" if spread is None else f"{spread:.1%}" + (" NOISY" if spread > NOISE else ""),
+    return ["-" if spread is None else (f"{spread:.1%}" if spread < 10 else f"{spread:.0f}x") + (" NOISY" if spread > NOISE else ""),
             "-" if wait is None else f"{wait:.2f}" + (" BUSY" if wait > BUSY else "")]
 
 

@@ -11,7 +11,7 @@ The estimate is a model, not a measurement: a tactic costs the CudaTimer's calls
 up to 50 timed, 5 at least within 2 s; each timed call after a 256 MiB L2 flush read) at an assumed
 kernel time of twice its floor (benchmarks/GPU_PLAN.md: 790 TFLOP/s, 4.8 TB/s) plus 5 us, a host cost of
 30 us per timed call when the kernel is shorter, 5 ms of checking per tactic and 1 s per case (operands,
-the float64 reference, torch.profiler, plans). The first GPU run's stages.tsv gives the real seconds.
+the float64 reference, torch.profiler, plans). A GPU run's stages.tsv gives the real seconds.
 """
 
 import argparse
