@@ -319,11 +319,12 @@ at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& weight,
 // ---- rms_norm: y = x r w, r = (mean(x^2, -1) + eps)^-1/2 (Zhang & Sennrich, 2019) -------------------
 //   reverse: dx = r (g w - x_hat mean(g w x_hat, -1)), dw = sum over rows of g x_hat, x_hat = x r;
 //   forward: dy = r w (dx - x_hat mean(x_hat dx, -1)) + x_hat dw.
-// Computed in float32 for half types (float64 for float64), from ATen ops (differentiable again).
+// Computed in float32 for half types (float64 for float64), from ATen ops (differentiable again); with
+// round_before_weight too (the rounding of x_hat has derivative 1, as a cast's).
 // _rms_norm_tensor_eps is the same op with eps a 0-d CPU tensor (graphs of torch.compile(dynamic=True)
 // carry a float argument as one); its formulas add that tensor where rms_norm adds the number.
 
-using RmsNormOp = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+using RmsNormOp = at::Tensor(const at::Tensor&, const at::Tensor&, double, bool);
 
 const c10::TypedOperatorHandle<RmsNormOp>& rms_norm_op() {
   static const auto op =
@@ -403,8 +404,9 @@ at::Tensor rms_norm_autograd_impl(const char* op, const at::Tensor& input, const
   return y;
 }
 
-at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  return rms_norm_autograd_impl("rms_norm", input, weight, eps, [&] { return rms_norm_op().call(input, weight, eps); });
+at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps, bool round_before_weight) {
+  return rms_norm_autograd_impl("rms_norm", input, weight, eps,
+                                [&] { return rms_norm_op().call(input, weight, eps, round_before_weight); });
 }
 
 // An argument of a non-differentiable op call, by the name its error gives.
@@ -444,20 +446,22 @@ void check_eps_tensor(const at::Tensor& eps) {
 }
 
 // Below autograd, on every backend: rms_norm with eps read on the host (a CPU tensor: no device sync).
-at::Tensor rms_norm_tensor_eps(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps) {
+at::Tensor rms_norm_tensor_eps(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps,
+                               bool round_before_weight) {
   check_eps_tensor(eps);
-  return rms_norm_op().call(input, weight, eps.item<double>());
+  return rms_norm_op().call(input, weight, eps.item<double>(), round_before_weight);
 }
 
-at::Tensor rms_norm_tensor_eps_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps) {
+at::Tensor rms_norm_tensor_eps_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps,
+                                        bool round_before_weight) {
   check_eps_tensor(eps);
   refuse_grad("_rms_norm_tensor_eps", {{"eps", eps}}, "the op does not differentiate in eps",
               "Detach it, or compute the norm with ATen ops");
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::_rms_norm_tensor_eps", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>();
   return rms_norm_autograd_impl("_rms_norm_tensor_eps", input, weight, eps.detach(),
-                                [&] { return op.call(input, weight, eps); });
+                                [&] { return op.call(input, weight, eps, round_before_weight); });
 }
 
 // ---- silu_and_mul: y = silu(a) * b with (a, b) the two halves of x's last dimension -------------
@@ -524,14 +528,15 @@ void run_inference_inplace(const char* op, std::initializer_list<NamedArg> argum
 }
 
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
-                                 double eps) {
+                                 double eps, bool round_before_weight) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::fused_add_rms_norm", "")
-                             .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, double)>();
+                             .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, double, bool)>();
   run_inference_inplace(
       "fused_add_rms_norm", {{"input", input}, {"residual", residual}, {"weight", weight}},
       "an in-place inference op, it does not support automatic differentiation",
-      "Use ops.rms_norm(input + residual, weight) to differentiate", [&] { op.call(input, residual, weight, eps); });
+      "Use ops.rms_norm(input + residual, weight) to differentiate",
+      [&] { op.call(input, residual, weight, eps, round_before_weight); });
 }
 
 void cutlass_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
@@ -585,34 +590,38 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& input
 std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_autograd(const at::Tensor& input, const at::Tensor& weight, double eps,
                                                          c10::string_view granularity,
                                                          c10::optional<at::ScalarType> dtype,
-                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale,
+                                                         bool round_before_weight) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::rms_norm_fp8", "")
                              .typed<std::tuple<at::Tensor, at::Tensor>(
                                  const at::Tensor&, const at::Tensor&, double, c10::string_view,
-                                 c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
+                                 c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
   require_defined("rms_norm_fp8", {{"input", input}, {"weight", weight}});
   refuse_grad("rms_norm_fp8", {{"input", input}, {"weight", weight}, {"scale", s}}, kFp8NoGrad, kDetach);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(input, weight, eps, granularity, dtype, scale, pow2_scale);
+  return op.call(input, weight, eps, granularity, dtype, scale, pow2_scale, round_before_weight);
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fp8_autograd(
     const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps, c10::string_view granularity,
-    c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+    c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale,
+    bool round_before_weight) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ops::fused_add_rms_norm_fp8", "")
                              .typed<std::tuple<at::Tensor, at::Tensor>(
                                  const at::Tensor&, at::Tensor&, const at::Tensor&, double, c10::string_view,
-                                 c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool)>();
+                                 c10::optional<at::ScalarType>, const c10::optional<at::Tensor>&, bool, bool)>();
   const at::Tensor s = scale.has_value() ? *scale : at::Tensor();
   require_defined("fused_add_rms_norm_fp8", {{"input", input}, {"residual", residual}, {"weight", weight}});
   std::tuple<at::Tensor, at::Tensor> result;
   run_inference_inplace(
       "fused_add_rms_norm_fp8", {{"input", input}, {"residual", residual}, {"weight", weight}, {"scale", s}},
       kFp8NoGrad, kDetach,
-      [&] { result = op.call(input, residual, weight, eps, granularity, dtype, scale, pow2_scale); });
+      [&] {
+        result = op.call(input, residual, weight, eps, granularity, dtype, scale, pow2_scale, round_before_weight);
+      });
   return result;
 }
 

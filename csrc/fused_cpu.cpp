@@ -1,7 +1,7 @@
 // CPU kernels of rms_norm, fused_add_rms_norm, silu_and_mul and quantize_fp8's per-row and 1x128 forms:
-// one pass over rows in parallel
-// (at::parallel_for), vectorised with ATen's Vectorized helpers (at::vec::map*, which convert
-// float16/bfloat16 through float), statistics in float (double for float64 inputs). The kernels
+// one pass over rows in parallel (at::parallel_for), vectorised with ATen's Vectorized helpers (at::vec::map*,
+// which convert float16/bfloat16 through float), statistics in float (double for float64 inputs), each
+// result equal to torch's formula bit for bit (docs/numerics.md). The kernels
 // (fused_cpu_kernels.h) are built for the baseline ISA here and for AVX2 (fused_cpu_avx2.cpp) and
 // AVX-512 (fused_cpu_avx512.cpp); each call runs the build that matches the capability ATen runs its own
 // CPU kernels at (at::get_cpu_capability(): the CPU's, or lower with ATEN_CPU_CAPABILITY).
@@ -19,15 +19,15 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define OPS_HAVE_X86_KERNELS 1
 namespace ops::AVX2 {
-void rms_norm_kernel(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, double eps);
-void fused_add_rms_norm_kernel(at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps);
+void rms_norm_kernel(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, double eps, bool round_x_hat);
+void fused_add_rms_norm_kernel(at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps, bool round_x_hat);
 void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out);
 void quantize_fp8_kernel(const at::Tensor& x, int64_t group, const float* given, int64_t given_stride, bool pow2,
                          at::Tensor& codes, float* scales);
 }  // namespace ops::AVX2
 namespace ops::AVX512 {
-void rms_norm_kernel(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, double eps);
-void fused_add_rms_norm_kernel(at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps);
+void rms_norm_kernel(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, double eps, bool round_x_hat);
+void fused_add_rms_norm_kernel(at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps, bool round_x_hat);
 void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out);
 void quantize_fp8_kernel(const at::Tensor& x, int64_t group, const float* given, int64_t given_stride, bool pow2,
                          at::Tensor& codes, float* scales);
@@ -81,20 +81,21 @@ std::string fused_cpu_isa() {
   }
 }
 
-at::Tensor rms_norm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps, bool round_before_weight) {
   check_norm_inputs("rms_norm", input, weight);
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
   at::Tensor y = at::empty(input.sizes(), input.options());
-  OPS_CPU_DISPATCH(rms_norm_kernel, x, w, y, eps);
+  OPS_CPU_DISPATCH(rms_norm_kernel, x, w, y, eps, round_before_weight);
   return y;
 }
 
-void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps,
+                            bool round_before_weight) {
   check_fused_add_rms_norm_inputs(input, residual, weight);
   const at::Tensor w = weight.contiguous();
   run_in_place_on_contiguous(input, residual, [&](at::Tensor& x, at::Tensor& res) {
-    OPS_CPU_DISPATCH(fused_add_rms_norm_kernel, x, res, w, eps);
+    OPS_CPU_DISPATCH(fused_add_rms_norm_kernel, x, res, w, eps, round_before_weight);
   });
 }
 

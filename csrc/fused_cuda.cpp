@@ -28,7 +28,7 @@ void check_launch(const char* op, cudaError_t err) {
 
 int64_t rows_of(const at::Tensor& t, int64_t row_length) { return row_length == 0 ? 0 : t.numel() / row_length; }
 
-at::Tensor rms_norm_cuda(const at::Tensor& input, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm_cuda(const at::Tensor& input, const at::Tensor& weight, double eps, bool round_before_weight) {
   check_norm_inputs("rms_norm", input, weight);
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor x = input.contiguous();
@@ -36,12 +36,13 @@ at::Tensor rms_norm_cuda(const at::Tensor& input, const at::Tensor& weight, doub
   at::Tensor y = at::empty(input.sizes(), input.options());
   const int64_t hidden = input.size(-1);
   check_launch("rms_norm", fused::rms_norm(dtype_code(input.scalar_type()), x.const_data_ptr(), w.const_data_ptr(),
-                                           y.data_ptr(), rows_of(x, hidden), hidden, eps,
+                                           y.data_ptr(), rows_of(x, hidden), hidden, eps, round_before_weight,
                                            at::cuda::getCurrentCUDAStream()));
   return y;
 }
 
-void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps,
+                             bool round_before_weight) {
   check_fused_add_rms_norm_inputs(input, residual, weight);
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = weight.contiguous();
@@ -50,7 +51,7 @@ void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual, const at::
     check_launch("fused_add_rms_norm",
                  fused::fused_add_rms_norm(dtype_code(input.scalar_type()), x.data_ptr(), res.data_ptr(),
                                            w.const_data_ptr(), rows_of(x, hidden), hidden, eps,
-                                           at::cuda::getCurrentCUDAStream()));
+                                           round_before_weight, at::cuda::getCurrentCUDAStream()));
   });
 }
 

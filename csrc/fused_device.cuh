@@ -1,5 +1,5 @@
 // What the fused CUDA kernels (fused_kernels.cu, quantize_fp8_kernels.cuh) share: the accumulation type,
-// conversions, 16-byte packs, silu and the lane reductions, written once so that a fused form computes each element exactly
+// conversions, 16-byte packs, silu, rms_norm's element and the lane reductions, written once so that a fused form computes each element exactly
 // as the op it fuses, and the macros and launcher that let the kernels compile for the host with
 // OPS_FUSED_HOST_EMULATION (after tests/cpp/warp_emulation.h: emulated blocks, __expf, __fdividef).
 #pragma once
@@ -63,6 +63,14 @@ OPS_FUSED_DEVICE A silu(A a) {
 #endif
     return a / (A(1) + exp(-a));
   }
+}
+
+// One element of rms_norm's output from x, 1 / rms and the weight, in the accumulation type A of T: x * inv * w
+// rounded once, or with round_x_hat x * inv rounded to T first (then the product of two T values, rounded).
+template <typename T, typename A>
+OPS_FUSED_DEVICE T normalised(A x, A inv, A w, bool round_x_hat) {
+  const A x_hat = x * inv;
+  return from_acc<T>((round_x_hat ? to_acc(from_acc<T>(x_hat)) : x_hat) * w);
 }
 
 // The combining operations of the reductions: a sum, and a max of |values| (0 its identity) that keeps NaN

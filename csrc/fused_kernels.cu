@@ -97,11 +97,11 @@ OPS_FUSED_DEVICE typename Acc<T>::type rms_inv(T* xr, T* rr, int64_t hidden, dou
   return A(1) / sqrt(Sum::sum(sum_sq) / static_cast<A>(hidden) + static_cast<A>(eps));
 }
 
-// One row of rms_norm (rms_inv, then the normalised row stored to `out`). With kAdd
-// (fused_add_rms_norm): residual = x + residual (stored), then x = rms_norm(residual).
+// One row of rms_norm (rms_inv, then the normalised row stored to `out`, each element `normalised`). With
+// kAdd (fused_add_rms_norm): residual = x + residual (stored), then x = rms_norm(residual).
 template <typename T, bool kVec, bool kAdd, typename Sum>
 OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_t hidden, double eps,
-                                   int tid, int nthreads, bool active) {  // out == xr with kAdd
+                                   bool round_x_hat, int tid, int nthreads, bool active) {  // out == xr with kAdd
   using A = typename Acc<T>::type;
   using P = Pack<T>;
   const T* in = kAdd ? rr : xr;  // what is normalised
@@ -115,10 +115,10 @@ OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_
       const P w = reinterpret_cast<const P*>(weight)[i];
       P o;
 #pragma unroll
-      for (int j = 0; j < P::kSize; ++j) o.v[j] = from_acc<T>(to_acc(a.v[j]) * inv * to_acc(w.v[j]));
+      for (int j = 0; j < P::kSize; ++j) o.v[j] = normalised<T>(to_acc(a.v[j]), inv, to_acc(w.v[j]), round_x_hat);
       reinterpret_cast<P*>(out)[i] = o;
     } else {
-      out[i] = from_acc<T>(to_acc(in[i]) * inv * to_acc(weight[i]));
+      out[i] = normalised<T>(to_acc(in[i]), inv, to_acc(weight[i]), round_x_hat);
     }
   }
 }
@@ -127,11 +127,11 @@ OPS_FUSED_DEVICE void rms_norm_row(T* xr, T* rr, const T* weight, T* out, int64_
 template <typename T, bool kVec, bool kAdd>
 OPS_FUSED_KERNEL(1024)
     rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, T* __restrict__ y,
-                    int64_t hidden, double eps) {
+                    int64_t hidden, double eps, bool round_x_hat) {
   const int64_t row = blockIdx.x;
   rms_norm_row<T, kVec, kAdd, BlockSum>(x + row * hidden, kAdd ? residual + row * hidden : nullptr, weight,
-                                        kAdd ? x + row * hidden : y + row * hidden, hidden, eps, threadIdx.x,
-                                        blockDim.x, true);
+                                        kAdd ? x + row * hidden : y + row * hidden, hidden, eps, round_x_hat,
+                                        threadIdx.x, blockDim.x, true);
 }
 
 // Threads per block of rms_norm_regs_kernel<kPacks>: with 8 packs a thread holds 64 bytes of row and
@@ -146,7 +146,7 @@ constexpr int kRegsMaxThreads = kPacks >= 8 ? 512 : 1024;
 template <typename T, bool kAdd, int kPacks>
 OPS_FUSED_KERNEL(kRegsMaxThreads<kPacks>)
     rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
-                         T* __restrict__ y, int64_t hidden, double eps) {
+                         T* __restrict__ y, int64_t hidden, double eps, bool round_x_hat) {
   using A = typename Acc<T>::type;
   using P = Pack<T>;
   const int64_t row = blockIdx.x;
@@ -182,7 +182,7 @@ OPS_FUSED_KERNEL(kRegsMaxThreads<kPacks>)
       const P w = reinterpret_cast<const P*>(weight)[i];
       P o;
 #pragma unroll
-      for (int k = 0; k < P::kSize; ++k) o.v[k] = from_acc<T>(to_acc(a[j].v[k]) * inv * to_acc(w.v[k]));
+      for (int k = 0; k < P::kSize; ++k) o.v[k] = normalised<T>(to_acc(a[j].v[k]), inv, to_acc(w.v[k]), round_x_hat);
       out[i] = o;
     }
   }
@@ -195,12 +195,13 @@ std::atomic<int> rms_packs_per_thread{0};  // set_rms_norm_packs_per_thread
 // one mostly idle warp.
 template <typename T, bool kVec, bool kAdd, int kLanes>
 OPS_FUSED_KERNEL(256) rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
-                                      T* __restrict__ y, int64_t rows, int64_t hidden, double eps) {
+                                      T* __restrict__ y, int64_t rows, int64_t hidden, double eps,
+                                      bool round_x_hat) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
   const bool active = row < rows;  // inactive lanes still join their warp's shuffles
   const int64_t r = active ? row : 0;
   rms_norm_row<T, kVec, kAdd, LaneGroupSum<kLanes>>(x + r * hidden, kAdd ? residual + r * hidden : nullptr, weight,
-                                                    kAdd ? x + r * hidden : y + r * hidden, hidden, eps,
+                                                    kAdd ? x + r * hidden : y + r * hidden, hidden, eps, round_x_hat,
                                                     threadIdx.x % kLanes, kLanes, active);
 }
 
@@ -210,7 +211,7 @@ struct RmsFp8Out {
   float* scales;  // (rows, 1) or (rows, groups); null with `given`
   const float* given;
   int64_t given_stride;
-  bool e5m2, groups, pow2;
+  bool e5m2, groups, pow2, round_x_hat;
 };
 
 // One row of rms_norm_fp8 / fused_add_rms_norm_fp8 (kAdd; x is read, not written): rms_inv as
@@ -227,12 +228,12 @@ OPS_FUSED_DEVICE void rms_norm_fp8_row(T* xr, T* rr, const T* weight, int64_t ro
   const T* in = kAdd ? rr : xr;
   const int64_t packs = hidden / P::kSize;
   const int64_t n = active ? packs : 0;
-  const auto normalised = [&](int64_t i) {
+  const auto normalised_pack = [&](int64_t i) {
     const P a = reinterpret_cast<const P*>(in)[i];
     const P w = reinterpret_cast<const P*>(weight)[i];
     P y;
 #pragma unroll
-    for (int j = 0; j < P::kSize; ++j) y.v[j] = from_acc<T>(to_acc(a.v[j]) * inv * to_acc(w.v[j]));
+    for (int j = 0; j < P::kSize; ++j) y.v[j] = normalised<T>(to_acc(a.v[j]), inv, to_acc(w.v[j]), o.round_x_hat);
     return y;
   };
   unsigned char* codes = o.codes + row * hidden;
@@ -244,18 +245,18 @@ OPS_FUSED_DEVICE void rms_norm_fp8_row(T* xr, T* rr, const T* weight, int64_t ro
   if (!o.groups || groups == 1) {
     float amax = 0.0f;
     if (o.given == nullptr) {
-      for (int64_t i = tid; i < n; i += nthreads) amax = nan_max(amax, quant::pack_amax(normalised(i)));
+      for (int64_t i = tid; i < n; i += nthreads) amax = nan_max(amax, quant::pack_amax(normalised_pack(i)));
       amax = Sum::max(amax);
     }
     const float s = o.given != nullptr ? o.given[row * o.given_stride] : quant::scale_of(amax, max, o.pow2);
-    for (int64_t i = tid; i < n; i += nthreads) store(i, normalised(i), s);
+    for (int64_t i = tid; i < n; i += nthreads) store(i, normalised_pack(i), s);
     if (active && tid == 0 && o.scales != nullptr) o.scales[row * (o.groups ? groups : 1)] = s;
   } else {
     constexpr int kLanes = quant::kGroupSize / P::kSize;  // lanes per group
     for (int64_t base = 0; base < packs; base += nthreads) {  // the same trips for every lane: shuffles inside
       const int64_t i = base + tid;
       const bool valid = active && i < packs;
-      const P y = valid ? normalised(i) : P{};
+      const P y = valid ? normalised_pack(i) : P{};
       const float amax = lane_group_reduce<kLanes, NanMax>(valid ? quant::pack_amax(y) : 0.0f);
       const int64_t group = i / kLanes;
       if (!active || group >= groups) continue;
@@ -355,7 +356,7 @@ unsigned lane_blocks(int64_t rows, int lanes) {
 
 template <typename T, bool kVec, bool kAdd>
 void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int64_t hidden, double eps,
-                     cudaStream_t stream) {
+                     bool round_x_hat, cudaStream_t stream) {
   const int64_t work = kVec ? hidden / Pack<T>::kSize : hidden;  // packs or elements per row
   if constexpr (kVec) {
     const int packs = rms_packs_per_thread.load(std::memory_order_relaxed);
@@ -364,27 +365,27 @@ void launch_rms_rows(T* x, T* residual, const T* weight, T* y, int64_t rows, int
       const int threads = static_cast<int>(((work + packs - 1) / packs + 31) / 32 * 32);
       const unsigned grid = static_cast<unsigned>(rows);
       switch (packs) {
-        case 1: launch_kernel(rms_norm_regs_kernel<T, kAdd, 1>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
-        case 2: launch_kernel(rms_norm_regs_kernel<T, kAdd, 2>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
-        case 4: launch_kernel(rms_norm_regs_kernel<T, kAdd, 4>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
-        default: launch_kernel(rms_norm_regs_kernel<T, kAdd, 8>, grid, threads, stream, x, residual, weight, y, hidden, eps); return;
+        case 1: launch_kernel(rms_norm_regs_kernel<T, kAdd, 1>, grid, threads, stream, x, residual, weight, y, hidden, eps, round_x_hat); return;
+        case 2: launch_kernel(rms_norm_regs_kernel<T, kAdd, 2>, grid, threads, stream, x, residual, weight, y, hidden, eps, round_x_hat); return;
+        case 4: launch_kernel(rms_norm_regs_kernel<T, kAdd, 4>, grid, threads, stream, x, residual, weight, y, hidden, eps, round_x_hat); return;
+        default: launch_kernel(rms_norm_regs_kernel<T, kAdd, 8>, grid, threads, stream, x, residual, weight, y, hidden, eps, round_x_hat); return;
       }
     }
   }
   choose_rms_kernel(work, [&](auto lanes) {
     if constexpr (lanes.value == 0) {
       launch_kernel(rms_norm_kernel<T, kVec, kAdd>, static_cast<unsigned>(rows), threads_for(work), stream, x,
-                    residual, weight, y, hidden, eps);
+                    residual, weight, y, hidden, eps, round_x_hat);
     } else {
       launch_kernel(rms_norm_lanes_kernel<T, kVec, kAdd, lanes.value>, lane_blocks(rows, lanes.value), kLanesThreads,
-                    stream, x, residual, weight, y, rows, hidden, eps);
+                    stream, x, residual, weight, y, rows, hidden, eps, round_x_hat);
     }
   });
 }
 
 template <typename T, bool kAdd>
 cudaError_t launch_rms(void* x, void* residual, const void* weight, void* y, int64_t rows, int64_t hidden,
-                       double eps, cudaStream_t stream) {
+                       double eps, bool round_x_hat, cudaStream_t stream) {
   if (rows == 0 || hidden == 0) return cudaSuccess;
   constexpr int kPack = Pack<T>::kSize;
   const bool vec = hidden % kPack == 0 && aligned16(x) && aligned16(weight) &&
@@ -398,9 +399,9 @@ cudaError_t launch_rms(void* x, void* residual, const void* weight, void* y, int
     T* ys = kAdd ? nullptr : static_cast<T*>(y) + start * hidden;
     const T* w = static_cast<const T*>(weight);
     if (vec) {
-      launch_rms_rows<T, true, kAdd>(xs, rs, w, ys, count, hidden, eps, stream);
+      launch_rms_rows<T, true, kAdd>(xs, rs, w, ys, count, hidden, eps, round_x_hat, stream);
     } else {
-      launch_rms_rows<T, false, kAdd>(xs, rs, w, ys, count, hidden, eps, stream);
+      launch_rms_rows<T, false, kAdd>(xs, rs, w, ys, count, hidden, eps, round_x_hat, stream);
     }
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
@@ -420,7 +421,7 @@ cudaError_t launch_rms_fp8(const RmsNormFp8Args& a, cudaStream_t stream) {
     const T* w = static_cast<const T*>(a.weight);
     const RmsFp8Out out{a.codes + start * a.hidden, a.scales == nullptr ? nullptr : a.scales + start * scales_per_row,
                         a.given == nullptr ? nullptr : a.given + start * a.given_stride, a.given_stride, a.e5m2,
-                        a.groups, a.pow2};
+                        a.groups, a.pow2, a.round_x_hat};
     choose_rms_kernel(work, [&](auto lanes) {
       if constexpr (lanes.value == 0) {
         launch_kernel(rms_norm_fp8_kernel<T, kAdd>, static_cast<unsigned>(rows), threads_for(work), stream, x, r, w,
@@ -473,13 +474,15 @@ cudaError_t dispatch(int dtype, Args&&... args) {
 }
 
 template <typename T> struct RmsFn {
-  static cudaError_t run(const void* x, const void* w, void* y, int64_t rows, int64_t hidden, double eps, cudaStream_t s) {
-    return launch_rms<T, false>(const_cast<void*>(x), nullptr, w, y, rows, hidden, eps, s);
+  static cudaError_t run(const void* x, const void* w, void* y, int64_t rows, int64_t hidden, double eps, bool round,
+                         cudaStream_t s) {
+    return launch_rms<T, false>(const_cast<void*>(x), nullptr, w, y, rows, hidden, eps, round, s);
   }
 };
 template <typename T> struct AddRmsFn {
-  static cudaError_t run(void* x, void* r, const void* w, int64_t rows, int64_t hidden, double eps, cudaStream_t s) {
-    return launch_rms<T, true>(x, r, w, nullptr, rows, hidden, eps, s);
+  static cudaError_t run(void* x, void* r, const void* w, int64_t rows, int64_t hidden, double eps, bool round,
+                         cudaStream_t s) {
+    return launch_rms<T, true>(x, r, w, nullptr, rows, hidden, eps, round, s);
   }
 };
 template <typename T> struct SiluFn {
@@ -491,13 +494,13 @@ template <typename T> struct SiluFn {
 }  // namespace
 
 cudaError_t rms_norm(int dtype, const void* x, const void* weight, void* y, int64_t rows, int64_t hidden,
-                     double eps, cudaStream_t stream) {
-  return dispatch<RmsFn>(dtype, x, weight, y, rows, hidden, eps, stream);
+                     double eps, bool round_x_hat, cudaStream_t stream) {
+  return dispatch<RmsFn>(dtype, x, weight, y, rows, hidden, eps, round_x_hat, stream);
 }
 
 cudaError_t fused_add_rms_norm(int dtype, void* x, void* residual, const void* weight, int64_t rows,
-                               int64_t hidden, double eps, cudaStream_t stream) {
-  return dispatch<AddRmsFn>(dtype, x, residual, weight, rows, hidden, eps, stream);
+                               int64_t hidden, double eps, bool round_x_hat, cudaStream_t stream) {
+  return dispatch<AddRmsFn>(dtype, x, residual, weight, rows, hidden, eps, round_x_hat, stream);
 }
 
 cudaError_t silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int64_t d, cudaStream_t stream) {

@@ -11,10 +11,11 @@ namespace ops::fused {
 
 enum DTypeCode : int { kF16 = 0, kBF16 = 1, kF32 = 2, kF64 = 3 };
 
+// round_x_hat: x / rms rounded to the dtype before the weight multiply (rms_norm's round_before_weight).
 cudaError_t rms_norm(int dtype, const void* x, const void* weight, void* y, int64_t rows, int64_t hidden,
-                     double eps, cudaStream_t stream);
+                     double eps, bool round_x_hat, cudaStream_t stream);
 cudaError_t fused_add_rms_norm(int dtype, void* x, void* residual, const void* weight, int64_t rows,
-                               int64_t hidden, double eps, cudaStream_t stream);
+                               int64_t hidden, double eps, bool round_x_hat, cudaStream_t stream);
 cudaError_t silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int64_t d, cudaStream_t stream);
 
 // Which kernel normalises rows of more than 32 16-byte packs (a measurement knob, process-wide; the
@@ -68,6 +69,7 @@ struct RmsNormFp8Args {
   const float* given = nullptr;  // static scales, as QuantizeFp8Args's
   int64_t given_stride = 0;
   bool pow2 = false;
+  bool round_x_hat = false;  // as rms_norm's
 };
 
 // Whether rms_norm_fp8 takes the rows: 16-byte packs (hidden and every pointer) and the default rms_norm

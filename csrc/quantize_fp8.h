@@ -48,10 +48,12 @@ void quantize_fp8_rows_cpu(const at::Tensor& x, int64_t group, const float* give
 std::tuple<at::Tensor, at::Tensor> rms_norm_fp8_composed(const at::Tensor& input, const at::Tensor& weight,
                                                          double eps, c10::string_view granularity,
                                                          c10::optional<at::ScalarType> dtype,
-                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale);
+                                                         const c10::optional<at::Tensor>& scale, bool pow2_scale,
+                                                         bool round_before_weight);
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fp8_composed(
     const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps, c10::string_view granularity,
-    c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale);
+    c10::optional<at::ScalarType> dtype, const c10::optional<at::Tensor>& scale, bool pow2_scale,
+    bool round_before_weight);
 void check_fused_add_rms_norm_fp8_inputs(const at::Tensor& input, const at::Tensor& residual,
                                          const at::Tensor& weight);
 

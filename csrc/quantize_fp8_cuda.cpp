@@ -115,7 +115,8 @@ Quantized silu_and_mul_fp8_cuda(const at::Tensor& input, c10::string_view granul
 // not take them.
 std::optional<Quantized> rms_norm_rows(const char* op, const Fp8Quantization& q, const at::Tensor& x,
                                        at::Tensor* residual, const at::Tensor& weight, double eps,
-                                       const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+                                       const c10::optional<at::Tensor>& scale, bool pow2_scale,
+                                       bool round_before_weight) {
   const std::optional<int> dtype = kernel_dtype(x.scalar_type());
   const int64_t hidden = x.size(-1);
   if (!dtype || !kernel_granularity(q) ||
@@ -128,34 +129,41 @@ std::optional<Quantized> rms_norm_rows(const char* op, const Fp8Quantization& q,
   args.weight = weight.const_data_ptr();
   args.hidden = hidden;
   args.eps = eps;
+  args.round_x_hat = round_before_weight;
   return run_quantizing(op, q, x, x.sizes(), *dtype, scale, pow2_scale, args, fused::rms_norm_fp8);
 }
 
 Quantized rms_norm_fp8_cuda(const at::Tensor& input, const at::Tensor& weight, double eps,
                             c10::string_view granularity, c10::optional<at::ScalarType> dtype,
-                            const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+                            const c10::optional<at::Tensor>& scale, bool pow2_scale, bool round_before_weight) {
   constexpr const char* op = "rms_norm_fp8";
   check_norm_inputs(op, input, weight);
   const Fp8Quantization q = check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
   const c10::cuda::CUDAGuard guard(input.device());
   if (input.is_contiguous() && weight.is_contiguous()) {
-    if (auto out = rms_norm_rows(op, q, input, nullptr, weight, eps, scale, pow2_scale)) return *out;
+    if (auto out = rms_norm_rows(op, q, input, nullptr, weight, eps, scale, pow2_scale, round_before_weight)) {
+      return *out;
+    }
   }
-  return rms_norm_fp8_composed(input, weight, eps, granularity, dtype, scale, pow2_scale);
+  return rms_norm_fp8_composed(input, weight, eps, granularity, dtype, scale, pow2_scale, round_before_weight);
 }
 
 Quantized fused_add_rms_norm_fp8_cuda(const at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
                                       double eps, c10::string_view granularity, c10::optional<at::ScalarType> dtype,
-                                      const c10::optional<at::Tensor>& scale, bool pow2_scale) {
+                                      const c10::optional<at::Tensor>& scale, bool pow2_scale,
+                                      bool round_before_weight) {
   constexpr const char* op = "fused_add_rms_norm_fp8";
   check_fused_add_rms_norm_fp8_inputs(input, residual, weight);
   const Fp8Quantization q = check_quantize_fp8(op, input, input.sizes(), granularity, dtype, scale, pow2_scale);
   const c10::cuda::CUDAGuard guard(input.device());
   // In place on residual's own memory: contiguous operands only (the composition serves the rest).
   if (input.is_contiguous() && residual.is_contiguous() && weight.is_contiguous()) {
-    if (auto out = rms_norm_rows(op, q, input, &residual, weight, eps, scale, pow2_scale)) return *out;
+    if (auto out = rms_norm_rows(op, q, input, &residual, weight, eps, scale, pow2_scale, round_before_weight)) {
+      return *out;
+    }
   }
-  return fused_add_rms_norm_fp8_composed(input, residual, weight, eps, granularity, dtype, scale, pow2_scale);
+  return fused_add_rms_norm_fp8_composed(input, residual, weight, eps, granularity, dtype, scale, pow2_scale,
+                                         round_before_weight);
 }
 
 }  // namespace

@@ -38,12 +38,13 @@ TORCH_LIBRARY(ops, m) {
                  "bool pow2_scale=False) -> (Tensor, Tensor)");
 
   // quantize_fp8(op(...)) of rms_norm, fused_add_rms_norm (residual += input in place; input unchanged)
-  // and silu_and_mul, in one op each. fp8_fused.cpp
+  // and silu_and_mul, in one op each; round_before_weight as rms_norm's. fp8_fused.cpp
   ops::define(m, "rms_norm_fp8(Tensor input, Tensor weight, float eps=1e-6, str granularity=\"row\", "
-                 "ScalarType? dtype=None, Tensor? scale=None, bool pow2_scale=False) -> (Tensor, Tensor)");
+                 "ScalarType? dtype=None, Tensor? scale=None, bool pow2_scale=False, *, "
+                 "bool round_before_weight=False) -> (Tensor, Tensor)");
   ops::define(m, "fused_add_rms_norm_fp8(Tensor input, Tensor(a!) residual, Tensor weight, float eps=1e-6, "
-                 "str granularity=\"row\", ScalarType? dtype=None, Tensor? scale=None, bool pow2_scale=False) "
-                 "-> (Tensor, Tensor)");
+                 "str granularity=\"row\", ScalarType? dtype=None, Tensor? scale=None, bool pow2_scale=False, *, "
+                 "bool round_before_weight=False) -> (Tensor, Tensor)");
   ops::define(m, "silu_and_mul_fp8(Tensor input, str granularity=\"row\", ScalarType? dtype=None, "
                  "Tensor? scale=None, bool pow2_scale=False) -> (Tensor, Tensor)");
 
@@ -58,14 +59,18 @@ TORCH_LIBRARY(ops, m) {
 
   m.set_python_module("ops.fused");
   // y = x / sqrt(mean(x^2, -1) + eps) * weight; x (..., hidden), weight (hidden,); stats in fp32.
-  ops::define(m, "rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");
+  // round_before_weight: x / sqrt(...) rounded to x's dtype before the weight multiply (transformers'
+  // LlamaRMSNorm, vLLM's RMSNorm.forward_native), else one rounding (F.rms_norm).
+  ops::define(m, "rms_norm(Tensor input, Tensor weight, float eps=1e-6, *, bool round_before_weight=False) -> Tensor");
   // residual += input; input = rms_norm(residual, weight, eps); both mutated in place.
-  ops::define(m, "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-6) -> ()");
+  ops::define(m, "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-6, *, "
+                 "bool round_before_weight=False) -> ()");
   // x (..., 2d) -> silu(x[..., :d]) * x[..., d:].
   ops::define(m, "silu_and_mul(Tensor input) -> Tensor");
   // rms_norm with eps a 0-d CPU tensor: what ops.compile rewrites a norm into where the graph carries eps
   // as a tensor (torch.compile(dynamic=True) passes float arguments so). autograd.cpp
-  ops::define(m, "_rms_norm_tensor_eps(Tensor input, Tensor weight, Tensor eps) -> Tensor");
+  ops::define(m, "_rms_norm_tensor_eps(Tensor input, Tensor weight, Tensor eps, *, bool round_before_weight=False) "
+                 "-> Tensor");
 
   // ---- Tactic and introspection controls (ops.gemm, ops.build_info, ops.kernels) ----------------
   m.set_python_module("ops.gemm");

@@ -120,7 +120,8 @@ def _quantize_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=F
 
 
 @register_sharding(torch.ops.ops.rms_norm_fp8.default)
-def _rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
+def _rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False, *,
+                  round_before_weight=False):
     return _fp8_rules(len(input.shape), granularity, scale, whole=1)
 
 
@@ -130,7 +131,7 @@ def _silu_and_mul_fp8(input, granularity="row", dtype=None, scale=None, pow2_sca
 
 
 @register_sharding(torch.ops.ops.rms_norm.default)
-def _rms_norm(input, weight, eps=1e-6):
+def _rms_norm(input, weight, eps=1e-6, *, round_before_weight=False):
     return [([R], [R, R])] + [([s], [s, R]) for s in _leading_shards(input.ndim)]
 
 

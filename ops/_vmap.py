@@ -24,6 +24,8 @@ Each rule computes what the op computes per sample, through the registered ops, 
 error.
 """
 
+import functools
+
 import torch
 
 from . import _library, fp8 as _fp8  # noqa: F401  (_library loads the op library)
@@ -168,12 +170,13 @@ def _linear_vmap(info, in_dims, input, weight, bias=None, activation="none"):
 
 
 @torch.library.register_vmap("ops::rms_norm")
-def _rms_norm_vmap(info, in_dims, input, weight, eps=1e-6):
+def _rms_norm_vmap(info, in_dims, input, weight, eps=1e-6, *, round_before_weight=False):
     in_dims = _pad(in_dims, 3)
     x_dim, w_dim, _ = in_dims
+    op = functools.partial(_ops.rms_norm, round_before_weight=round_before_weight)
     if w_dim is None and input.dim() >= 2:
-        return _ops.rms_norm(_front(input, x_dim), weight, eps), 0
-    return _per_sample(info, in_dims, _ops.rms_norm, input, weight, eps)
+        return op(_front(input, x_dim), weight, eps), 0
+    return _per_sample(info, in_dims, op, input, weight, eps)
 
 
 @torch.library.register_vmap("ops::silu_and_mul")
@@ -184,8 +187,9 @@ def _silu_and_mul_vmap(info, in_dims, input):
 
 
 @torch.library.register_vmap("ops::fused_add_rms_norm")
-def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
+def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6, *, round_before_weight=False):
     x_dim, r_dim, w_dim, _ = _pad(in_dims, 4)
+    op = functools.partial(_ops.fused_add_rms_norm, round_before_weight=round_before_weight)
     # Both tensors are written in place: a batched result cannot be stored into an unbatched tensor
     # (functorch's rule for every in-place op).
     torch._check(x_dim is not None and r_dim is not None, lambda: (
@@ -194,16 +198,15 @@ def _fused_add_rms_norm_vmap(info, in_dims, input, residual, weight, eps=1e-6):
         f"{'batched' if r_dim is not None else 'unbatched'}"))
     input, residual = _front(input, x_dim), _front(residual, r_dim)  # views: the op writes through them
     if w_dim is None and input.dim() >= 2 and input.shape == residual.shape:
-        _ops.fused_add_rms_norm(input, residual, weight, eps)
+        op(input, residual, weight, eps)
     else:  # one call per sample (samples share one shape: the first bad one raises before anything is written)
         weights = _front(weight, w_dim) if w_dim is not None else None
         _check_written_alone("fused_add_rms_norm", input, "input", [("residual", residual), ("weight", weight)])
         _check_written_alone("fused_add_rms_norm", residual, "residual", [("weight", weight)])
         if info.batch_size == 0:  # no sample to call: the fake kernel checks one sample's metadata
-            _ops.fused_add_rms_norm(_meta_sample(input, 0), _meta_sample(residual, 0),
-                                    _meta_sample(weight, w_dim), eps)
+            op(_meta_sample(input, 0), _meta_sample(residual, 0), _meta_sample(weight, w_dim), eps)
         for i in range(info.batch_size):
-            _ops.fused_add_rms_norm(input[i], residual[i], weight if weights is None else weights[i], eps)
+            op(input[i], residual[i], weight if weights is None else weights[i], eps)
     return None, None
 
 
@@ -225,11 +228,12 @@ def _quantize_fp8_vmap(info, in_dims, input, granularity="row", dtype=None, scal
 
 @torch.library.register_vmap("ops::rms_norm_fp8")
 def _rms_norm_fp8_vmap(info, in_dims, input, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
-                       pow2_scale=False):
+                       pow2_scale=False, *, round_before_weight=False):
     in_dims = _pad(in_dims, 7)
+    op = functools.partial(_ops.rms_norm_fp8, round_before_weight=round_before_weight)
     if in_dims[1] is None and _fp8_rows_merge(granularity, scale, in_dims[0], input.dim() - 1):
-        return _ops.rms_norm_fp8(_front(input, in_dims[0]), weight, eps, granularity, dtype, None, pow2_scale), (0, 0)
-    return _per_sample(info, in_dims, _ops.rms_norm_fp8, input, weight, eps, granularity, dtype, scale, pow2_scale)
+        return op(_front(input, in_dims[0]), weight, eps, granularity, dtype, None, pow2_scale), (0, 0)
+    return _per_sample(info, in_dims, op, input, weight, eps, granularity, dtype, scale, pow2_scale)
 
 
 @torch.library.register_vmap("ops::silu_and_mul_fp8")
@@ -242,8 +246,9 @@ def _silu_and_mul_fp8_vmap(info, in_dims, input, granularity="row", dtype=None, 
 
 @torch.library.register_vmap("ops::fused_add_rms_norm_fp8")
 def _fused_add_rms_norm_fp8_vmap(info, in_dims, input, residual, weight, eps=1e-6, granularity="row", dtype=None,
-                                 scale=None, pow2_scale=False):
+                                 scale=None, pow2_scale=False, *, round_before_weight=False):
     in_dims = _pad(in_dims, 8)
+    op = functools.partial(_ops.fused_add_rms_norm_fp8, round_before_weight=round_before_weight)
     x_dim, r_dim, w_dim = in_dims[:3]
     torch._check(r_dim is not None, lambda: (
         "fused_add_rms_norm_fp8: under vmap, residual must be batched (it is written in place); got an unbatched "
@@ -251,12 +256,11 @@ def _fused_add_rms_norm_fp8_vmap(info, in_dims, input, residual, weight, eps=1e-
     residual = _front(residual, r_dim)  # a view: the op writes through it
     if (w_dim is None and _fp8_rows_merge(granularity, scale, x_dim, residual.dim() - 1)
             and _front(input, x_dim).shape == residual.shape):
-        return _ops.fused_add_rms_norm_fp8(_front(input, x_dim), residual, weight, eps, granularity, dtype, None,
-                                           pow2_scale), (0, 0)
+        return op(_front(input, x_dim), residual, weight, eps, granularity, dtype, None, pow2_scale), (0, 0)
     # One call per sample (samples share one shape: the first bad one raises before anything is written).
     _check_written_alone("fused_add_rms_norm_fp8", residual, "residual", [("input", input), ("weight", weight)])
-    return _per_sample(info, (x_dim, 0) + in_dims[2:], _ops.fused_add_rms_norm_fp8, input, residual, weight, eps,
-                       granularity, dtype, scale, pow2_scale)
+    return _per_sample(info, (x_dim, 0) + in_dims[2:], op, input, residual, weight, eps, granularity, dtype, scale,
+                       pow2_scale)
 
 
 @torch.library.register_vmap("ops::grouped_gemm")

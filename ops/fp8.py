@@ -213,6 +213,10 @@ def quantize_fp8(input: torch.Tensor, granularity: str = "row", dtype: Optional[
         (codes, scale). Computed scales are amax / max(dtype) over each group in float32, at least
         1e-12 / max(dtype) (an all-zero group gives zero codes); codes are input / scale in float32,
         clamped to +-max(dtype), rounded once. Not differentiable.
+
+    Numerics (docs/numerics.md): the code is the float32 quotient ``x / scale``; vLLM's quantization
+    kernels multiply by the float32 reciprocal ``1 / scale`` instead, which rounds twice and lands one
+    FP8 step away on a few elements in a million.
     """
     return torch.ops.ops.quantize_fp8(input, granularity, dtype, scale, pow2_scale)
 
@@ -221,14 +225,15 @@ def quantize_fp8(input: torch.Tensor, granularity: str = "row", dtype: Optional[
 
 
 @torch.library.register_fake("ops::rms_norm_fp8")
-def _rms_norm_fp8_fake(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
+def _rms_norm_fp8_fake(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False, *,
+                       round_before_weight=False):
     _fused._check_norm("rms_norm_fp8", input, weight)
     return _quantize_as("rms_norm_fp8", input, granularity, dtype, scale, pow2_scale)
 
 
 @torch.library.register_fake("ops::fused_add_rms_norm_fp8")
 def _fused_add_rms_norm_fp8_fake(input, residual, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
-                                 pow2_scale=False):
+                                 pow2_scale=False, *, round_before_weight=False):
     op = "fused_add_rms_norm_fp8"
     _fused._check_norm(op, input, weight)
     _fused._check_residual(op, input, residual)
@@ -246,17 +251,23 @@ def _silu_and_mul_fp8_fake(input, granularity="row", dtype=None, scale=None, pow
     return _quantize_as(op, half, granularity, dtype, scale, pow2_scale)
 
 
-def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False):
-    """``quantize_fp8(rms_norm(input, weight, eps), granularity, dtype, scale, pow2_scale)`` in one op: the
-    norm rounded to input's dtype, then its FP8 codes and scales (those of the two ops, exactly)."""
-    return torch.ops.ops.rms_norm_fp8(input, weight, eps, granularity, dtype, scale, pow2_scale)
+def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False, *,
+                 round_before_weight=False):
+    """``quantize_fp8(rms_norm(input, weight, eps, round_before_weight=...), granularity, dtype, scale,
+    pow2_scale)`` in one op: the norm rounded to input's dtype, then its FP8 codes and scales (those of the
+    two ops, exactly). With ``round_before_weight=True`` the codes are those of quantizing Llama's or vLLM's
+    native norm, bit for bit on CPU (docs/numerics.md); by default, those of quantizing ``F.rms_norm``."""
+    return torch.ops.ops.rms_norm_fp8(input, weight, eps, granularity, dtype, scale, pow2_scale,
+                                      round_before_weight=round_before_weight)
 
 
 def fused_add_rms_norm_fp8(input, residual, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
-                           pow2_scale=False):
-    """``residual += input`` in place (the residual stream goes on), then ``rms_norm_fp8(residual, ...)``;
-    input is not written (unlike ``fused_add_rms_norm``)."""
-    return torch.ops.ops.fused_add_rms_norm_fp8(input, residual, weight, eps, granularity, dtype, scale, pow2_scale)
+                           pow2_scale=False, *, round_before_weight=False):
+    """``residual += input`` in place (the residual stream goes on, rounded to its dtype), then
+    ``rms_norm_fp8(residual, ...)`` of that stored value; input is not written (unlike
+    ``fused_add_rms_norm``)."""
+    return torch.ops.ops.fused_add_rms_norm_fp8(input, residual, weight, eps, granularity, dtype, scale, pow2_scale,
+                                                round_before_weight=round_before_weight)
 
 
 def silu_and_mul_fp8(input, granularity="row", dtype=None, scale=None, pow2_scale=False):

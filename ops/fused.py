@@ -46,13 +46,13 @@ def _check_norm(op, input, weight):
 # ---- rms_norm ----------------------------------------------------------------------------------------
 
 @torch.library.register_fake("ops::rms_norm")
-def _rms_norm_fake(input, weight, eps=1e-6):
+def _rms_norm_fake(input, weight, eps=1e-6, *, round_before_weight=False):
     _check_norm("rms_norm", input, weight)
     return torch.empty(input.shape, dtype=input.dtype, device=input.device)
 
 
 @torch.library.register_fake("ops::_rms_norm_tensor_eps")
-def _rms_norm_tensor_eps_fake(input, weight, eps):
+def _rms_norm_tensor_eps_fake(input, weight, eps, *, round_before_weight=False):
     _check_norm("_rms_norm_tensor_eps", input, weight)
     torch._check(eps.dim() == 0 and eps.device.type == "cpu" and eps.dtype.is_floating_point,
                  lambda: f"_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got "
@@ -64,7 +64,8 @@ def _rms_norm_tensor_eps_fake(input, weight, eps):
 # mode, no Python on the call path.
 
 
-def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+             round_before_weight: bool = False) -> torch.Tensor:
     """Root-mean-square layer norm (Zhang & Sennrich, 2019), as in Llama / T5:
     ``y = x / sqrt(mean(x^2, -1) + eps) * weight``.
 
@@ -73,10 +74,20 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
             are copied to contiguous rows first).
         weight: (hidden,), same dtype and device.
         eps: added to the mean square, as in ``torch.nn.functional.rms_norm``.
+        round_before_weight: round ``x / sqrt(mean(x^2) + eps)`` to input's dtype before the weight
+            multiply (then round the product), as transformers' ``LlamaRMSNorm`` and vLLM's
+            ``RMSNorm.forward_native`` do. False: one rounding, as ``F.rms_norm``. The two differ only for
+            float16 and bfloat16.
 
     Returns:
         A new contiguous tensor of input's shape and dtype. Statistics are computed in float32 (float64
-        for float64 inputs) and the result is rounded once.
+        for float64 inputs).
+
+    Numerics (docs/numerics.md): on CPU the sum of squares adds in the order torch's own sum does, so the
+    result is ``F.rms_norm(input, (hidden,), weight, eps)`` bit for bit, and with ``round_before_weight``
+    ``weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(input.dtype)`` with
+    ``x = input.float()`` (Llama's formula) bit for bit, for every dtype but float64 (which that formula
+    computes in float32). On CUDA the sum runs in another order: within an ulp of those.
 
     Autograd (registered in C++): differentiable in input and weight, in reverse mode (double backward
     too) and forward mode; gradients computed in float32 for half types.
@@ -87,16 +98,17 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> to
     """
     # Jagged nested tensors: their __torch_function__ takes any "rms_norm" for torch's (ops/_nested.py).
     if not torch.jit.is_scripting() and not (isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor)):
-        return torch.ops.ops.rms_norm(input, weight, eps)  # its checks name the argument that is not a tensor
+        # its checks name the argument that is not a tensor
+        return torch.ops.ops.rms_norm(input, weight, eps, round_before_weight=round_before_weight)
     if input.is_nested or weight.is_nested:
         raise RuntimeError(_nested.message("rms_norm", "input" if input.is_nested else "weight"))
-    return torch.ops.ops.rms_norm(input, weight, eps)
+    return torch.ops.ops.rms_norm(input, weight, eps, round_before_weight=round_before_weight)
 
 
 # ---- fused_add_rms_norm --------------------------------------------------------------------------------
 
 @torch.library.register_fake("ops::fused_add_rms_norm")
-def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
+def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6, *, round_before_weight=False):
     _check_norm("fused_add_rms_norm", input, weight)
     _check_residual("fused_add_rms_norm", input, residual)
     _overlap.check_written_in_place("fused_add_rms_norm", "input", input)
@@ -106,7 +118,7 @@ def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6):
     _overlap.check_no_shared_memory("fused_add_rms_norm", "residual", residual, "weight", weight)
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                       eps: float = 1e-6) -> None:
+                       eps: float = 1e-6, *, round_before_weight: bool = False) -> None:
     """The pre-norm transformer step, in place: ``residual += input``, then
     ``input = rms_norm(residual, weight, eps)``. Both tensors are mutated (declared ``Tensor(a!)`` and
     ``Tensor(b!)`` in the schema); nothing is returned.
@@ -117,6 +129,11 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
             normalisation is computed from that stored value).
         weight: (hidden,).
         eps: as in rms_norm.
+        round_before_weight: as in rms_norm.
+
+    Numerics: the residual is ``input + residual`` in their dtype (one addition, rounded), as
+    transformers' decoder layers add it, and input becomes ``rms_norm(residual, weight, eps,
+    round_before_weight=...)`` of that stored value, bit for bit on CPU (docs/numerics.md).
 
     Autograd: an inference op. An argument that requires grad (grad mode on) raises, one with a
     forward-mode tangent raises NotImplementedError.
@@ -129,7 +146,7 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
             graph checks fake tensors, which have no memory to compare); input or residual a negative
             view (``z.conj().imag``); a tensor that is not dense and strided.
     """
-    torch.ops.ops.fused_add_rms_norm(input, residual, weight, eps)
+    torch.ops.ops.fused_add_rms_norm(input, residual, weight, eps, round_before_weight=round_before_weight)
 
 
 # ---- silu_and_mul --------------------------------------------------------------------------------------
@@ -149,7 +166,13 @@ def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
             (the layout of a fused gate_up projection).
 
     Returns:
-        A new contiguous (..., d) tensor; computed in float32 (float64 for float64 inputs).
+        A new contiguous (..., d) tensor; computed in float32 (float64 for float64 inputs), rounded once.
+
+    Numerics (docs/numerics.md): on CPU each element is what ``F.silu(a) * b`` computes for float32 and
+    float64 (``a, b = input[..., :d], input[..., d:]``), bit for bit: ATen's silu takes a vectorised
+    exp for most elements and the scalar one for the rest of each run, and this op makes the same
+    choice per element. For float16 and bfloat16 it is that float32 formula on ``input.float()``,
+    rounded once, bit for bit (``F.silu(a) * b`` in those dtypes rounds silu(a) first).
 
     Autograd (registered in C++): differentiable in reverse mode (double backward too) and forward mode.
 
