@@ -35,11 +35,12 @@ def build(directory):
     lib = ctypes.CDLL(path)
     i64, ptr, i32, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_double
     lib.ops_emulate_quantize_fp8.argtypes = [i32, i32, i32, i32, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i32]
-    lib.ops_emulate_rms_norm.argtypes = [i32, ptr, ptr, ptr, i64, i64, f64]
-    lib.ops_emulate_fused_add_rms_norm.argtypes = [i32, ptr, ptr, ptr, i64, i64, f64]
+    lib.ops_emulate_rms_norm.argtypes = [i32, ptr, ptr, ptr, i64, i64, f64, i32]  # ..., eps, round_x_hat
+    lib.ops_emulate_fused_add_rms_norm.argtypes = [i32, ptr, ptr, ptr, i64, i64, f64, i32]
     lib.ops_emulate_silu_and_mul.argtypes = [i32, ptr, ptr, i64, i64]
     lib.ops_emulate_set_rms_norm_packs_per_thread.argtypes = [i32]
     lib.ops_emulate_set_silu_max_blocks.argtypes = [i64]
     lib.ops_emulate_set_silu_max_blocks.restype = i64
-    lib.ops_emulate_rms_norm_fp8.argtypes = [i32, i32, i32, ptr, ptr, ptr, ptr, ptr, i64, i64, f64, ptr, i64, i32]
+    lib.ops_emulate_rms_norm_fp8.argtypes = [i32, i32, i32, ptr, ptr, ptr, ptr, ptr, i64, i64, f64, ptr, i64, i32,
+                                             i32]
     return lib

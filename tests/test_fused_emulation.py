@@ -62,19 +62,103 @@ def test_rms_norm_and_fused_add_rms_norm(fused_emulation, packs, dtype):
             rtol, atol = TOL[dtype]
             ybuf, y = with_guard(torch.zeros_like(x))
             assert lib.ops_emulate_rms_norm(DTYPE_CODE[dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, hidden,
-                                            1e-6) == 0
+                                            1e-6, 0) == 0
             check_guard(ybuf, x.numel())
             torch.testing.assert_close(y, ops.rms_norm(x, w, 1e-6), rtol=rtol, atol=atol)
             xbuf, xe = with_guard(x)
             rbuf, re = with_guard(r)
             assert lib.ops_emulate_fused_add_rms_norm(DTYPE_CODE[dtype], xe.data_ptr(), re.data_ptr(), w.data_ptr(),
-                                                      rows, hidden, 1e-6) == 0
+                                                      rows, hidden, 1e-6, 0) == 0
             check_guard(xbuf, x.numel())
             check_guard(rbuf, x.numel())
             xc, rc = x.clone(), r.clone()
             ops.fused_add_rms_norm(xc, rc, w, 1e-6)
             assert torch.equal(re, rc)  # residual + x rounded once: the same bits
             torch.testing.assert_close(xe, xc, rtol=rtol, atol=atol)
+
+
+def emulated_norm(lib, x, w, round_x_hat, residual=None):
+    """The emulated rms_norm kernel's output (fused_add_rms_norm's with `residual`, updated in place)."""
+    rows, hidden = x.shape
+    if residual is None:
+        y = torch.empty_like(x)
+        assert lib.ops_emulate_rms_norm(DTYPE_CODE[x.dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, hidden,
+                                        1e-6, int(round_x_hat)) == 0
+        return y
+    y = x.clone()
+    assert lib.ops_emulate_fused_add_rms_norm(DTYPE_CODE[x.dtype], y.data_ptr(), residual.data_ptr(), w.data_ptr(),
+                                              rows, hidden, 1e-6, int(round_x_hat)) == 0
+    return y
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
+def test_round_before_weight_in_every_rms_norm_kernel(fused_emulation, packs, dtype):
+    """rms_norm's round_before_weight on CUDA: each element x * inv rounded to the dtype, then times the weight
+    and rounded again. The kernel with a weight of ones stores x * inv rounded, with the same inv (the sum does
+    not read the weight): times w in the dtype, that is the option's result bit for bit."""
+    lib = fused_emulation
+    g = torch.Generator().manual_seed(10 + packs)
+    differ = 0
+    for hidden in widths(dtype):
+        if packs and hidden < 33 * PACK[dtype]:
+            continue
+        for rows in (1, 3):
+            x = (torch.randn(rows, hidden, generator=g) * 3).to(dtype)
+            w = (torch.rand(hidden, generator=g) + 0.5).to(dtype)
+            r = torch.randn(rows, hidden, generator=g).to(dtype)
+            ones = torch.ones_like(w)
+            y = emulated_norm(lib, x, w, True)
+            assert torch.equal(y, emulated_norm(lib, x, ones, False) * w)
+            rtol, atol = TOL[dtype]
+            torch.testing.assert_close(y, ops.rms_norm(x, w, 1e-6, round_before_weight=True), rtol=rtol, atol=atol)
+            differ += int((y != emulated_norm(lib, x, w, False)).sum())
+            residual, residual_ones = r.clone(), r.clone()
+            y_add = emulated_norm(lib, x, w, True, residual=residual)
+            assert torch.equal(y_add, emulated_norm(lib, x, ones, False, residual=residual_ones) * w)
+            assert torch.equal(residual, residual_ones)
+    assert (differ > 0) == (dtype in (torch.float16, torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("granularity", ["row", "group", "tensor"])
+@pytest.mark.parametrize("add", [False, True], ids=["rms_norm_fp8", "fused_add_rms_norm_fp8"])
+def test_norm_fp8_kernels_with_round_before_weight(fused_emulation, dtype, granularity, add):
+    """The FP8 norm kernels with round_before_weight: quantize_fp8 of the emulated rms_norm kernel's output with
+    the option, codes and scales bit for bit, over the lane kernels and a block per row."""
+    lib = fused_emulation
+    pack = PACK[dtype]
+    fp8 = torch.float8_e4m3fn
+    differ = 0
+    for packs in (3, 16, 33, 640):
+        k = packs * pack
+        rows = 5
+        g = torch.Generator().manual_seed(packs)
+        x = (torch.randn(rows, k, generator=g) * 3).to(dtype)
+        w = (torch.rand(k, generator=g) + 0.5).to(dtype)
+        r = torch.randn(rows, k, generator=g).to(dtype)
+        groups = -(-k // 128)
+        given = torch.tensor([0.02]) if granularity == "tensor" else None
+        codes = torch.empty(rows, k, dtype=torch.uint8)
+        scales = torch.empty(rows * (groups if granularity == "group" else 1))
+        residual = r.clone() if add else None
+        status = lib.ops_emulate_rms_norm_fp8(
+            DTYPE_CODE[dtype], 0, int(granularity == "group"), x.data_ptr(),
+            None if residual is None else residual.data_ptr(), w.data_ptr(), codes.data_ptr(),
+            None if given is not None else scales.data_ptr(), rows, k, 1e-6,
+            None if given is None else given.data_ptr(), 0, 0, 1)
+        assert status == 0
+        source = x
+        if add:
+            source = r.clone()
+            emulated_norm(lib, x, w, True, residual=source)  # the residual the kernel leaves, then its norm
+            assert torch.equal(residual, source)
+        want_codes, want_scales = ops.quantize_fp8(emulated_norm(lib, source, w, True), granularity, fp8, given)
+        assert torch.equal(codes, want_codes.view(torch.uint8))
+        if given is None:
+            assert torch.equal(scales, want_scales.reshape(-1))
+        default = ops.quantize_fp8(emulated_norm(lib, source, w, False), granularity, fp8, given)[0]
+        differ += int((codes != default.view(torch.uint8)).sum())
+    assert (differ > 0) == (dtype != torch.float32)  # the option changes codes of half types only
 
 
 def check_silu_and_mul(lib, dtype, rows, d, g):

@@ -154,13 +154,14 @@ def emulate_norm(lib, x, w, granularity, fp8, residual=None, pow2=False, given=N
     status = lib.ops_emulate_rms_norm_fp8(
         DTYPE_CODE[x.dtype], int(fp8 == E5), int(granularity == "group"), x.data_ptr(),
         None if residual is None else residual.data_ptr(), w.data_ptr(), o.codes.data_ptr(), o.scales_ptr, rows, k,
-        eps, o.given_ptr, o.stride, int(pow2))
+        eps, o.given_ptr, o.stride, int(pow2), 0)
     return o.result(status, fp8)
 
 
 def emulated_rms_norm(lib, x, w, eps=1e-6):
     y = torch.empty_like(x)
-    assert lib.ops_emulate_rms_norm(DTYPE_CODE[x.dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), *x.shape, eps) == 0
+    status = lib.ops_emulate_rms_norm(DTYPE_CODE[x.dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), *x.shape, eps, 0)
+    assert status == 0
     return y
 
 
@@ -192,7 +193,7 @@ def test_norm_fp8_equals_quantize_fp8_of_the_norm_kernel(lib, dtype, granularity
                     xe = x.clone()
                     assert lib.ops_emulate_fused_add_rms_norm(DTYPE_CODE[dtype], xe.data_ptr(),
                                                               expected_residual.data_ptr(), w.data_ptr(), rows, k,
-                                                              1e-6) == 0
+                                                              1e-6, 0) == 0
                     torch.testing.assert_close(residual, expected_residual, rtol=0, atol=0, equal_nan=True)
                     source = expected_residual
                 want = ops.quantize_fp8(emulated_rms_norm(lib, source, w), granularity, fp8, scale=given,

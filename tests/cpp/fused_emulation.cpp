@@ -19,13 +19,13 @@ inline cudaError_t emulated_last_error() { return cudaSuccess; }
 extern "C" {
 
 int ops_emulate_rms_norm(int dtype, const void* x, const void* weight, void* y, int64_t rows, int64_t hidden,
-                         double eps) {
-  return ops::fused::rms_norm(dtype, x, weight, y, rows, hidden, eps, nullptr);
+                         double eps, int round_x_hat) {
+  return ops::fused::rms_norm(dtype, x, weight, y, rows, hidden, eps, round_x_hat != 0, nullptr);
 }
 
 int ops_emulate_fused_add_rms_norm(int dtype, void* x, void* residual, const void* weight, int64_t rows,
-                                   int64_t hidden, double eps) {
-  return ops::fused::fused_add_rms_norm(dtype, x, residual, weight, rows, hidden, eps, nullptr);
+                                   int64_t hidden, double eps, int round_x_hat) {
+  return ops::fused::fused_add_rms_norm(dtype, x, residual, weight, rows, hidden, eps, round_x_hat != 0, nullptr);
 }
 
 int ops_emulate_silu_and_mul(int dtype, const void* x, void* out, int64_t rows, int64_t d) {
@@ -62,7 +62,7 @@ int ops_emulate_quantize_fp8(int dtype, int e5m2, int groups, int silu_and_mul, 
 // cudaErrorNotSupported where the kernels refuse the rows; residual null: rms_norm_fp8.
 int ops_emulate_rms_norm_fp8(int dtype, int e5m2, int groups, const void* x, void* residual, const void* weight,
                              unsigned char* codes, float* scales, int64_t rows, int64_t hidden, double eps,
-                             const float* given, int64_t given_stride, int pow2) {
+                             const float* given, int64_t given_stride, int pow2, int round_x_hat) {
   ops::fused::RmsNormFp8Args a;
   a.dtype = dtype;
   a.e5m2 = e5m2 != 0;
@@ -78,6 +78,7 @@ int ops_emulate_rms_norm_fp8(int dtype, int e5m2, int groups, const void* x, voi
   a.given = given;
   a.given_stride = given_stride;
   a.pow2 = pow2 != 0;
+  a.round_x_hat = round_x_hat != 0;
   return ops::fused::rms_norm_fp8(a, nullptr);
 }
 
