@@ -71,9 +71,8 @@ def test_fused_add_rms_norm_values_and_in_place(device, dtype, shape):
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm"])
 def test_rms_norm_values_on_very_long_rows(device, op):
     """One vectorised pass over a row's squares, each lane adding d / lanes fp32 terms, gives 1.3e-5
-    relative error at d = 2^22 for inputs in [0.9, 1.1] (F.rms_norm: 2.6e-7); the CPU kernel sums blocks
-    of 4096 and adds the block sums in double. Positive inputs: no cancellation hides
-    the error."""
+    relative error at d = 2^22 for inputs in [0.9, 1.1] (F.rms_norm: 2.6e-7); the CPU kernel sums in torch's
+    cascade (docs/numerics.md). Positive inputs: no cancellation hides the error."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(2, 1 << 22, generator=g, dtype=torch.float64) * 0.2 + 0.9
     w = torch.rand(1 << 22, generator=g, dtype=torch.float64) + 0.5
@@ -468,3 +467,233 @@ def test_rms_norm_without_weight_names_the_argument():
     # from the wrapper's nested-tensor check).
     with pytest.raises(RuntimeError, match=r"rms_norm: weight must be a defined tensor \(hidden,\), got None"):
         ops.rms_norm(torch.randn(2, 4), None)
+
+
+# ---- Numerics conventions (docs/numerics.md): torch's and vLLM's formulas, bit for bit on CPU ------------
+# These tests' names hold "values" and "cpu": test_every_cpu_kernel_build_under_its_aten_capability runs
+# them under each of ATen's CPU capabilities.
+
+# Row lengths below, at and past a 32-byte vector of squares (8 float32, 4 float64), four vectors and a
+# cascade level of ATen's sum, odd lengths, and long rows of several levels.
+NORM_WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 257, 511, 513,
+               1000, 2049, 4096, 5120, 8191]
+
+
+def llama_rms_norm(x, w, eps):
+    """transformers' LlamaRMSNorm.forward (weight of x's dtype)."""
+    input_dtype = x.dtype
+    hidden_states = x.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + eps)
+    return w * hidden_states.to(input_dtype)
+
+
+def vllm_native_rms_norm(x, w, eps):
+    """vLLM's RMSNorm.forward_native without a residual."""
+    orig_dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(dim=-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return x.to(orig_dtype) * w
+
+
+def norm_inputs(rows, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.logspace(-2, 2, rows, dtype=torch.float64).unsqueeze(-1)  # rows of very different sizes
+    x = (torch.randn(rows, d, generator=g, dtype=torch.float64) * scale).to(dtype)
+    w = (torch.rand(d, generator=g, dtype=torch.float64) + 0.5).to(dtype)
+    return x, w
+
+
+def assert_conventions(dtype, x, w, eps, y, y_rounded):
+    """y: rms_norm's default, F.rms_norm's bits; y_rounded: round_before_weight, Llama's and vLLM's bits
+    (float64: F.rms_norm's too, rounding x_hat to float64 changes nothing; their float64 runs in float32)."""
+    assert torch.equal(y, F.rms_norm(x, (x.shape[-1],), w, eps))
+    if dtype == torch.float64:
+        assert torch.equal(y_rounded, y)
+    else:
+        assert torch.equal(y_rounded, llama_rms_norm(x, w, eps))
+        assert torch.equal(y_rounded, vllm_native_rms_norm(x, w, eps))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_values_are_torch_bits_on_cpu(dtype):
+    differ = 0
+    for d in NORM_WIDTHS:
+        for rows in (1, 6):
+            x, w = norm_inputs(rows, d, dtype, seed=d)
+            y = ops.rms_norm(x, w, 1e-6)
+            y_rounded = ops.rms_norm(x, w, 1e-6, round_before_weight=True)
+            assert_conventions(dtype, x, w, 1e-6, y, y_rounded)
+            differ += int((y != y_rounded).sum())
+    assert (differ > 0) == (dtype in (torch.float16, torch.bfloat16))  # the conventions part in half types only
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_rms_norm_values_of_one_long_row_are_torch_bits_on_cpu(dtype, threads):
+    """A tensor of one row of more than 32768 elements: torch sums it in min(threads, ceil(d / 32768)) parts
+    (TensorIterator's two-pass reduction) where it runs several threads; several rows are summed whole."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for shape in [(32768,), (1, 32769), (1, 1, 70001), (2, 40000), (100003,)]:
+            x, w = norm_inputs(1, shape[-1], dtype, seed=shape[-1])
+            x = x.view(-1).repeat(shape[0] if len(shape) == 2 else 1).view(shape)
+            assert_conventions(dtype, x, w, 1e-5, ops.rms_norm(x, w, 1e-5),
+                               ops.rms_norm(x, w, 1e-5, round_before_weight=True))
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm_values_are_torch_bits_on_cpu(dtype):
+    # transformers' decoder layer: residual = residual + hidden (rounded to the dtype), then the norm of it.
+    for d in (7, 64, 100, 4096):
+        for round_before_weight in (False, True):
+            x, w = norm_inputs(5, d, dtype, seed=d)
+            r, _ = norm_inputs(5, d, dtype, seed=d + 1)
+            summed = r + x
+            ops.fused_add_rms_norm(x, r, w, 1e-6, round_before_weight=round_before_weight)
+            assert torch.equal(r, summed)
+            expected = ops.rms_norm(summed, w, 1e-6, round_before_weight=round_before_weight)
+            assert torch.equal(x, expected)
+            if round_before_weight and dtype != torch.float64:
+                assert torch.equal(x, llama_rms_norm(summed, w, 1e-6))
+            elif not round_before_weight:
+                assert torch.equal(x, F.rms_norm(summed, (d,), w, 1e-6))
+
+
+# silu_and_mul rows: d = 1 (torch computes each gate alone), runs shorter than and around two vectors (the
+# scalar tail of each run), and tensors of more than 32768 gates that torch splits between threads inside a
+# row (3 x 20000: at gate 30000) or at a row's end (2 x 28672).
+SILU_SHAPES = [(1, 2), (3, 2), (1, 32), (7, 34), (3, 66), (5, 128), (2, 200), (2, 3, 62), (33, 2000), (4, 16386),
+               (3, 40000), (1, 80000), (2, 57344), (5, 24690)]
+
+
+def silu_inputs(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * 4).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_silu_and_mul_values_are_torch_bits_on_cpu(dtype, threads):
+    """float32, float64: F.silu(a) * b itself (vLLM's SiluAndMul.forward_native); float16, bfloat16: that
+    formula in float32 on x.float(), rounded once."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for i, shape in enumerate(SILU_SHAPES):
+            x = silu_inputs(shape, dtype, seed=i)
+            d = shape[-1] // 2
+            y = x if dtype in (torch.float32, torch.float64) else x.float()
+            expected = (F.silu(y[..., :d]) * y[..., d:]).to(dtype)
+            assert torch.equal(ops.silu_and_mul(x), expected), shape
+    finally:
+        torch.set_num_threads(previous)
+
+
+def ulp(v, dtype):
+    """The spacing of `dtype`'s values at |v| (float64 tensors), subnormals included."""
+    info = torch.finfo(dtype)
+    exponent = torch.floor(torch.log2(v.abs().clamp_min(info.smallest_normal)))
+    return torch.exp2(exponent - {torch.float16: 10, torch.bfloat16: 7}[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_silu_and_mul_half_types_within_half_an_ulp_of_float64_on_cpu(dtype):
+    """One rounding of a float32 value within 5 float32 roundings of silu(a) * b (exp to 1 ulp, the sum, the
+    quotient, the product): |y - y64| <= ulp/2 + 5 * 2^-24 |y64|. F.silu(a) * b in the dtype rounds silu(a)
+    first, and misses that bound (up to about one ulp)."""
+    x = silu_inputs((64, 2 * 4096), dtype, seed=7)
+    d = 4096
+    y64 = F.silu(x[:, :d].double()) * x[:, d:].double()
+    bound = 0.5 * ulp(y64.abs() * (1 + 2.0 ** -20), dtype) + 5 * 2.0 ** -24 * y64.abs()
+    assert ((ops.silu_and_mul(x).double() - y64).abs() <= bound).all()
+    assert ((F.silu(x[:, :d]) * x[:, d:]).double() - y64).abs().gt(bound).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_norm_fp8_values_quantize_the_reference_norms_bit_for_bit_on_cpu(dtype, fp8):
+    """rms_norm_fp8 and fused_add_rms_norm_fp8: quantize_fp8 of F.rms_norm's output by default, of Llama's
+    (vLLM's native) norm with round_before_weight, codes and scales bit for bit."""
+    changed = 0
+    for granularity, scale in (("row", None), ("group", None), ("tensor", torch.tensor(0.01))):
+        x, w = norm_inputs(83, 4096, dtype, seed=3)
+        r, _ = norm_inputs(83, 4096, dtype, seed=4)
+        for round_before_weight in (False, True):
+            reference = (llama_rms_norm if round_before_weight else
+                         lambda t, w, eps: F.rms_norm(t, (t.shape[-1],), w, eps))
+            codes, scales = ops.rms_norm_fp8(x, w, 1e-6, granularity, fp8, scale,
+                                             round_before_weight=round_before_weight)
+            want_codes, want_scales = ops.quantize_fp8(reference(x, w, 1e-6), granularity, fp8, scale)
+            assert torch.equal(codes.view(torch.uint8), want_codes.view(torch.uint8))
+            assert torch.equal(scales, want_scales)
+            residual = r.clone()
+            codes_add, scales_add = ops.fused_add_rms_norm_fp8(x, residual, w, 1e-6, granularity, fp8, scale,
+                                                               round_before_weight=round_before_weight)
+            assert torch.equal(residual, r + x)
+            want_codes, want_scales = ops.quantize_fp8(reference(r + x, w, 1e-6), granularity, fp8, scale)
+            assert torch.equal(codes_add.view(torch.uint8), want_codes.view(torch.uint8))
+            assert torch.equal(scales_add, want_scales)
+            if round_before_weight:
+                default, default_scales = ops.rms_norm_fp8(x, w, 1e-6, granularity, fp8, scale)
+                changed += int((default.view(torch.uint8) != codes.view(torch.uint8)).sum())
+                if (dtype, fp8, granularity) == (torch.bfloat16, torch.float8_e4m3fn, "row"):  # docs/numerics.md
+                    assert int((default_scales != scales).sum()) == 14
+                    assert int((default.view(torch.uint8) != codes.view(torch.uint8)).sum()) == 8693
+                    assert int((ops.rms_norm(x, w, 1e-6) != reference(x, w, 1e-6)).sum()) == 88360
+    assert (changed > 0) == (dtype != torch.float32)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_round_before_weight_on_cuda(dtype):
+    """The CUDA kernels honour round_before_weight: x * inv rounded, then times the weight. The kernel with a
+    weight of ones stores x * inv rounded with the same inv; times w in the dtype that is the option's result.
+    Rows reach a lane kernel (64), a block per row (4096) and the element-wise path (100)."""
+    for hidden in (64, 4096, 100):
+        x, w = (t.cuda() for t in norm_inputs(7, hidden, dtype, seed=hidden))
+        r, _ = (t.cuda() for t in norm_inputs(7, hidden, dtype, seed=hidden + 1))
+        ones = torch.ones_like(w)
+        y = ops.rms_norm(x, w, 1e-6, round_before_weight=True)
+        assert torch.equal(y, ops.rms_norm(x, ones, 1e-6) * w)
+        torch.testing.assert_close(y.cpu(), llama_rms_norm(x.cpu(), w.cpu(), 1e-6), rtol=TOL[dtype], atol=1e-5)
+        xa, ra, xb, rb = x.clone(), r.clone(), x.clone(), r.clone()
+        ops.fused_add_rms_norm(xa, ra, w, 1e-6, round_before_weight=True)
+        ops.fused_add_rms_norm(xb, rb, ones, 1e-6)
+        assert torch.equal(ra, rb) and torch.equal(xa, xb * w)
+        for granularity in ("row", "group"):
+            codes, scales = ops.rms_norm_fp8(x, w, 1e-6, granularity, round_before_weight=True)
+            want = ops.quantize_fp8(y, granularity)
+            assert torch.equal(codes.view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(scales, want[1])
+            residual = r.clone()
+            codes, scales = ops.fused_add_rms_norm_fp8(x, residual, w, 1e-6, granularity, round_before_weight=True)
+            want = ops.quantize_fp8(ops.rms_norm(r + x, w, 1e-6, round_before_weight=True), granularity)
+            assert torch.equal(codes.view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(scales, want[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_quantize_fp8_divides_where_vllm_multiplies_by_the_reciprocal(dtype, fp8):
+    """code = x / scale in float32, rounded to FP8 once: within half an FP8 step of the exact quotient (plus
+    the float32 quotient's rounding). vLLM's x * (1 / scale) rounds twice: one FP8 step off where x / scale
+    falls on (or within a float32 rounding of) a midpoint between two codes, never more: with computed
+    scales 312 of these 1,048,576 bfloat16 elements and 62 float16 ones for e4m3, none for float32."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 16384, generator=g) * torch.logspace(-3, 3, 64).unsqueeze(-1)).to(dtype)
+    codes, scales = ops.quantize_fp8(x, "row", fp8)
+    top = torch.finfo(fp8).max
+    vllm = (x.float() * torch.reciprocal(scales)).clamp(-top, top).to(fp8)
+    steps = (codes.view(torch.uint8).int() - vllm.view(torch.uint8).int()).abs()  # same sign: adjacent codes
+    assert steps.max() <= 1
+    if fp8 == torch.float8_e4m3fn and dtype != torch.float32:
+        assert int(steps.sum()) == {torch.bfloat16: 312, torch.float16: 62}[dtype]
+    quotient = x.double() / scales.double()
+    mantissa = 3 if fp8 == torch.float8_e4m3fn else 2
+    spacing = torch.exp2(torch.floor(torch.log2(quotient.abs().clamp_min(torch.finfo(fp8).smallest_normal)))
+                         - mantissa)
+    assert ((codes.double() - quotient).abs() <= spacing / 2 + quotient.abs() * 2.0 ** -24).all()
