@@ -251,7 +251,7 @@ def _silu_and_mul_fp8_fake(input, granularity="row", dtype=None, scale=None, pow
     return _quantize_as(op, half, granularity, dtype, scale, pow2_scale)
 
 
-def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False, *,
+def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False,
                  round_before_weight=False):
     """``quantize_fp8(rms_norm(input, weight, eps, round_before_weight=...), granularity, dtype, scale,
     pow2_scale)`` in one op: the norm rounded to input's dtype, then its FP8 codes and scales (those of the
@@ -262,7 +262,7 @@ def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=N
 
 
 def fused_add_rms_norm_fp8(input, residual, weight, eps=1e-6, granularity="row", dtype=None, scale=None,
-                           pow2_scale=False, *, round_before_weight=False):
+                           pow2_scale=False, round_before_weight=False):
     """``residual += input`` in place (the residual stream goes on, rounded to its dtype), then
     ``rms_norm_fp8(residual, ...)`` of that stored value; input is not written (unlike
     ``fused_add_rms_norm``)."""

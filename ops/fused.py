@@ -64,7 +64,7 @@ def _rms_norm_tensor_eps_fake(input, weight, eps, *, round_before_weight=False):
 # mode, no Python on the call path.
 
 
-def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
              round_before_weight: bool = False) -> torch.Tensor:
     """Root-mean-square layer norm (Zhang & Sennrich, 2019), as in Llama / T5:
     ``y = x / sqrt(mean(x^2, -1) + eps) * weight``.
@@ -118,7 +118,7 @@ def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6, *, round_before_
     _overlap.check_no_shared_memory("fused_add_rms_norm", "residual", residual, "weight", weight)
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                       eps: float = 1e-6, *, round_before_weight: bool = False) -> None:
+                       eps: float = 1e-6, round_before_weight: bool = False) -> None:
     """The pre-norm transformer step, in place: ``residual += input``, then
     ``input = rms_norm(residual, weight, eps)``. Both tensors are mutated (declared ``Tensor(a!)`` and
     ``Tensor(b!)`` in the schema); nothing is returned.

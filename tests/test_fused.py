@@ -697,3 +697,49 @@ def test_quantize_fp8_divides_where_vllm_multiplies_by_the_reciprocal(dtype, fp8
     spacing = torch.exp2(torch.floor(torch.log2(quotient.abs().clamp_min(torch.finfo(fp8).smallest_normal)))
                          - mantissa)
     assert ((codes.double() - quotient).abs() <= spacing / 2 + quotient.abs() * 2.0 ** -24).all()
+
+
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script` is deprecated:FutureWarning")
+def test_round_before_weight_in_every_mode():
+    """The option passes through opcheck (fake kernels, autograd registration, compile), torch.compile, vmap
+    (batch merged, and per-sample weights), TorchScript and autograd (x_hat's rounding differentiates as 1)."""
+    x, w = norm_inputs(6, 64, torch.bfloat16, seed=1)
+    x = x.view(2, 3, 64)
+    expected = ops.rms_norm(x, w, 1e-6, round_before_weight=True)
+    option = {"round_before_weight": True}
+    torch.library.opcheck(torch.ops.ops.rms_norm.default, (x, w, 1e-6), option)
+    torch.library.opcheck(torch.ops.ops.fused_add_rms_norm.default, (x.clone(), x.clone(), w, 1e-6), option)
+    torch.library.opcheck(torch.ops.ops._rms_norm_tensor_eps.default, (x, w, torch.tensor(1e-6, dtype=torch.float64)),
+                          option)
+    torch.library.opcheck(torch.ops.ops.rms_norm_fp8.default, (x, w, 1e-6), option,
+                          test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
+    assert torch.equal(torch.ops.ops._rms_norm_tensor_eps(x, w, torch.tensor(1e-6, dtype=torch.float64), **option),
+                       expected)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: ops.rms_norm(t, w, 1e-6, round_before_weight=True), fullgraph=True)
+    assert torch.equal(compiled(x), expected)
+    assert torch.equal(torch.vmap(lambda t: ops.rms_norm(t, w, 1e-6, round_before_weight=True))(x), expected)
+    weights = torch.stack([w, w * 2])
+    per_sample = torch.vmap(lambda t, v: ops.rms_norm(t, v, 1e-6, round_before_weight=True))(x, weights)
+    assert torch.equal(per_sample[1], ops.rms_norm(x[1], w * 2, 1e-6, round_before_weight=True))
+    def add_norm(h, r):
+        ops.fused_add_rms_norm(h, r, w, 1e-6, round_before_weight=True)
+        return h
+
+    residual, hidden = x.clone(), x.clone()
+    torch.vmap(add_norm)(hidden, residual)
+    assert torch.equal(hidden, ops.rms_norm(x + x, w, 1e-6, round_before_weight=True))
+    codes = torch.vmap(lambda t: ops.rms_norm_fp8(t, w, 1e-6, round_before_weight=True))(x)[0]
+    assert torch.equal(codes.view(torch.uint8), ops.quantize_fp8(expected)[0].view(torch.uint8))
+
+    @torch.jit.script
+    def scripted(t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return ops.rms_norm(t, v, 1e-6, round_before_weight=True)
+
+    assert torch.equal(scripted(x, w), expected)
+    xf = x.float().requires_grad_()
+    wf = w.float().requires_grad_()
+    grads = torch.autograd.grad(ops.rms_norm(xf, wf, 1e-6, round_before_weight=True).sum(), (xf, wf))
+    want = torch.autograd.grad(F.rms_norm(xf, (64,), wf, 1e-6).sum(), (xf, wf))
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got, ref)
