@@ -3,7 +3,8 @@ c++filt, objdump). Per target arch of this checkout's build: every kernel the di
 body there; SM90 GEMMs hold wgmma and TMA instructions, SM80 GEMMs mma.sync (DMMA for float64) and
 cp.async; no kernel touches local memory (STL/LDL, a stack frame) outside the lists below; registers and
 shared memory let every launch run. Skipped without a CUDA build, or without the tools outside CI
-(requirements.txt installs cuobjdump and nvdisasm)."""
+(requirements.txt installs cuobjdump and nvdisasm). OPS_MACHINE_CODE_SO=PATH checks another build of this
+checkout's sources (a candidate build, or a deliberately broken one) instead of ops.library_path()."""
 
 import os
 
@@ -53,7 +54,7 @@ def lib():
         if os.environ.get("CI"):
             pytest.fail(f"CI installs the machine-code tools: {message}")
         pytest.skip(message)
-    return mc.read()
+    return mc.read(os.environ.get("OPS_MACHINE_CODE_SO"))
 
 
 def bodies(lib, arch):
