@@ -5,8 +5,8 @@ GEMMs: HGMMA/QGMMA = wgmma, UTMALDG = TMA loads; SM80 GEMMs: HMMA or DMMA = mma.
 
     python -m benchmarks.machine_code [--so PATH] [--out DIR]
 
-writes machine_code.md and machine_code.json for the library at PATH (default: this checkout's
-ops/_C*.so). tests/test_machine_code.py asserts on the same reading (read()).
+writes machine_code.md and machine_code.json (default DIR: benchmarks/results/local) for the library at
+PATH (default: this checkout's ops/_C*.so). tests/test_machine_code.py asserts on the same reading (read()).
 
 Where each figure comes from:
 - cubins: `cuobjdump -xelf all` of the library; registers, stack frame, static shared memory and local
@@ -589,6 +589,11 @@ def rows(lib):
     return out
 
 
+def _shown(path):
+    """`path` relative to the checkout where it lies in it."""
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
 def _yes_no(v):
     return "" if v is None else ("yes" if v else "**no**")
 
@@ -596,16 +601,24 @@ def _yes_no(v):
 def markdown(lib, table):
     spilling = [r for r in table if r["spill_stores"] or r["spill_loads"] or r["stack"]]
     per_arch = ", ".join(f"{a}: {sum(r['arch'] == a for r in table)}" for a in lib.archs)
+    entries = sum(not k.no_body for k in lib.kernels)
     lines = [
-        f"# Machine code of `{os.path.relpath(lib.path, ROOT) if lib.path.startswith(ROOT) else lib.path}`", "",
+        f"# Machine code of `{_shown(lib.path)}`", "",
         f"Archs: {', '.join(lib.archs)}; candidate kernels: {'yes' if lib.candidates else 'no'}. "
-        f"{len(table)} kernels with a body ({per_arch}); "
+        f"{len(table)} kernels with a body, one row per kernel and arch ({per_arch}; the cubins hold {entries} entries: "
+        "a kernel two translation units instantiate appears twice); "
         f"{len(spilling)} with local-memory traffic or a stack frame. Written by `python -m benchmarks.machine_code`.",
         "",
         "Stack: bytes per thread. Spill stores / loads: STL / LDL instructions. Shared memory: static + dynamic "
         "bytes per block. Blocks/SM: at the launch's threads per block, on an A100 (sm_80) or H100/H200 (sm_90a), "
         "with what bounds it. wgmma / TMA: HGMMA|QGMMA / UTMALDG in an SM90 GEMM; mma / cp.async: HMMA|DMMA / "
         "LDGSTS in an SM80 GEMM.", "",
+    ]
+    if spilling:
+        lines += ["Local-memory traffic:", ""] + [
+            f"- `{r['kernel']}` ({r['arch']}): {r['registers']} registers, {r['stack']} B stack, "
+            f"{r['spill_stores']} STL + {r['spill_loads']} LDL" for r in spilling] + [""]
+    lines += [
         "| kernel | arch | registers | stack | spill stores | spill loads | shared memory | threads | blocks/SM "
         "| wgmma | TMA | mma | cp.async |",
         "|---|---|--:|--:|--:|--:|--:|--:|---|---|---|---|---|",
@@ -622,14 +635,12 @@ def markdown(lib, table):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--so", help="the library to read (default: this checkout's ops/_C*.so)")
-    parser.add_argument("--out", help="folder for machine_code.md and machine_code.json (default: print the table)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "local"),
+                        help="folder for machine_code.md and machine_code.json (default: benchmarks/results/local)")
     args = parser.parse_args(argv)
     lib = read(args.so)
     table = rows(lib)
     text = markdown(lib, table)
-    if not args.out:
-        sys.stdout.write(text)
-        return 0
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "machine_code.md"), "w", encoding="utf-8") as f:
         f.write(text)
@@ -637,9 +648,10 @@ def main(argv=None):
     versions = {t: (_run([p, "--version"]).strip().splitlines()[-2:] if p else None) for t, p in tools.items()}
     facts = _build_facts(lib.path)
     with open(os.path.join(args.out, "machine_code.json"), "w", encoding="utf-8") as f:
-        json.dump({"library": lib.path, "archs": lib.archs, "cuda_arch_list": facts[0] if facts else None,
+        json.dump({"library": _shown(lib.path), "archs": lib.archs, "cuda_arch_list": facts[0] if facts else None,
                    "candidate_kernels": lib.candidates, "date": datetime.date.today().isoformat(),
                    "tools": versions, "arch_limits": ARCH_LIMITS, "kernels": table}, f, indent=1)
+    print(text.split("\n| kernel |")[0].rstrip())
     print(f"machine_code: {len(table)} kernels -> {args.out}/machine_code.{{md,json}}")
     return 0
 
