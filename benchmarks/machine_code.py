@@ -159,11 +159,6 @@ class Kernel:
     blocks_per_sm: int | None = None
     limiter: str = ""  # what bounds blocks_per_sm: registers, warps, shared memory or blocks
 
-    @property
-    def local_traffic(self):
-        """STL + LDL instructions."""
-        return sum(self.counts.get(op, 0) for op in LOCAL)
-
     def has(self, mnemonics):
         return any(self.counts.get(op, 0) for op in mnemonics)
 
