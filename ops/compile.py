@@ -246,20 +246,27 @@ def _ops_norm(x, w, eps):  # a model converted with ops.nn.convert
     return torch.ops.ops.rms_norm(x, w, eps)
 
 
-def _ops_norm_default_eps_search(x, residual, w):  # ops.rms_norm called without eps (graphs drop a default)
-    r = x + residual
-    return torch.ops.ops.rms_norm(r, w), r
+def _ops_norm_rounded(x, w, eps):  # a converted Llama-style norm
+    return torch.ops.ops.rms_norm(x, w, eps, round_before_weight=True)
 
 
-def _ops_norm_default_eps_replacement(x, residual, w):
-    return _add_norm_replacement(x, residual, w, _OPS_DEFAULT_EPS)
+def _ops_norm_default_eps(round_before_weight: bool):
+    """The search and replacement of x + residual and ops.rms_norm of it without eps (graphs drop a default)."""
+    def search(x, residual, w):
+        r = x + residual
+        return torch.ops.ops.rms_norm(r, w, round_before_weight=round_before_weight), r
+
+    def replacement(x, residual, w):
+        return _add_norm_replacements(round_before_weight)["fused_add"](x, residual, w, _OPS_DEFAULT_EPS)
+
+    return search, replacement
 
 
 _NORMS = (_hf_norm, _hf_norm_cast, _f_norm)
-
-
-def _rms_norm_replacement(x, w, eps):
-    return torch.ops.ops.rms_norm(x, w, eps)
+# Whether a norm formula rounds x_hat to x's dtype before the weight multiply: its replacement passes
+# round_before_weight, so that the rewrite computes the formula's bits.
+_ROUNDS_BEFORE_WEIGHT = {_hf_norm: True, _hf_norm_cast: False, _f_norm: False, _ops_norm: False,
+                         _ops_norm_rounded: True}
 
 
 def _add_norm_search(norm):
@@ -269,25 +276,33 @@ def _add_norm_search(norm):
     return search
 
 
-def _add_norm_replacement(x, residual, w, eps):
-    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+def _add_norm_replacements(round_before_weight: bool) -> dict:
+    """The norm replacements of one rounding convention: ``norm`` (ops.rms_norm), ``fused_add`` (the in-place
+    fused_add_rms_norm, inference), ``residual`` (training graphs: the sum, then the norm with its autograd),
+    and their ``_tensor_eps`` forms (eps a 0-d CPU tensor: a float under dynamic=True)."""
+    def norm(x, w, eps):
+        return torch.ops.ops.rms_norm(x, w, eps, round_before_weight=round_before_weight)
 
-    out = auto_functionalized(torch.ops.ops.fused_add_rms_norm.default, input=x, residual=residual, weight=w, eps=eps)
-    return out[1], out[2]
+    def fused_add(x, residual, w, eps):
+        from torch._higher_order_ops.auto_functionalize import auto_functionalized
 
+        out = auto_functionalized(torch.ops.ops.fused_add_rms_norm.default, input=x, residual=residual, weight=w,
+                                  eps=eps, round_before_weight=round_before_weight)
+        return out[1], out[2]
 
-def _residual_norm_replacement(x, residual, w, eps):  # training graphs: the sum, then the norm with its autograd
-    r = x + residual
-    return torch.ops.ops.rms_norm(r, w, eps), r
+    def residual(x, residual, w, eps):
+        r = x + residual
+        return torch.ops.ops.rms_norm(r, w, eps, round_before_weight=round_before_weight), r
 
+    def norm_tensor_eps(x, w, eps):
+        return torch.ops.ops._rms_norm_tensor_eps(x, w, eps, round_before_weight=round_before_weight)
 
-def _rms_norm_tensor_eps_replacement(x, w, eps):  # eps a 0-d CPU tensor (a float under dynamic=True)
-    return torch.ops.ops._rms_norm_tensor_eps(x, w, eps)
+    def residual_tensor_eps(x, residual, w, eps):
+        r = x + residual
+        return torch.ops.ops._rms_norm_tensor_eps(r, w, eps, round_before_weight=round_before_weight), r
 
-
-def _residual_norm_tensor_eps_replacement(x, residual, w, eps):
-    r = x + residual
-    return torch.ops.ops._rms_norm_tensor_eps(r, w, eps), r
+    return {"norm": norm, "fused_add": fused_add, "residual": residual, "norm_tensor_eps": norm_tensor_eps,
+            "residual_tensor_eps": residual_tensor_eps}
 
 
 def _halves_chunk(x):
@@ -458,22 +473,23 @@ def _register_all(kind: str):
     # adds views around the GEMM.
     for dtype in (torch.float32, torch.bfloat16):
         x, r, w, eps = torch.randn(3, 8, dtype=dtype), torch.randn(3, 8, dtype=dtype), torch.randn(8, dtype=dtype), _EPS
-        for norm in _NORMS + (_ops_norm,):
+        for norm in _NORMS + (_ops_norm, _ops_norm_rounded):
             cast = norm in (_hf_norm, _hf_norm_cast)
             norm_checks = ((not_float64,) if cast else ()) + (eps_is_a_number, norm_shapes)
-            if norm is not _ops_norm:
-                register("rms_norm", norm, _rms_norm_replacement, [x, w, eps],
+            replace = _add_norm_replacements(_ROUNDS_BEFORE_WEIGHT[norm])
+            if norm in _NORMS:
+                register("rms_norm", norm, replace["norm"], [x, w, eps],
                          check("rms_norm", ("x", "w"), *norm_checks, layout_kept("x")),
                          grads=_GRADS[2], scalars={"eps": _EPS})
-            if norm is not _ops_norm and training:
+            if norm in _NORMS and training:
                 # A norm of a sum used again (a residual stream): autograd adds the sum's other gradient
                 # into the norm's own, so the plain norm's backward is not in the graph; the sum is.
-                register("rms_norm", _add_norm_search(norm), _residual_norm_replacement, [x, r, w, eps],
+                register("rms_norm", _add_norm_search(norm), replace["residual"], [x, r, w, eps],
                          check("rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes,
                                layout_kept("x", "residual")),
                          grads=_RESIDUAL_GRADS, scalars={"eps": _EPS})
             if not training:
-                register("fused_add_rms_norm", _add_norm_search(norm), _add_norm_replacement, [x, r, w, eps],
+                register("fused_add_rms_norm", _add_norm_search(norm), replace["fused_add"], [x, r, w, eps],
                          check("fused_add_rms_norm", ("x", "residual", "w"), *norm_checks, add_shapes,
                                buffers_of_their_own, input_not_written_back),
                          scalars={"eps": _EPS})
@@ -482,16 +498,18 @@ def _register_all(kind: str):
         eps_t = torch.tensor(_EPS, dtype=torch.float32)
         for norm in (_hf_norm, _hf_norm_cast):
             tensor_checks = (not_float64, eps_is_a_cpu_scalar, norm_shapes)
-            register("rms_norm", norm, _rms_norm_tensor_eps_replacement, [x, w, eps_t],
+            replace = _add_norm_replacements(_ROUNDS_BEFORE_WEIGHT[norm])
+            register("rms_norm", norm, replace["norm_tensor_eps"], [x, w, eps_t],
                      check("rms_norm", ("x", "w"), *tensor_checks, layout_kept("x")),
                      grads=[g + (False,) for g in _GRADS[2]])
             if training:
-                register("rms_norm", _add_norm_search(norm), _residual_norm_tensor_eps_replacement, [x, r, w, eps_t],
+                register("rms_norm", _add_norm_search(norm), replace["residual_tensor_eps"], [x, r, w, eps_t],
                          check("rms_norm", ("x", "residual", "w"), *tensor_checks, add_shapes,
                                layout_kept("x", "residual")),
                          grads=[g + (False,) for g in _RESIDUAL_GRADS])
-        if not training:
-            register("fused_add_rms_norm", _ops_norm_default_eps_search, _ops_norm_default_eps_replacement, [x, r, w],
+        for rounded in ((False, True) if not training else ()):
+            search, replacement = _ops_norm_default_eps(rounded)
+            register("fused_add_rms_norm", search, replacement, [x, r, w],
                      check("fused_add_rms_norm", ("x", "residual", "w"), norm_shapes, add_shapes, buffers_of_their_own,
                            input_not_written_back))
         for search in _silu_mul_searches():

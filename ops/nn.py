@@ -237,8 +237,8 @@ def _rms_norm_module_forward(x: torch.Tensor, weight: Optional[torch.Tensor], ep
                            f"got shape {list(x.shape)}")
     if eps is None:
         eps = _default_eps(x.dtype)
-    if weight is not None and weight.dtype == x.dtype:
-        return fused.rms_norm(x, weight, eps)
+    if weight is not None and weight.dtype == x.dtype:  # Hugging Face Llama: x_hat rounded to x's dtype, times weight
+        return fused.rms_norm(x, weight, eps, promote_weight_dtype)
     if weight is None or promote_weight_dtype:
         # x_hat with a weight of ones made like x: x's dtype and device, and a replicated DTensor when x is
         # a DTensor (DTensor ops take no plain tensor beside a DTensor).
@@ -679,10 +679,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     shared by several parents is replaced by one shared module. ``model`` itself is not replaced (a bare
     Linear or RMSNorm is reported: wrap it, or use ``Linear.from_linear``).
 
-    Numerics: a converted transformers Llama-style norm rounds once (x * rsqrt(...) * weight in float32)
-    where the original rounds x_hat to the input's dtype before the weight multiply, so half-precision
-    results may differ in the last bit; for float64 input it computes in float64 where the original
-    computes in float32. A fused CUDA epilogue applies the activation to the float32 accumulator and
+    Numerics: a converted transformers Llama-style norm rounds x_hat to the input's dtype before the weight
+    multiply, as the original (``ops.rms_norm``'s ``round_before_weight``): equal to it bit for bit on CPU
+    (on CUDA the row statistic is summed in another order); for float64 input it computes in float64 where
+    the original computes in float32. A fused CUDA epilogue applies the activation to the float32 accumulator and
     rounds once, where the unfused block rounds the pre-activation first.
 
     FP8 (opt-in, inference): ``fp8="rowwise"`` or ``"blockwise"`` replaces each Linear (``nn.Linear``, or
