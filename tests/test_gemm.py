@@ -65,6 +65,16 @@ def test_values_all_layouts(device, dtype, layout_a, layout_b):
     check_close(C, A, B, dtype, device)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout_a,layout_b", list(itertools.product(["row", "col", "strided"], repeat=2)))
+def test_cpu_values_are_torch_mm_bits(dtype, layout_a, layout_b):
+    # On CPU the op is torch.mm's kernel: the same bits whichever backend torch picks (BLAS, oneDNN).
+    A, B = matrix(37, 56, dtype, "cpu", layout_a), matrix(56, 24, dtype, "cpu", layout_b)
+    assert torch.equal(ops.cutlass_gemm(A, B), torch.mm(A, B))
+    out = torch.empty(24, 37, dtype=dtype).t()
+    assert torch.equal(ops.cutlass_gemm(A, B, out=out), torch.mm(A, B))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("offset", [1, 3, 8])

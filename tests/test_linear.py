@@ -28,6 +28,19 @@ def rand(*shape, dtype, device, seed):
     return (torch.randn(*shape, generator=g, dtype=torch.float64) / 4).to(dtype=dtype, device=device)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_cpu_values_are_the_bits_of_f_linear_and_the_activation(dtype, activation, with_bias):
+    x = rand(2, 3, 40, dtype=dtype, device="cpu", seed=0)
+    w = rand(24, 40, dtype=dtype, device="cpu", seed=1)
+    b = rand(24, dtype=dtype, device="cpu", seed=2) if with_bias else None
+    z = F.linear(x, w, b)
+    act = {"none": lambda v: v, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+           "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[activation]
+    assert torch.equal(ops.linear(x, w, b, activation), act(z))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
