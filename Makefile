@@ -4,7 +4,7 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 ARGS ?=
 
-.PHONY: build bench test
+.PHONY: build bench test test-quick
 
 build:
 	$(PIP) install -q -r requirements.txt
@@ -16,3 +16,10 @@ bench: build
 
 test: build
 	$(PYTHON) -m pytest tests $(ARGS)
+
+# The common loop: every op's values, errors and modes, without the slow tests and the files that build or
+# run other programs (benchmark CLIs, host emulations, the fuzzer, packaging, the compile pass, machine code).
+QUICK_SKIP := benchmarks compile_fuzz compile_pass fused_emulation quantize_fp8_emulation simt_gemv_emulation \
+	prebuilt package threads tuning_cache_files machine_code allocator_environment
+test-quick: build
+	$(PYTHON) -m pytest tests -m "not slow" $(foreach f,$(QUICK_SKIP),--ignore=tests/test_$(f).py) $(ARGS)
