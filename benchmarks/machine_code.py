@@ -299,7 +299,7 @@ def declared_kernels(root=ROOT, candidates=False):
         files += sorted(glob.glob(os.path.join(root, "cutlass_gemm", "*.cuh")))
     texts = {f: open(f, encoding="utf-8").read() for f in files}
     macros = {m.group(1) for text in texts.values()
-              for m in re.finditer(r"#define\s+(\w+)\(\w+\)\s+__global__\s+void\s+__launch_bounds__", text)}
+              for m in re.finditer(r"#define\s+(\w+)\((?:\w+|\.\.\.)\)\s+__global__\s+void\s+__launch_bounds__", text)}
     found = {}
     for path, text in texts.items():
         text = re.sub(r"#define[^\n]*", "", text)

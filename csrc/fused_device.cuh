@@ -13,12 +13,14 @@
 #if defined(OPS_FUSED_HOST_EMULATION)
 #define OPS_FUSED_DEVICE inline
 #define OPS_FUSED_DEVICE_FN inline
-#define OPS_FUSED_KERNEL(max_threads) void
+#define OPS_FUSED_KERNEL(...) void
 #define OPS_SHARED static  // one block runs at a time
 #else
 #define OPS_FUSED_DEVICE __device__ __forceinline__
 #define OPS_FUSED_DEVICE_FN __device__
-#define OPS_FUSED_KERNEL(max_threads) __global__ void __launch_bounds__(max_threads)
+// OPS_FUSED_KERNEL(max threads per block[, min blocks per SM]): __launch_bounds__. Without a min-blocks bound
+// ptxas budgets registers for as many blocks as the SM's threads allow (32 per thread at 256 or 1024 threads).
+#define OPS_FUSED_KERNEL(...) __global__ void __launch_bounds__(__VA_ARGS__)
 #define OPS_SHARED __shared__
 #endif
 

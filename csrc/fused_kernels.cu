@@ -140,11 +140,18 @@ OPS_FUSED_KERNEL(1024)
 template <int kPacks>
 constexpr int kRegsMaxThreads = kPacks >= 8 ? 512 : 1024;
 
+// Min blocks per SM of the 256-thread kernels: float64 values take two registers each, and at ptxas's default
+// budget (32) the float64 rms_norm lanes and silu_and_mul kernels spilled around their division and sqrt
+// subroutines (8-16 bytes of stack on sm_90a); 4 blocks leave them 64. 0: no bound (the default).
+template <typename T>
+constexpr int kMinBlocks256 = std::is_same_v<T, double> ? 4 : 0;
+
 // One block per row of 16-byte packs, each thread holding up to kPacks packs (indices tid + j * blockDim)
 // in registers between the two passes: its kPacks loads go out back to back, and the second pass
 // reads only the weight. Requires hidden / Pack::kSize <= kPacks * blockDim.x and 16-byte aligned rows.
+// One block per SM as the bound: at the default budget the half types spilled at 4 packs and float64 at 8.
 template <typename T, bool kAdd, int kPacks>
-OPS_FUSED_KERNEL(kRegsMaxThreads<kPacks>)
+OPS_FUSED_KERNEL(kRegsMaxThreads<kPacks>, 1)
     rms_norm_regs_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                          T* __restrict__ y, int64_t hidden, double eps, bool round_x_hat) {
   using A = typename Acc<T>::type;
@@ -194,7 +201,7 @@ std::atomic<int> rms_packs_per_thread{0};  // set_rms_norm_packs_per_thread
 // group of kLanes lanes per row, many rows per block, so that every lane has work and a block is not
 // one mostly idle warp.
 template <typename T, bool kVec, bool kAdd, int kLanes>
-OPS_FUSED_KERNEL(256) rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+OPS_FUSED_KERNEL(256, kMinBlocks256<T>) rms_norm_lanes_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                                       T* __restrict__ y, int64_t rows, int64_t hidden, double eps,
                                       bool round_x_hat) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
@@ -291,7 +298,7 @@ OPS_FUSED_KERNEL(256)
 
 // out (rows, d) = silu(x[:, :d]) * x[:, d:]; grid-stride over 16-byte packs (kVec) or elements.
 template <typename T, bool kVec>
-OPS_FUSED_KERNEL(256) silu_and_mul_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t d) {
+OPS_FUSED_KERNEL(256, kMinBlocks256<T>) silu_and_mul_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t d) {
   using P = Pack<T>;
   const int64_t width = kVec ? d / P::kSize : d;  // packs or elements per row
   const int64_t total = rows * width;
