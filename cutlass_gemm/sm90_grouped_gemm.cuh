@@ -107,7 +107,7 @@ struct GroupedArrays {
 // One warp: the groups' ends (clamped, running maximum: a warp-wide max scan per 32 groups, carried across),
 // then each group's shape, pointers and strides (swapped: the problem n x m x k, B's as the kernel's A).
 template <typename Config>
-__global__ void grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays<Config> arrays) {
+__global__ void __launch_bounds__(32) grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays<Config> arrays) {
   using Element = typename Config::Element;
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x;
@@ -141,7 +141,7 @@ __global__ void grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays
 // Zeros what the kernel leaves unwritten: RaggedM, D's rows from the last end (blockIdx.y = 0); RaggedK,
 // the m x n output of each group of no K (blockIdx.y = the group). Grid-stride over those elements.
 template <typename Element>
-__global__ void grouped_zero_kernel(GroupedGemmLaunchArgs args, const int32_t* ends) {
+__global__ void __launch_bounds__(256) grouped_zero_kernel(GroupedGemmLaunchArgs args, const int32_t* ends) {
   static_assert(sizeof(Element) == 2);
   uint16_t* d = static_cast<uint16_t*>(args.d);
   int64_t first_row = 0, rows = 0;
