@@ -104,6 +104,16 @@ def compiled_build_info():
 _KERNEL_OPS = ("cutlass_gemm", "scaled_gemm", "grouped_gemm")
 
 
+def built_archs():
+    """The archs this library holds machine code for, from its CUDA arch list ("8.0;9.0a" -> ["8.0", "9.0a"];
+    a "+PTX" suffix dropped); [] for a CPU-only build."""
+    built = compiled_build_info()
+    if not built["with_cuda"]:
+        return []
+    entries = built["cuda_arch_list"].replace(",", ";").replace(" ", ";").split(";")
+    return [a.split("+")[0] for a in entries if a]
+
+
 def kernels(op=None):
     """The GEMM family's kernels, as a list of dicts, each with its ``name`` (as ``plan()`` and
     ``ops.gemm.set_tactic`` spell it) and the ``op`` it serves: ``"cutlass_gemm"`` (and ops.linear:
@@ -119,8 +129,7 @@ def kernels(op=None):
         raise ValueError(f"ops.kernels: op must be None or one of {', '.join(_KERNEL_OPS)}, got {op!r}")
     listed = json.loads(torch.ops.ops._cutlass_gemm_kernels())
     built = compiled_build_info()
-    archs = built["cuda_arch_list"].replace(",", ";").replace(" ", ";").split(";") if built["with_cuda"] else []
-    archs = [a.split("+")[0] for a in archs if a]
+    archs = built_archs()
     for k in listed:
         in_image = ("9.0a" in archs if k["sm"] == 90 else
                     any(a.startswith("8.") for a in archs) or (k["on_sm90"] and any(a.startswith("9.0") for a in archs)))

@@ -16,9 +16,7 @@ from benchmarks import machine_code as mc
 pytestmark = pytest.mark.skipif(not ops.build_info.WITH_CUDA, reason="a CPU-only build has no machine code")
 
 # The archs of the build (ops.build_info.CUDA_ARCH_LIST "8.0;9.0a" -> sm_80, sm_90a).
-ARCHS = ["sm_" + a.split("+")[0].replace(".", "") for a in
-         ops.build_info.CUDA_ARCH_LIST.replace(",", ";").replace(" ", ";").split(";") if a] \
-    if ops.build_info.WITH_CUDA else []
+ARCHS = ["sm_" + a.replace(".", "") for a in ops._library.built_archs()]
 
 # Local-memory traffic accepted: (arch, kernel) -> why.
 LOCAL_MEMORY_ALLOWED = {
