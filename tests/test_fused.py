@@ -437,7 +437,7 @@ def test_shifted_views_overlap_is_exact_where_it_decides(rows, cols, row_stride,
 def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
     """The CPU kernels are built for the baseline ISA, AVX2 and AVX-512, and run as the build matching the
     capability ATen runs its own kernels at, which ATEN_CPU_CAPABILITY lowers: this file's CPU value tests
-    and test_fp8.py's of the quantization kernel, in a fresh process per build (the main run tests only this
+    and test_fp8_numerics.py's of the quantization kernel, in a fresh process per build (the main run tests only this
     CPU's best one)."""
     env = {"ATEN_CPU_CAPABILITY": capability}
     probe = run_python("import torch, ops; "
@@ -456,7 +456,7 @@ def test_every_cpu_kernel_build_under_its_aten_capability(capability, build):
         pytest.skip(f"this CPU's best ISA is {best}, not {capability}")
     assert ours == build
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                          os.path.join(REPO, "tests", "test_fused.py"), os.path.join(REPO, "tests", "test_fp8.py"),
+                          os.path.join(REPO, "tests", "test_fused.py"), os.path.join(REPO, "tests", "test_fp8_numerics.py"),
                           "-k", "values and cpu or quantize_cpu_kernel"],
                          cwd=REPO, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
