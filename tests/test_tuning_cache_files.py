@@ -255,10 +255,10 @@ def test_load_refuses_a_file_above_the_bound(tmp_path, clean_tuning_cache, monke
                                st.st_atime, st.st_mtime, st.st_ctime))
 
     monkeypatch.setattr(os, "fstat", fstat_says_empty)
-    monkeypatch.setattr(ops.gemm, "TUNING_CACHE_MAX_BYTES", size - 1)
+    monkeypatch.setattr(ops._tuning, "TUNING_CACHE_MAX_BYTES", size - 1)
     with pytest.raises(ValueError, match=f"is larger than {size - 1} bytes"):
         ops.gemm.load_tuning_cache(path)
-    monkeypatch.setattr(ops.gemm, "TUNING_CACHE_MAX_BYTES", size)
+    monkeypatch.setattr(ops._tuning, "TUNING_CACHE_MAX_BYTES", size)
     assert ops.gemm.load_tuning_cache(path) == 4
 
 
@@ -327,7 +327,7 @@ def test_a_save_load_makes_would_refuse_is_not_written(tmp_path, clean_tuning_ca
     ops.gemm.save_tuning_cache(path)
     kept = path.read_bytes()
     add_entries("more", 50)
-    monkeypatch.setattr(ops.gemm, "TUNING_CACHE_MAX_BYTES", len(kept) * 2)
+    monkeypatch.setattr(ops._tuning, "TUNING_CACHE_MAX_BYTES", len(kept) * 2)
     with pytest.raises(ValueError, match=f"ops.gemm.save_tuning_cache: 52 entries take \\d+ bytes, more than "
                                          f"load_tuning_cache reads .*; {path} is kept"):
         ops.gemm.save_tuning_cache(path)
