@@ -12,6 +12,8 @@ from . import _library, _overlap, fused as _fused
 from .gemm import _check_gemm_out, _check_gemm_shapes, _check_out_memory
 from .linear import _check_activation
 
+__all__ = ["scaled_gemm", "plan", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"]
+
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCK = 128  # the blockwise recipes' group length along K (and N for 128x128 blocks of B)
@@ -87,6 +89,12 @@ def _scaled_gemm_out_fake(A, B, scale_a, scale_b, bias=None, out_dtype=None, act
     _check_out_memory("scaled_gemm", out, {"scale_a": scale_a, "scale_b": scale_b, "bias": bias})
 
 
+# Resolved once, as in ops.gemm: the overload packet's schema matching costs 5 us per out= call on CPU
+# (benchmarks/host_cost.py).
+_SCALED_GEMM = torch.ops.ops.scaled_gemm.default
+_SCALED_GEMM_OUT = torch.ops.ops.scaled_gemm.out
+
+
 def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                 bias: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None,
                 activation: str = "none", use_fast_accum: bool = False,
@@ -136,6 +144,12 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
             input, an argument that requires grad.
         ValueError: an unknown activation.
     """
+    if not torch.jit.is_scripting():  # a constant to TorchScript, which compiles only the calls below
+        if out is None:
+            return _SCALED_GEMM(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+        _SCALED_GEMM_OUT(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out=out)
+        return out
+    # Overload packets: TorchScript resolves them once, when it compiles; it cannot script .default / .out.
     if out is None:
         return torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
     torch.ops.ops.scaled_gemm(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out=out)

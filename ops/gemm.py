@@ -83,6 +83,13 @@ def _cutlass_gemm_out_fake(A, B, *, out):
 # C++ programs get the formula too.
 
 
+# The overloads, resolved once. An overload packet matches the arguments against its overloads' schemas in
+# turn at every call: an out= call first fails to match the functional schema (a C++ exception with its
+# message), 4 us on CPU, more than the rest of a 16x16x16 call (benchmarks/host_cost.py).
+_CUTLASS_GEMM = torch.ops.ops.cutlass_gemm.default
+_CUTLASS_GEMM_OUT = torch.ops.ops.cutlass_gemm.out
+
+
 def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Matrix product C = A @ B, on CUDA by CUTLASS tensor-core kernels, on CPU by ATen's BLAS.
 
@@ -128,7 +135,12 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
             strided (sparse, nested, quantized, MKL-DNN), or (CUDA) a GPU the kernels were not built for
             (sm80-sm89, sm90 with 9.0a).
     """
-    # Overload packets (not .default / .out) so that TorchScript can compile callers of this function.
+    if not torch.jit.is_scripting():  # a constant to TorchScript, which compiles only the calls below
+        if out is None:
+            return _CUTLASS_GEMM(A, B)
+        _CUTLASS_GEMM_OUT(A, B, out=out)
+        return out
+    # Overload packets: TorchScript resolves them once, when it compiles; it cannot script .default / .out.
     if out is None:
         return torch.ops.ops.cutlass_gemm(A, B)
     torch.ops.ops.cutlass_gemm(A, B, out=out)

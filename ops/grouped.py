@@ -11,6 +11,8 @@ import torch
 from . import _library
 from .gemm import _check_out_memory
 
+__all__ = ["grouped_gemm", "plan"]
+
 # What each mode's offs cuts, by (A.dim(), B.dim()): csrc/checks.h GroupedMode.
 MODES = {(2, 3): "2D x 3D", (2, 2): "2D x 2D", (3, 3): "3D x 3D", (3, 2): "3D x 2D"}
 
@@ -86,6 +88,12 @@ def _grouped_gemm_out_fake(A, B, offs=None, out_dtype=None, *, out):
     _check_out_memory("grouped_gemm", out, {"A": A, "B": B, "offs": offs})
 
 
+# Resolved once, as in ops.gemm: the overload packet's schema matching costs 4.5 us per out= call on CPU
+# (benchmarks/host_cost.py).
+_GROUPED_GEMM = torch.ops.ops.grouped_gemm.default
+_GROUPED_GEMM_OUT = torch.ops.ops.grouped_gemm.out
+
+
 def grouped_gemm(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] = None,
                  out_dtype: Optional[torch.dtype] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One matrix product per group, with ``torch._grouped_mm``'s modes and meaning.
@@ -123,6 +131,12 @@ def grouped_gemm(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] 
             the mode has none, offs of another dtype, device or count, offs's values out of order or past
             the end, ``out`` of the wrong shape or dtype or overlapping an input.
     """
+    if not torch.jit.is_scripting():  # a constant to TorchScript, which compiles only the calls below
+        if out is None:
+            return _GROUPED_GEMM(A, B, offs, out_dtype)
+        _GROUPED_GEMM_OUT(A, B, offs, out_dtype, out=out)
+        return out
+    # Overload packets: TorchScript resolves them once, when it compiles; it cannot script .default / .out.
     if out is None:
         return torch.ops.ops.grouped_gemm(A, B, offs, out_dtype)
     torch.ops.ops.grouped_gemm(A, B, offs, out_dtype, out=out)
