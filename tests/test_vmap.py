@@ -21,14 +21,16 @@ BATCH = 3
 
 
 def _batched(t, bdim):
-    """BATCH distinct copies of t (scaled by 1, -0.5, 2), stacked at dimension bdim."""
-    return torch.stack([t * s for s in (1.0, -0.5, 2.0)], dim=bdim % (t.dim() + 1))
+    """BATCH distinct copies of t (scaled by 1, -0.5, 2: exact for FP8 codes too), stacked at dimension bdim."""
+    scaled = [(t.float() * s).to(t.dtype) if t.element_size() == 1 else t * s for s in (1.0, -0.5, 2.0)]
+    return torch.stack(scaled, dim=bdim % (t.dim() + 1))
 
 
 def _batchings(spec, sample):
-    """(name, which argument positions are batched, bdim) for a sample."""
+    """(name, which argument positions are batched, bdim) for a sample; the arguments an op writes always batched
+    (an unbatched one would be written once per sample: refused)."""
     tensors = spec.data_positions(sample)
-    choices = [(f"arg{i}", (i,)) for i in tensors] + [("all", tuple(tensors))]
+    choices = [(f"arg{i}", tuple(sorted({i, *spec.mutated}))) for i in tensors] + [("all", tuple(tensors))]
     return [(f"{name}@{bdim}", positions, bdim) for (name, positions), bdim
             in itertools.product(choices, (0, -1))]
 
@@ -41,11 +43,15 @@ def test_vmap_equals_per_sample_and_reference(spec, device):
         for name, positions, bdim in _batchings(spec, sample):
             args = [_batched(a, bdim) if i in positions else a for i, a in enumerate(sample.args)]
             in_dims = tuple(bdim if i in positions else None for i in range(len(args)))
-            out = torch.vmap(spec.call, in_dims=in_dims)(*args)
+            vmapped = torch.vmap(spec.call, in_dims=in_dims, out_dims=0 if spec.overload._schema.returns else None)
+            # outputs batched at 0, then the arguments the op wrote, batched at bdim (OpSpec.run)
+            out = spec.run(vmapped, args)
+            outputs = len(out) - len(spec.mutated)
             for b in range(BATCH):
                 sample_args = [a.select(bdim, b) if i in positions else a for i, a in enumerate(args)]
-                torch.testing.assert_close(out[b], spec.call(*sample_args), msg=f"{sample.name} {name}")
-                torch.testing.assert_close(out[b], spec.reference(*sample_args), msg=f"{sample.name} {name}")
+                got = [o[b] for o in out[:outputs]] + [o.select(bdim, b) for o in out[outputs:]]
+                spec.check(got, spec.run(spec.call, sample_args))
+                spec.check(got, spec.reference(*sample_args))
             checked += 1
     assert checked >= 20
 
@@ -83,6 +89,7 @@ def test_per_sample_weights_with_empty_batch_use_the_fake_kernel_shape(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
 def test_grad_of_vmap_and_vmap_of_grad(spec, device):
+    spec.skip("autograd")
     sample = spec.samples(device, torch.float64, False)[0]
     positions = spec.data_positions(sample)
     args = [_batched(a, 0) if i == 0 else a for i, a in enumerate(sample.args)]
