@@ -570,12 +570,18 @@ def _write_json(path, obj):
     os.replace(tmp, path)
 
 
+def _source_files():
+    """The files of the pass (every module of it and every ops module they import: ops.compile._source_files())
+    and this file."""
+    return ops.compile._source_files() + (os.path.abspath(__file__),)
+
+
 def _source_digest():
-    """SHA-256 of the pass and the fuzzer (ops/compile.py, this file): a resumed run must test the same code."""
+    """SHA-256 of _source_files(): a resumed run must test the same code."""
     import hashlib
 
     digest = hashlib.sha256()
-    for path in (ops.compile.__file__, os.path.abspath(__file__)):
+    for path in _source_files():
         with open(path, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()
@@ -615,8 +621,9 @@ def _jobs(args):
                      f"{old.get('chunk')}, torch {old.get('torch')}; this run has {seed}, {args.chunk}, "
                      f"{torch.__version__}")
         if old.get("source sha256", _source_digest()) != _source_digest():
-            sys.exit(f"compile_fuzz: --resume: {args.out} was run with another ops/compile.py or "
-                     "tests/compile_fuzz.py (source sha256); resume from that code (git worktree at its commit)")
+            sys.exit(f"compile_fuzz: --resume: {args.out} was run with another ops/compile.py, another module of "
+                     "the pass or tests/compile_fuzz.py (source sha256); resume from that code (git worktree at its "
+                     "commit)")
         chunks = {c["seed"]: c for c in old.get("chunks", []) if c.get("result") == "agreed"}
         seconds = old.get("seconds", 0)
     t0 = time.time() - seconds

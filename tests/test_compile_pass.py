@@ -231,6 +231,65 @@ def test_pass_identity_and_errors():
     assert torch._inductor.config.joint_custom_pre_pass is None  # import ops switches nothing on
 
 
+def test_the_cache_key_and_the_fuzzer_digest_hash_every_file_of_the_pass(tmp_path):
+    """FusionPass.uuid() (part of Inductor's FX graph cache key) and the fuzzer's resume digest hash the files
+    of the pass: ops/compile.py and every ops module it imports, transitively (imports inside functions too)."""
+    import ast
+    import json
+    import os
+    import shutil
+
+    from conftest import REPO, run_python
+
+    package = os.path.join(REPO, "ops")
+
+    def imported(name):
+        found = set()
+        for node in ast.walk(ast.parse(open(os.path.join(package, name + ".py")).read())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import a, b / from .a import b
+                found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("ops."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("ops."))
+        return {m for m in found if os.path.exists(os.path.join(package, m + ".py"))}
+
+    files, todo = set(), ["compile"]
+    while todo:
+        name = todo.pop()
+        if name not in files:
+            files.add(name)
+            todo.extend(imported(name))
+    assert {"compile", "_compile_patterns", "_compile_checks", "linear", "fused"} <= files
+    assert sorted(ops.compile._SOURCES) == sorted(files)
+    # Both read those files: in a copy of the package, a change to any one gives another uuid and digest.
+    shutil.copytree(package, tmp_path / "ops", ignore=shutil.ignore_patterns("__pycache__", "_C*.so"))
+    os.symlink(ops.library_path(), tmp_path / "ops" / os.path.basename(ops.library_path()))
+    (tmp_path / "tests").mkdir()
+    shutil.copy(os.path.join(REPO, "tests", "compile_fuzz.py"), tmp_path / "tests")
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(tmp_path / "tests")!r})
+import compile_fuzz, ops
+from torch._inductor.custom_graph_pass import get_hash_for_files
+
+assert ops.__file__.startswith({str(tmp_path)!r}), ops.__file__
+fusion, changed = ops.compile.FusionPass(), {{}}
+for path in compile_fuzz._source_files():
+    before = fusion.uuid(), compile_fuzz._source_digest()
+    with open(path, "a") as f:
+        f.write("# changed")
+    get_hash_for_files.cache_clear()
+    after = fusion.uuid(), compile_fuzz._source_digest()
+    changed[path[len({str(tmp_path)!r}) + 1:]] = [b != a for b, a in zip(before, after)]
+print(json.dumps(changed))
+"""
+    result = run_python(code, cwd=str(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr
+    changed = json.loads(result.stdout.splitlines()[-1])
+    assert changed == {**{f"ops/{name}.py": [True, True] for name in files}, "tests/compile_fuzz.py": [False, True]}
+
+
 def test_a_residual_updated_in_place_keeps_its_sum():
     # r.add_(x) then the norm of r: the caller's r must hold x + r afterwards, as in eager.
     def layer(x, r, w):

@@ -139,12 +139,12 @@ def test_fake_kernel_error_messages_equal_the_real_kernels(case):
 
 def test_one_table_of_activations_and_dtypes():
     """The library's tables (csrc/activation.h, checks.h) are what Python, the kernels and the pass read."""
-    from ops import _library, compile as ops_compile, recipes
+    from ops import _compile_patterns, _library, recipes
     from ops.linear import ACTIVATION_FUNCTIONS
     assert _library.ACTIVATIONS == tuple(ACTIVATIONS)
     assert _library.GEMM_DTYPES == tuple(DTYPES)
     assert tuple(ACTIVATION_FUNCTIONS) == _library.ACTIVATIONS
-    assert tuple(ops_compile._ACTIVATIONS) == _library.ACTIVATIONS[1:]
+    assert tuple(_compile_patterns.ACTIVATIONS) == _library.ACTIVATIONS[1:]
     assert recipes.RECIPES["gated_mlp"].acts == _library.ACTIVATIONS[1:]
     # The fused kernels' epilogues: plain, then bias + each activation.
     epilogues = {k["epilogue"] for k in ops.kernels("cutlass_gemm")}

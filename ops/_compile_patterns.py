@@ -1,0 +1,314 @@
+"""The formulas the compile pass (ops.compile) rewrites, their replacements, and ``ROWS``: the table of
+traced patterns, one row per pattern (its name, search and replacement functions, example inputs and
+the checks of ops._compile_checks a match must pass). ``passes(kind)`` traces the rows into Inductor
+pattern-matcher passes, once per process.
+"""
+
+import dataclasses
+import threading
+from typing import Callable, Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import _library  # noqa: F401  (loads the op library: the replacements call its ops)
+from . import fused  # noqa: F401  (the fake kernels and autograd of the ops the replacements call)
+from ._compile_checks import (add_shapes, buffers_of_their_own, check, eps_is_a_cpu_scalar, eps_is_a_number, even,
+                              input_not_written_back, layout_kept, linear_shapes, norm_shapes, not_float64)
+from .linear import ACTIVATION_FUNCTIONS
+
+ACTIVATIONS = {name: fn for name, fn in ACTIVATION_FUNCTIONS.items() if name != "none"}  # what linear_act fuses
+_OPS_DEFAULT_EPS = torch.ops.ops.rms_norm.default._schema.arguments[2].default_value
+EPS = 2.0 ** -20  # the traced eps: a float32 value, so F.rms_norm's float32 rounding keeps it (the
+#                    pattern matcher then treats it as the argument eps, whatever the model's value)
+
+
+# ---- the formulas (search functions) and their replacements -----------------------------------------
+
+def _hf_norm(x, w, eps):  # Llama's: the weight multiply after rounding to the input's dtype
+    xf = x.float()
+    return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _hf_norm_cast(x, w, eps):  # Olmo2's: one rounding at the end
+    xf = x.float()
+    return (w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
+
+
+def _f_norm(x, w, eps):
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _ops_norm(x, w, eps):  # a model converted with ops.nn.convert
+    return torch.ops.ops.rms_norm(x, w, eps)
+
+
+def _ops_norm_rounded(x, w, eps):  # a converted Llama-style norm
+    return torch.ops.ops.rms_norm(x, w, eps, round_before_weight=True)
+
+
+_HF_NORMS = (_hf_norm, _hf_norm_cast)  # in float32 via .float(), whatever the input's dtype
+_NORMS = _HF_NORMS + (_f_norm,)  # the formulas rewritten into ops.rms_norm
+# Whether a norm formula rounds x_hat to x's dtype before the weight multiply: its replacement passes
+# round_before_weight, so that the rewrite computes the formula's bits.
+_ROUNDS_BEFORE_WEIGHT = {_hf_norm: True, _hf_norm_cast: False, _f_norm: False, _ops_norm: False,
+                         _ops_norm_rounded: True}
+
+
+def _add_norm_search(norm):
+    def search(x, residual, w, eps):
+        r = x + residual
+        return norm(r, w, eps), r
+    return search
+
+
+def _add_norm_replacements(round_before_weight: bool) -> dict:
+    """The norm replacements of one rounding convention: ``norm`` (ops.rms_norm), ``fused_add`` (the in-place
+    fused_add_rms_norm, inference), ``residual`` (training graphs: the sum, then the norm with its autograd),
+    and their ``_tensor_eps`` forms (eps a 0-d CPU tensor: a float under dynamic=True)."""
+    def norm(x, w, eps):
+        return torch.ops.ops.rms_norm(x, w, eps, round_before_weight=round_before_weight)
+
+    def fused_add(x, residual, w, eps):
+        from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+        out = auto_functionalized(torch.ops.ops.fused_add_rms_norm.default, input=x, residual=residual, weight=w,
+                                  eps=eps, round_before_weight=round_before_weight)
+        return out[1], out[2]
+
+    def residual(x, residual, w, eps):
+        r = x + residual
+        return torch.ops.ops.rms_norm(r, w, eps, round_before_weight=round_before_weight), r
+
+    def norm_tensor_eps(x, w, eps):
+        return torch.ops.ops._rms_norm_tensor_eps(x, w, eps, round_before_weight=round_before_weight)
+
+    def residual_tensor_eps(x, residual, w, eps):
+        r = x + residual
+        return torch.ops.ops._rms_norm_tensor_eps(r, w, eps, round_before_weight=round_before_weight), r
+
+    return {"norm": norm, "fused_add": fused_add, "residual": residual, "norm_tensor_eps": norm_tensor_eps,
+            "residual_tensor_eps": residual_tensor_eps}
+
+
+_REPLACEMENTS = {rounded: _add_norm_replacements(rounded) for rounded in (False, True)}
+
+
+def _replacement(norm, which: str):
+    """The replacement `which` (of _add_norm_replacements) of the norm formula `norm`."""
+    return _REPLACEMENTS[_ROUNDS_BEFORE_WEIGHT[norm]][which]
+
+
+def _ops_norm_default_eps(round_before_weight: bool):
+    """The search and replacement of x + residual and ops.rms_norm of it without eps (graphs drop a default)."""
+    def search(x, residual, w):
+        r = x + residual
+        return torch.ops.ops.rms_norm(r, w, round_before_weight=round_before_weight), r
+
+    def replacement(x, residual, w):
+        return _REPLACEMENTS[round_before_weight]["fused_add"](x, residual, w, _OPS_DEFAULT_EPS)
+
+    return search, replacement
+
+
+def _halves_chunk(x):
+    return x.chunk(2, dim=-1)
+
+
+def _halves_split(x):
+    d = x.shape[-1] // 2
+    return x.split([d, d], dim=-1)
+
+
+def _halves_slice(x):
+    d = x.shape[-1] // 2
+    return x[..., :d], x[..., d:]
+
+
+def _silu_mul_searches():
+    def searches(halves):
+        def gate_first(x):
+            a, b = halves(x)
+            return F.silu(a) * b
+
+        def up_first(x):  # Phi-3's up_states * act(gate): the product commutes exactly
+            a, b = halves(x)
+            return b * F.silu(a)
+        return gate_first, up_first
+    return searches(_halves_chunk) + searches(_halves_split) + searches(_halves_slice)
+
+
+def _silu_and_mul_replacement(x):
+    return torch.ops.ops.silu_and_mul(x)
+
+
+def _linear_act(act, bias):
+    fn = ACTIVATIONS[act]
+    if bias:
+        return (lambda x, w, b: fn(F.linear(x, w, b))), (lambda x, w, b: torch.ops.ops.linear(x, w, b, act))
+    return (lambda x, w: fn(F.linear(x, w))), (lambda x, w: torch.ops.ops.linear(x, w, None, act))
+
+
+# ---- the table ----------------------------------------------------------------------------------------
+
+KINDS = ("inference", "training")
+INFERENCE, TRAINING = KINDS[:1], KINDS[1:]
+EPS_TENSOR = "eps_tensor"  # an example input: EPS as a 0-d float32 CPU tensor
+
+# Training graphs: which inputs of a formula need a gradient, each a traced pattern of its own (the
+# backward differs). All (the middle layers), all but the input (the first layer's, a frozen
+# embedding's), only the input (frozen weights: LoRA-style fine-tuning).
+_GRADS = {2: ((True, True), (False, True), (True, False)),
+          3: ((True, True, True), (False, True, True), (True, False, False))}
+# The residual norm's inputs (x, residual, weight): both summands or one, a trained or a frozen weight.
+_RESIDUAL_GRADS = ((True, True, True), (True, False, True), (True, True, False), (True, False, False))
+
+
+def _frozen_eps(grads):  # an eps tensor needs no gradient
+    return tuple(g + (False,) for g in grads)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One traced pattern: a match of ``search`` that passes ``check(pattern, tensors, *checks)`` becomes
+    ``replacement``.
+
+    ``pattern``: the name it is enabled and counted under (ops.compile.PATTERNS); ``examples``: its example
+    inputs, a shape for a random tensor of the traced dtype, EPS_TENSOR, or a number; ``tensors``: the
+    match's inputs that must share a device and a dtype the ops take, the first deciding ``RULES``;
+    ``kinds``: the graphs it is traced for; ``grads``: training, which tensor examples need a gradient, a
+    traced pattern per entry (none for an op without autograd); ``scalar_eps``: eps traced as the number
+    EPS and matched as an argument (Inductor's scalar_workaround)."""
+
+    pattern: str
+    search: Callable
+    replacement: Callable
+    examples: Tuple
+    tensors: Tuple[str, ...]
+    checks: Tuple[Callable, ...]
+    kinds: Tuple[str, ...] = KINDS
+    grads: Tuple[Tuple[bool, ...], ...] = ()
+    scalar_eps: bool = False
+
+
+def _number_eps_checks(norm):  # the hand-written norms compute in float32: float64 input is left alone
+    return ((not_float64,) if norm in _HF_NORMS else ()) + (eps_is_a_number, norm_shapes)
+
+
+_TENSOR_EPS_CHECKS = (not_float64, eps_is_a_cpu_scalar, norm_shapes)
+_X, _W, _LINEAR_W, _LINEAR_B = (3, 8), (8,), (4, 8), (4,)
+_ADD_NORM = ("x", "residual", "w")
+
+# A match is re-traced at the graph's own shapes and dtypes, so one example per graph structure is
+# enough: passes() traces each row in float32 (no casts; float64 alike) and bfloat16 (casts; float16
+# alike); linear's 3-D input adds views around the GEMM. Within a pattern the rows keep their order: a
+# node is rewritten by the first row that matches it.
+ROWS: Tuple[Row, ...] = (
+    # rms_norm: the norm formulas; in training graphs also the norm of a residual sum used again, whose
+    # backward autograd merges with the sum's other gradient (the plain norm's backward is not in the graph).
+    *(row for norm in _NORMS for row in (
+        Row("rms_norm", norm, _replacement(norm, "norm"), (_X, _W, EPS), ("x", "w"),
+            (*_number_eps_checks(norm), layout_kept("x")), grads=_GRADS[2], scalar_eps=True),
+        Row("rms_norm", _add_norm_search(norm), _replacement(norm, "residual"), (_X, _X, _W, EPS), _ADD_NORM,
+            (*_number_eps_checks(norm), add_shapes, layout_kept("x", "residual")), kinds=TRAINING,
+            grads=_RESIDUAL_GRADS, scalar_eps=True))),
+    # torch.compile(dynamic=True) passes a float argument (a module's eps attribute too) as a 0-d CPU
+    # tensor, which the hand-written norms add: those norms become _rms_norm_tensor_eps.
+    *(row for norm in _HF_NORMS for row in (
+        Row("rms_norm", norm, _replacement(norm, "norm_tensor_eps"), (_X, _W, EPS_TENSOR), ("x", "w"),
+            (*_TENSOR_EPS_CHECKS, layout_kept("x")), grads=_frozen_eps(_GRADS[2])),
+        Row("rms_norm", _add_norm_search(norm), _replacement(norm, "residual_tensor_eps"),
+            (_X, _X, _W, EPS_TENSOR), _ADD_NORM, (*_TENSOR_EPS_CHECKS, add_shapes, layout_kept("x", "residual")),
+            kinds=TRAINING, grads=_frozen_eps(_RESIDUAL_GRADS)))),
+    # fused_add_rms_norm (inference: the op has no autograd): the sum and a norm formula of it, the sum
+    # used afterwards; also the ops' own norm (a converted model), with eps or without it.
+    *(Row("fused_add_rms_norm", _add_norm_search(norm), _replacement(norm, "fused_add"), (_X, _X, _W, EPS),
+          _ADD_NORM, (*_number_eps_checks(norm), add_shapes, buffers_of_their_own, input_not_written_back),
+          kinds=INFERENCE, scalar_eps=True)
+      for norm in _NORMS + (_ops_norm, _ops_norm_rounded)),
+    *(Row("fused_add_rms_norm", *_ops_norm_default_eps(rounded), (_X, _X, _W), _ADD_NORM,
+          (norm_shapes, add_shapes, buffers_of_their_own, input_not_written_back), kinds=INFERENCE)
+      for rounded in (False, True)),
+    # silu_and_mul: silu(a) * b (either order) of the halves of one tensor, by chunk, split or slices.
+    *(Row("silu_and_mul", search, _silu_and_mul_replacement, (_X,), ("x",), (even, layout_kept("x")),
+          grads=((True,),))
+      for search in _silu_mul_searches()),
+    # linear_act: act(F.linear(x, w, b)), bias optional, x 2-D or 3-D.
+    *(Row("linear_act", *_linear_act(act, bias), (shape, _LINEAR_W) + ((_LINEAR_B,) if bias else ()),
+          ("x", "w", "b")[:3 if bias else 2], (linear_shapes,), grads=_GRADS[3 if bias else 2])
+      for shape in (_X, (2,) + _X) for act in ACTIVATIONS for bias in (True, False)),
+)
+NAMES = tuple(dict.fromkeys(row.pattern for row in ROWS))  # the patterns of the table
+
+
+# ---- registration -------------------------------------------------------------------------------------
+
+def _fwd_functional(fn, args, **kwargs):
+    """Inductor's fwd_only trace, with the in-place ops of decompositions (F.rms_norm's ``add_`` on its
+    own temporary) made functional, as they are in the graphs AOT autograd hands the pass."""
+    from torch._inductor import pattern_matcher as pm
+
+    gm = pm.fwd_only(fn, args, **kwargs)
+    for node in gm.graph.nodes:
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload) or not target._schema.name.endswith("_"):
+            continue
+        functional = getattr(torch.ops.aten, target._schema.name.split("::")[-1][:-1], None)
+        written = node.args[0] if node.args else None
+        if (functional is not None and hasattr(functional, target._overloadname) and isinstance(written, torch.fx.Node)
+                and len(written.users) == 1):
+            node.target = getattr(functional, target._overloadname)
+    gm.recompile()
+    return gm
+
+
+def _examples(row: Row, dtype: torch.dtype, generator: torch.Generator) -> list:
+    return [torch.randn(e, dtype=dtype, generator=generator) if isinstance(e, tuple)
+            else torch.tensor(EPS, dtype=torch.float32) if e == EPS_TENSOR else e for e in row.examples]
+
+
+def _register(row: Row, kind: str, examples: list, pattern_pass) -> None:
+    """Inference: the formula traced forward. Training: traced forward and backward once per entry of
+    row.grads."""
+    from torch._inductor import pattern_matcher as pm
+
+    kwargs = dict(extra_check=check(row.pattern, row.tensors, *row.checks),
+                  scalar_workaround={"eps": EPS} if row.scalar_eps else {}, skip_duplicates=True)
+    if kind == "inference":
+        pm.register_replacement(row.search, row.replacement, examples, _fwd_functional, pattern_pass, **kwargs)
+        return
+    for flags in row.grads:
+        flags = iter(flags)
+        inputs = [e.detach().requires_grad_(next(flags)) if isinstance(e, torch.Tensor) else e for e in examples]
+        pm.register_replacement(row.search, row.replacement, inputs, pm.joint_fwd_bwd, pattern_pass, **kwargs)
+
+
+def _register_all(kind: str) -> dict:
+    from torch._inductor import pattern_matcher as pm
+
+    passes = {name: pm.PatternMatcherPass(pass_name=f"ops_{name}_{kind}") for name in NAMES}
+    # The example values do not shape the traces: a generator of their own leaves torch's global one as the
+    # caller left it.
+    generator = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        for row in ROWS:
+            if kind in row.kinds:
+                _register(row, kind, _examples(row, dtype, generator), passes[row.pattern])
+    return passes
+
+
+_REGISTERED: Dict[str, Dict[str, object]] = {}  # kind -> {pattern name: its PatternMatcherPass}, once per process
+_REGISTER_LOCK = threading.Lock()
+
+
+def passes(kind: str) -> Dict[str, object]:
+    """{pattern name: its Inductor PatternMatcherPass} for graphs of `kind` ("inference" or "training"),
+    every name of NAMES (a pass with no rows of that kind matches nothing)."""
+    with _REGISTER_LOCK:
+        if kind not in _REGISTERED:
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            # Traced with real CPU tensors, as Inductor's own patterns are; outside inference mode, in which
+            # register_replacement skips the training patterns.
+            with unset_fake_temporarily(), torch.device("cpu"), torch.inference_mode(False):
+                _REGISTERED[kind] = _register_all(kind)
+        return _REGISTERED[kind]
