@@ -8,21 +8,23 @@
 * ``convert(model)``: swaps those modules one for one, in place, sharing their parameters, and runs the
   block recipes of ``ops.recipes`` on the blocks whose class it lists; ``convert(model, fp8=...)``
   quantizes the Linears instead, keeping output heads and MoE routers in high precision.
+
+The module classes are defined here, so that pickles and TorchScript name them ``ops.nn.<class>``. Which
+modules convert replaces and why it leaves others alone is in ops/_swap.py; the rules of
+``convert(fp8=...)`` (roles kept in high precision, checkpoint format and keys) in ops/_fp8_convert.py.
 """
 
-import copy
 import dataclasses
 import numbers
-import sys
 import warnings
 from typing import List, Optional, Tuple
 
 import torch
 import torch.fx
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 
-from . import _hf_classes, _library, fp8 as _fp8, fused, linear as _linear, moe as _moe, recipes as _recipes
+from . import _fp8_convert, _hf_classes, _swap, fp8 as _fp8, fused, linear as _linear, moe as _moe
+from . import recipes as _recipes
 
 __all__ = ["Linear", "RMSNorm", "Fp8Linear", "convert", "ConversionReport"]
 
@@ -79,7 +81,7 @@ class Linear(torch.nn.Linear):
         new.register_parameter("bias", module.bias)
         new.activation = activation
         new.train(module.training)
-        _copy_instance_attributes(module, new)
+        _swap.copy_instance_attributes(module, new)
         return new
 
 
@@ -326,188 +328,8 @@ class RMSNorm(torch.nn.RMSNorm):
         new.hf_formula = ("llama" if new.promote_weight_dtype else "cast" if key in _hf_classes.RMS_NORM_CAST
                           else None)
         new.train(module.training)
-        _copy_instance_attributes(module, new)
+        _swap.copy_instance_attributes(module, new)
         return new
-
-
-def _copy_instance_attributes(source: torch.nn.Module, target: torch.nn.Module) -> None:
-    """Instance attributes of `source` that `target` lacks (flags such as transformers'
-    ``_is_hf_initialized``, ``qconfig``): code may read them. Not those `target`'s class computes
-    (a norm's ``variance_epsilon`` is RMSNorm's eps): a copy would go stale."""
-    for name, value in vars(source).items():
-        if (name not in vars(target) and name != "_compiled_call_impl"
-                and not isinstance(getattr(type(target), name, None), property)):
-            vars(target)[name] = value
-
-
-def _norm_list(module: torch.nn.Module) -> Optional[_hf_classes.ClassList]:
-    """The transformers RMSNorm list naming the module's class, if any."""
-    key = _hf_classes.class_key(module)
-    return next((c for c in (_hf_classes.RMS_NORM_LLAMA, _hf_classes.RMS_NORM_CAST) if key in c), None)
-
-
-def _is_rms_norm(module: torch.nn.Module) -> bool:
-    """torch.nn.RMSNorm itself (a subclass may compute something else), or a listed transformers RMSNorm
-    that still runs its list's formula, with a 1-D weight Parameter and a float ``variance_epsilon``."""
-    if type(module) is torch.nn.RMSNorm:
-        return True
-    classes = _norm_list(module)
-    if classes is None or _hf_classes.formula_changed(type(module), classes) is not None:
-        return False
-    weight = module._parameters.get("weight")
-    return (isinstance(weight, torch.nn.Parameter) and not isinstance(weight, torch.nn.UninitializedParameter)
-            and weight.dim() == 1 and isinstance(getattr(module, "variance_epsilon", None), numbers.Real))
-
-
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
-               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
-
-
-_DTENSOR_PARAMS = ("its parameters are DTensors (parallelize_module or fully_shard ran): run ops.nn.convert before "
-                   "parallelizing")
-
-
-_COMPILED_IN_PLACE = "is compiled in place (module.compile()); convert before compiling"
-
-
-def _has_dtensor_parameters(module: torch.nn.Module) -> bool:
-    dtensor = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
-    return dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in module._parameters.values())
-
-
-def _why_hooked(module: torch.nn.Module) -> Optional[str]:
-    """The hooks a module has, as a reason to leave it alone, or None."""
-    hooks = [name for name in _HOOK_DICTS if getattr(module, name, None)]
-    return f"has hooks ({', '.join(hooks)})" if hooks else None
-
-
-def _why_not_plain(module: torch.nn.Module) -> Optional[str]:
-    """None for a module convert may replace: no hooks, only its own ``weight``/``bias`` Parameters (a
-    pruned or old-style weight-normed module computes its weight in a forward pre-hook from other
-    parameters, which a replacement would lose) and no child modules. Otherwise the reason it is left
-    alone."""
-    if _has_dtensor_parameters(module):
-        return _DTENSOR_PARAMS
-    if (why := _why_hooked(module)) is not None:
-        return why
-    if "forward" in vars(module):
-        return "has a forward of its own (set on the instance)"
-    if getattr(module, "_compiled_call_impl", None) is not None:  # module.compile(): runs that code instead
-        return _COMPILED_IN_PLACE
-    extra = sorted(set(module._parameters) - {"weight", "bias"}) + sorted(module._buffers)
-    if extra:
-        return f"has other parameters or buffers ({', '.join(extra)})"
-    if module._modules:  # the replacement would drop them (and their state_dict entries)
-        return f"has child modules ({', '.join(module._modules)})"
-    if "weight" not in module._parameters:
-        return "its weight is not a Parameter"
-    for pname in ("weight", "bias"):  # a subclass may compute F.linear (or the norm) its own way
-        param = module._parameters.get(pname)
-        if not (_recipes._plain_tensor(param) or type(param) is _FakeTensor):  # fake ones only propagate shapes
-            return f"its {pname} is a tensor subclass ({type(param).__name__})"
-    weight = module._parameters["weight"]
-    if weight is not None and weight.dtype not in _library.GEMM_DTYPES:
-        return f"its weight's dtype {weight.dtype} is not one the ops take"
-    return None
-
-
-_HF_FP8_LINEAR = ("transformers.integrations.finegrained_fp8", "FP8Linear")
-_HF_CONV1D = ("transformers.pytorch_utils", "Conv1D")
-_CONV1D = ("transformers' Conv1D (GPT-2 family): a linear layer whose weight is stored (in, out), not an "
-           "nn.Linear; swapping it would change the state_dict")
-
-
-def _why_unaligned(module) -> Optional[str]:
-    """Why a Linear's features do not fit the FP8 GEMM (multiples of 16), or None."""
-    if module.in_features % 16 or module.out_features % 16:
-        return f"features {module.in_features} -> {module.out_features} are not multiples of 16"
-    return None
-
-
-def _why_not_hf_fp8(module) -> Optional[str]:
-    """None for a transformers FP8Linear that Fp8Linear computes (128x128 float32 block scales, dynamic
-    activations), else why it is left alone."""
-    if (why := _why_hooked(module) or _why_unaligned(module)) is not None:
-        return why
-    if tuple(module.block_size or ()) != (128, 128):
-        return f"FP8 with block size {module.block_size}; ops.nn.Fp8Linear takes 128x128 blocks"
-    if module.activation_scheme != "dynamic":
-        return f"static activation scales ({module.activation_scheme}); ops.nn.Fp8Linear quantizes per 1x128 group"
-    if module.weight.dtype != torch.float8_e4m3fn or module.weight_scale_inv.dtype != torch.float32:
-        return f"weight {module.weight.dtype} with {module.weight_scale_inv.dtype} scales"
-    return None
-
-
-_OUTPUT_HEAD = "an output head (its errors reach the model's output undamped)"
-_ROUTER = "an MoE router (its scores choose each token's experts, and FP8 errors change the choice)"
-_ROUTER_NAMES = ("router", "gate")  # transformers' names for an MoE block's router, in every MoE family
-_KEEP_IN_FP32 = ("listed in the model's _keep_in_fp32_modules (transformers keeps it in float32; its block casts "
-                 "activations to its weight's dtype)")
-
-
-def _holds_experts(name: str, module: torch.nn.Module) -> bool:
-    """Whether a child holds its block's experts: named ``experts`` (transformers' name for them: Switch's and
-    NLLB-MoE's ModuleDicts, DBRX's), or holding a weight per expert, a parameter of ``num_experts`` matrices
-    (transformers' experts modules, JetMoe's ParallelExperts)."""
-    if name == "experts" or _moe.is_experts(module):
-        return True
-    count = getattr(module, "num_experts", None)
-    return isinstance(count, int) and any(p is not None and p.dim() >= 3 and p.shape[0] == count
-                                          for p in module._parameters.values())
-
-
-def _linears_in(module: torch.nn.Module) -> List[torch.nn.Module]:
-    return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-
-
-def _high_precision_roles(model: torch.nn.Module) -> dict:
-    """id -> reason for the Linears convert(fp8=...) keeps in high precision by their role (output heads, MoE
-    routers: convert's docstring says which)."""
-    roles = {}
-    for parent in model.modules():
-        keep = getattr(parent, "_keep_in_fp32_modules", None)  # T5's ["wo"], matched as from_pretrained does
-        if isinstance(keep, (list, tuple, set)) and keep:
-            for name, module in parent.named_modules():
-                if isinstance(module, torch.nn.Linear) and any(k in name.split(".") for k in keep):
-                    roles[id(module)] = _KEEP_IN_FP32
-    for parent in model.modules():
-        children = parent._modules
-        if any(child is not None and _holds_experts(name, child) for name, child in children.items()):
-            for name in _ROUTER_NAMES:
-                router = children.get(name)
-                if router is not None and not _holds_experts(name, router):
-                    roles.update((id(m), _ROUTER) for m in _linears_in(router))
-    for parent in model.modules():
-        heads = []
-        get_output_embeddings = getattr(parent, "get_output_embeddings", None)
-        if callable(get_output_embeddings):
-            try:
-                out = get_output_embeddings()
-            except (AttributeError, NotImplementedError):  # a class without a head may raise either
-                out = None
-            if isinstance(out, torch.nn.Module):
-                heads += _linears_in(out)
-        prefix = getattr(parent, "base_model_prefix", None)
-        base = parent._modules.get(prefix) if isinstance(prefix, str) and prefix else None
-        if base is not None:  # a transformers task model: its head is what lies outside the base model
-            inside = {id(m) for m in base.modules()}
-            heads += [m for m in _linears_in(parent) if id(m) not in inside]
-        for name, child in parent._modules.items():
-            if name == "lm_head" and isinstance(child, torch.nn.Linear):
-                heads.append(child)
-        roles.update((id(m), _OUTPUT_HEAD) for m in heads)
-    return roles
-
-
-def _why_kept_high_precision(module: torch.nn.Linear, roles: dict) -> Optional[str]:
-    """Why convert(fp8=...) keeps a Linear in high precision, or None to quantize it."""
-    if id(module) in roles:
-        return roles[id(module)]
-    if (why := _why_unaligned(module)) is not None:
-        return why
-    if module.weight.dtype not in _fp8._OUT_DTYPES:
-        return f"its dtype {module.weight.dtype} is no FP8 GEMM output dtype"
-    return None
 
 
 @dataclasses.dataclass
@@ -539,120 +361,6 @@ class ConversionReport:
         lines += [f"  recipe {recipe} on {block}" for block, recipe in self.recipes]
         lines += [f"  left {name} alone: {why}" for name, why in self.skipped]
         return "\n".join(lines)
-
-
-def _record_fp8_format(model: torch.nn.Module, recipe: str, report: ConversionReport) -> None:
-    """Gives a transformers model some of whose Linears convert(fp8=recipe) quantized (``report.quantized``)
-    the config.quantization_config of its state_dict's format: transformers' fine-grained "fp8" (128x128
-    weight_scale_inv) for blockwise, "fbgemm_fp8" (per-channel weight_scale) for rowwise, every module that
-    keeps floating-point weights listed in modules_to_not_convert. save_pretrained writes it, so that from_pretrained runs the codes as
-    FP8 or dequantizes them (or refuses where its kernels cannot run) instead of loading them as weights."""
-    config = getattr(model, "config", None)
-    if not type(config).__module__.startswith("transformers.") or not report.quantized:
-        return
-    import transformers
-
-    method = "fp8" if recipe == "blockwise" else "fbgemm_fp8"
-    current = getattr(config, "quantization_config", None)
-    if current is not None:
-        quant_method = current.get("quant_method") if isinstance(current, dict) else getattr(current, "quant_method", None)
-        quant_method = str(getattr(quant_method, "value", quant_method))  # transformers' QuantizationMethod enum
-        if quant_method != method:
-            warnings.warn(f"ops.nn.convert: the model's config.quantization_config is {quant_method!r}, but fp8="
-                          f"{recipe!r} stored scales in the {method!r} format: from_pretrained of a save_pretrained "
-                          "checkpoint would misread them", stacklevel=3)
-        return
-    kept = sorted(name for name, m in model.named_modules() if name and not isinstance(m, Fp8Linear) and any(
-        t is not None and t.is_floating_point() and t.dim() >= 2
-        for t in [*m._parameters.values(), *m._buffers.values()]))
-    config_class = getattr(transformers, "FineGrainedFP8Config" if recipe == "blockwise" else "FbgemmFp8Config", None)
-    if config_class is None:
-        warnings.warn(f"ops.nn.convert: transformers {transformers.__version__} has no config for the {method!r} "
-                      "format: a save_pretrained checkpoint would not say its weights are FP8", stacklevel=3)
-        return
-    extra = {"activation_scheme": "dynamic", "weight_block_size": (128, 128)} if recipe == "blockwise" else {}
-    config.quantization_config = config_class(modules_to_not_convert=kept, **extra)
-    report.quantization_config = method
-    partial = [name for name, m in model.named_modules() if isinstance(m, Fp8Linear) and m.recipe == "blockwise"
-               and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
-    if partial:
-        warnings.warn(f"ops.nn.convert: {len(partial)} blockwise FP8 Linears have a dimension of several "
-                      f"128-blocks, the last partial (e.g. {partial[0]}): transformers' CPU dequantization "
-                      "(Fp8Dequantize, 5.25) of a save_pretrained checkpoint takes a block as the weight's rows over "
-                      "the scale's rows and loads their weights wrong (a grid that does not divide them raises); its "
-                      "GPU kernels and ops' own load read them right", stacklevel=3)
-
-
-def _checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, strict, missing_keys,
-                                   unexpected_keys, error_msgs) -> None:
-    """A load_state_dict pre-hook: the keys of a transformers model's state_dict that are not the model's own, as
-    ``save_pretrained`` writes them (MoE experts one per expert: ``experts.0.gate_proj.weight``; Mixtral's
-    ``block_sparse_moe``), become the model's through transformers' conversion mapping for the model, the one
-    ``save_pretrained`` reverted and ``from_pretrained`` applies. Keys it cannot convert stay as they are (then
-    reported unexpected), and a conversion that fails is a load error naming the keys."""
-    own = {prefix + key for key in module.state_dict(keep_vars=True)}
-    foreign = [key for key in state_dict if key.startswith(prefix) and key not in own]
-    if not foreign:
-        return
-    try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
-    except ImportError:  # a transformers release without conversion mappings saves the model's own keys
-        return
-    transforms = get_model_conversion_mapping(module)
-    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-    converters = [t for t in transforms if isinstance(t, WeightConverter)]
-    by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
-    renamed, pending = {}, {}  # pending: target key -> (its converter, the checkpoint keys it collects)
-    for key in sorted(foreign, key=dot_natural_key):  # experts in index order, as from_pretrained stacks them
-        target, pattern = rename_source_key(key[len(prefix):], renamings, converters)
-        if pattern is None:
-            if prefix + target in own:
-                renamed[key] = prefix + target
-            continue
-        converter, sources = pending.setdefault(target, (copy.deepcopy(by_pattern[pattern]), []))
-        converter.add_tensor(target, key[len(prefix):], pattern, state_dict[key])
-        sources.append(key)
-    for key, target in renamed.items():
-        state_dict[target] = state_dict.pop(key)
-    for target, (converter, sources) in pending.items():
-        try:
-            converted = converter.convert(target, model=module, config=getattr(module, "config", None))
-        except Exception as e:  # transformers' converters raise what their tensor ops raise
-            error_msgs.append(f"ops.nn: transformers' conversion of {sources[0]} and {len(sources) - 1} other "
-                              f"checkpoint keys into {prefix + target} failed: {e}")
-            continue
-        converted = {prefix + k: v[0] if isinstance(v, list) else v for k, v in converted.items()}
-        if all(k in own for k in converted):
-            for key in sources:
-                del state_dict[key]
-            state_dict.update(converted)
-
-
-def _load_checkpoint_keys_from_now_on(model: torch.nn.Module) -> None:
-    """Gives a transformers model the load_state_dict pre-hook ``_checkpoint_keys_to_model_keys`` (once)."""
-    if not type(getattr(model, "config", None)).__module__.startswith("transformers."):
-        return
-    if not any(getattr(h, "hook", h) is _checkpoint_keys_to_model_keys
-               for h in model._load_state_dict_pre_hooks.values()):
-        model.register_load_state_dict_pre_hook(_checkpoint_keys_to_model_keys)
-
-
-def _check_fp8_recipes(model: torch.nn.Module, recipe: str) -> None:
-    """Raises before convert(fp8=recipe) changes anything where the model holds FP8 Linears of another recipe:
-    quantizing their codes again would round the weights twice."""
-    for name, module in model.named_modules():
-        if isinstance(module, Fp8Linear):
-            held = module.recipe
-        elif _hf_classes.class_key(module) == _HF_FP8_LINEAR and _why_not_hf_fp8(module) is None:
-            held = "blockwise"  # convert gives it a blockwise Fp8Linear.from_fp8
-        else:
-            continue
-        if held != recipe:
-            raise ValueError(f"ops.nn.convert: fp8={recipe!r}, but {name or '(model)'} is already FP8 "
-                             f"({type(module).__name__}, {held}): quantizing its codes again would round the weights "
-                             f"twice. Pass fp8={held!r} to keep them, or convert a model holding the high-precision "
-                             f"weights")
 
 
 def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = None) -> ConversionReport:
@@ -735,11 +443,11 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     if fp8 is not None and fp8 not in Fp8Linear.RECIPES:
         raise ValueError(f"ops.nn.convert: fp8 must be None or one of {Fp8Linear.RECIPES}, got {fp8!r}")
     if fp8:
-        _check_fp8_recipes(model, fp8)
-    roles = _high_precision_roles(model) if fp8 else {}
+        _fp8_convert.check_recipes(model, fp8, Fp8Linear)
+    roles = _fp8_convert.high_precision_roles(model) if fp8 else {}
     report = ConversionReport()
     replaced = {}  # id(original) -> its replacement: a module shared by parents stays shared
-    if type(model) is torch.nn.Linear or _is_rms_norm(model):
+    if type(model) is torch.nn.Linear or _swap.is_rms_norm(model):
         report.skipped.append(("(model)", "convert replaces submodules in place, not the model it is given: "
                                           "wrap it (torch.nn.Sequential(model)) or use ops.nn.Linear.from_linear "
                                           "/ ops.nn.RMSNorm.from_module"))
@@ -755,9 +463,9 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 report.skipped.append((prefix + name, f"normalizes over {len(child.normalized_shape)} dimensions; "
                                                       "ops.rms_norm normalizes over the last one"))
                 continue
-            if child is not None and _hf_classes.class_key(child) == _HF_FP8_LINEAR:
+            if child is not None and _hf_classes.class_key(child) == _fp8_convert.HF_FP8_LINEAR:
                 if id(child) not in replaced:
-                    why = _why_not_hf_fp8(child)
+                    why = _fp8_convert.why_not_hf_fp8(child)
                     if why is not None:
                         report.skipped.append((prefix + name, why))
                         continue
@@ -765,10 +473,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 setattr(parent, name, replaced[id(child)])
                 report.fp8.append(prefix + name)
                 continue
-            if child is not None and (type(child).__module__, type(child).__qualname__) == _HF_CONV1D:
-                report.skipped.append((prefix + name, _CONV1D))
+            if child is not None and (type(child).__module__, type(child).__qualname__) == _swap.HF_CONV1D:
+                report.skipped.append((prefix + name, _swap.CONV1D))
                 continue
-            if fp8 and isinstance(child, Fp8Linear):  # of the recipe asked (_check_fp8_recipes)
+            if fp8 and isinstance(child, Fp8Linear):  # of the recipe asked (_fp8_convert.check_recipes)
                 report.fp8.append(prefix + name)
                 continue
             ops_linear = fp8 is not None and type(child) is Linear  # plain Linear maths (and its activation)
@@ -777,18 +485,18 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 report.skipped.append((prefix + name, f"a subclass of torch.nn.Linear ({type(child).__name__}): only "
                                                       "the exact class is swapped (a subclass may compute otherwise)"))
                 continue
-            norms = None if is_linear or child is None else _norm_list(child)
+            norms = None if is_linear or child is None else _swap.norm_list(child)
             if norms is not None and (why := _hf_classes.formula_changed(type(child), norms)) is not None:
                 report.skipped.append((prefix + name, why))
                 continue
-            if not is_linear and (child is None or not _is_rms_norm(child)):
+            if not is_linear and (child is None or not _swap.is_rms_norm(child)):
                 continue
-            if (why := _why_not_plain(child)) is not None:
+            if (why := _swap.why_not_plain(child)) is not None:
                 report.skipped.append((prefix + name, why))
                 continue
             quantize = False
             if is_linear and fp8:
-                keep = _why_kept_high_precision(child, roles)
+                keep = _fp8_convert.why_kept_high_precision(child, roles)
                 if keep is None:
                     quantize = True
                 elif id(child) not in replaced:
@@ -811,7 +519,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 continue
             why = recipe.why_not(block)
             if getattr(block, "_compiled_call_impl", None) is not None:
-                why = _COMPILED_IN_PLACE
+                why = _swap.COMPILED_IN_PLACE
             if why is not None:
                 report.skipped.append((name, f"recipe {recipe.name} not applied: {why}"))
                 continue
@@ -823,13 +531,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             module.config._experts_implementation = _moe.NAME  # the experts dispatch on their config
             report.experts.append(name or "(model)")
     if fp8:
-        _record_fp8_format(model, fp8, report)
-        _load_checkpoint_keys_from_now_on(model)
-    parallelized = [name for name, why in report.skipped if why == _DTENSOR_PARAMS]
+        _fp8_convert.record_format(model, fp8, report, Fp8Linear)
+        _fp8_convert.load_checkpoint_keys_from_now_on(model)
+    parallelized = [name for name, why in report.skipped if why == _swap.DTENSOR_PARAMS]
     if parallelized:
         warnings.warn(f"ops.nn.convert left {len(parallelized)} modules alone ({', '.join(parallelized[:3])}"
-                      f"{', ...' if len(parallelized) > 3 else ''}): {_DTENSOR_PARAMS}", stacklevel=2)
+                      f"{', ...' if len(parallelized) > 3 else ''}): {_swap.DTENSOR_PARAMS}", stacklevel=2)
     return report
-
-
-_recipes._PLAIN_LINEAR = (torch.nn.Linear, Linear)  # Linear with activation "none": recipes check

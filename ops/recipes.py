@@ -32,7 +32,9 @@ from .linear import ACTIVATIONS, linear
 
 __all__ = ["RECIPES", "activation_of", "apply"]
 
-_PLAIN_LINEAR = (torch.nn.Linear,)  # ops.nn.Linear (activation "none") is added by ops.nn
+# The Linear classes that compute F.linear(x, weight, bias) (ops.nn.Linear with activation "none"), by
+# (module, qualname) as _hf_classes lists classes: ops.nn, which defines ops.nn.Linear, imports this module.
+_PLAIN_LINEAR = (("torch.nn.modules.linear", "Linear"), ("ops.nn", "Linear"))
 
 
 def activation_of(module) -> Optional[str]:
@@ -76,7 +78,8 @@ def _global_hooks() -> bool:
 def _plain_linear(module) -> bool:
     """A Linear whose call is F.linear(x, weight, bias): an exact listed class, no activation, no hooks,
     no parameters, buffers or children besides weight and bias (pruning and weight norm add some)."""
-    return (type(module) in _PLAIN_LINEAR and getattr(module, "activation", "none") == "none"
+    return ((type(module).__module__, type(module).__qualname__) in _PLAIN_LINEAR
+            and getattr(module, "activation", "none") == "none"
             and not _has_hooks(module) and "forward" not in vars(module) and not module._modules
             and not module._buffers and set(module._parameters) <= {"weight", "bias"})
 
