@@ -32,6 +32,9 @@ import torch
 
 from . import _library
 
+__all__ = ["install", "pool", "pluggable", "stats", "reset_peak", "trim", "set_release_threshold", "ALLOC_FN",
+           "POOL_ALLOC_FN", "FREE_FN", "RELEASE_THRESHOLD_ENV"]
+
 ALLOC_FN = "ops_alloc"            # global install: raises OutOfMemoryError on failure
 POOL_ALLOC_FN = "ops_pool_alloc"  # MemPool: returns NULL on failure (the caching allocator's protocol)
 FREE_FN = "ops_free"

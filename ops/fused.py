@@ -8,6 +8,8 @@ from . import _library  # loads the op library
 from . import _nested, _overlap
 from ._library import GEMM_DTYPES as _DTYPES  # the floating dtypes every op accepts
 
+__all__ = ["rms_norm", "fused_add_rms_norm", "silu_and_mul"]
+
 
 def _check_floating(op, name, t):
     torch._check(t.dtype in _DTYPES, lambda: f"{op}: expected {name}'s dtype to be {_library.GEMM_DTYPES_TEXT}, "

@@ -21,6 +21,8 @@ from . import fused as _fused
 from .grouped import grouped_gemm
 from .recipes import activation_of
 
+__all__ = ["NAME", "experts_forward", "register"]
+
 NAME = "ops"
 _MOE_MODULE = "transformers.integrations.moe"
 
