@@ -216,12 +216,13 @@ def _sources():
     """Every C++/CUDA file, by a naming rule a new op follows: `*_cuda.cpp` (torch-side CUDA wrappers)
     and `*.cu` (kernels) are built only with CUDA; every other `.cpp` always. The candidate-only CUTLASS
     kernels (cutlass_gemm/kernels/candidates/) only with OPS_CANDIDATE_KERNELS=1."""
-    def cpp(folder):
-        return sorted(glob.glob(f"{folder}/*.cpp"))
+    def cpp(folder, recursive=False):
+        return sorted(glob.glob(f"{folder}/**/*.cpp" if recursive else f"{folder}/*.cpp", recursive=recursive))
 
-    files = [f for f in cpp("csrc") + cpp("cutlass_gemm") if not f.endswith("_cuda.cpp")]
+    host = cpp("csrc") + cpp("cutlass_gemm", recursive=True)
+    files = [f for f in host if not f.endswith("_cuda.cpp")]
     if WITH_CUDA:
-        files += [f for f in cpp("csrc") + cpp("cutlass_gemm") if f.endswith("_cuda.cpp")]
+        files += [f for f in host if f.endswith("_cuda.cpp")]
         files += cpp("csrc/allocator") + sorted(glob.glob("csrc/*.cu"))
         files += sorted(glob.glob("cutlass_gemm/kernels/*.cu"))
         if CANDIDATE_KERNELS:

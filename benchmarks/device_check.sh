@@ -31,7 +31,7 @@
 # the second at once (a machine goes back 30 s after a call); a later call's build is a ninja no-op.
 # Each stage has its own time limit; a failing stage does not stop the others.
 # The sweep stage times every candidate tactic of the shapes that decide each regime of the tactic
-# heuristic (cutlass_gemm/tactic.cpp), one process per group under its own limit.
+# heuristic (cutlass_gemm/core/tactic.cpp), one process per group under its own limit.
 # SWEEP=short runs the sweep's subset that decides each regime (benchmarks/sweep_plan.py --short).
 # BUILD=0 uses the library already built in place. GEMM_ARGS passes options to benchmarks.gemm (e.g.
 # "--quick"); TEST_JOBS the pytest-xdist workers

@@ -26,7 +26,7 @@ gelu_tanh against F.linear + the activation, eager and replayed.
 
 --candidates (GPU) also times every candidate tactic of each shape (ops.gemm.plan(A, B)["candidates"],
 forced with ops.gemm.set_tactic) and writes gemm_candidates.{json,md}: which tactic is fastest for which
-shape, against the heuristic's choice: the data to fit the heuristic (cutlass_gemm/tactic.cpp) to.
+shape, against the heuristic's choice: the data to fit the heuristic (cutlass_gemm/core/tactic.cpp) to.
 Each tactic is named on stderr before it launches and runs under a watchdog (benchmarks/watchdog.py):
 one that does not return within --tactic-limit seconds (default 60) or crashes the process is recorded
 as a "HANG" or "CRASH" problem of its shape, and the sweep goes on in a new process. The risky cells
@@ -476,7 +476,7 @@ def report_candidates(candidates, facts, out_dir):
                      f"{h / b:.3f}" if h and b else "-", ", ".join(wrong_results(c["problems"])) or "-"])
     with replacing(os.path.join(out_dir, "gemm_candidates.md")) as f:
         f.write(f"# cutlass_gemm tactics per shape on {facts.get('gpu', 'CPU')}\n\n")
-        f.write("heuristic / best > 1: the heuristic (cutlass_gemm/tactic.cpp) left that much on the table. "
+        f.write("heuristic / best > 1: the heuristic (cutlass_gemm/core/tactic.cpp) left that much on the table. "
                 "wrong results: tactics whose output failed the check against the float64 reference (not timed: "
                 "a kernel bug to fix before that tactic can be chosen). All times, and why a tactic has none: "
                 "gemm_candidates.json.\n\n")

@@ -17,7 +17,7 @@ Where each figure comes from:
   arguments spell (dtype, math, layouts, tile, cluster, schedule, stages, epilogue, scheduler, swap-AB);
   hand-written kernels by the names their sources declare (csrc/*.cu, csrc/*.cuh).
 - dynamic shared memory: the CUTLASS launchers set cudaFuncAttributeMaxDynamicSharedMemorySize to the
-  kernel's sizeof(SharedStorage) and launch with that many bytes (cutlass_gemm/cutlass_common.cuh's
+  kernel's sizeof(SharedStorage) and launch with that many bytes (cutlass_gemm/kernels/cutlass_common.cuh's
   ensure_max_dynamic_smem for SM90, CUTLASS 2.x's GemmUniversalBase for SM80): read from the immediate of
   each cudaFuncSetAttribute(kernel, 8, bytes) call in the x86-64 host code (`objdump -d`). The hand-written
   kernels launch with none (csrc/fused_device.cuh's launch_kernel: <<<grid, threads, 0, stream>>>).

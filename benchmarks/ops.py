@@ -293,7 +293,7 @@ def sweep_linear_tactics(op, shape, dname, fn, x, w, b, act, timer, t_heuristic,
     """Times ops.linear (`fn`: act(x @ w^T + b)) under every candidate tactic of its GEMM on a device of
     compute capability `cc` with `sm_count` SMs, forced with ops.gemm.set_tactic, each tactic's output
     first checked against a float64 reference (output_check, at the scale of F.linear + act's own error):
-    the data for fitting the fused linear's tactic choice (cutlass_gemm/tactic.cpp). Times in ms."""
+    the data for fitting the fused linear's tactic choice (cutlass_gemm/core/tactic.cpp). Times in ms."""
     plan = ops._library.gemm_plan_for_target(x, w.t(), *cc, ops.build_info.CUDA_ARCH_LIST,
                                              allow_tf32=ops._library.allow_tf32(), sm_count=sm_count,
                                              epilogue=act)

@@ -4,7 +4,7 @@ estimate of its seconds.
 
     python -m benchmarks.sweep_plan [--budget SECONDS] [--json | --commands]
 
-Each group decides one regime of the tactic heuristic (cutlass_gemm/tactic.cpp); the groups run in this
+Each group decides one regime of the tactic heuristic (cutlass_gemm/core/tactic.cpp); the groups run in this
 order, each under its own time limit in device_check.sh, so a short lease cuts the last ones.
 
 The estimate is a model, not a measurement: a tactic costs the CudaTimer's calls (10 warm-up, 1 probe,

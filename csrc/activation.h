@@ -1,5 +1,5 @@
 // The activations ops.linear fuses into its GEMM: one table, read by the checks, autograd, the CUTLASS
-// epilogues (cutlass_gemm/kernel_list.h) and Python (ops._library.ACTIVATIONS, from the _tables op).
+// epilogues (cutlass_gemm/kernels/kernel_list.h) and Python (ops._library.ACTIVATIONS, from the _tables op).
 // Plain C++ (no torch): kernel translation units include it.
 #pragma once
 

@@ -60,6 +60,10 @@ void check_silu_and_mul_input(const char* op, const at::Tensor& input);
 //   Block1x128   scale_a as Block128, scale_b (ceil(K/128), N) per 128x1 group of B (1x128 of B^T).
 // Where two recipes fit one pair of shapes (K <= 128, or M = 1), they compute the same thing.
 enum class ScaleRecipe : int8_t { Tensorwise, Rowwise, Block128, Block1x128 };
+// The two blockwise recipes.
+constexpr bool scaled_block_recipe(ScaleRecipe recipe) {
+  return recipe == ScaleRecipe::Block128 || recipe == ScaleRecipe::Block1x128;
+}
 const char* scale_recipe_name(ScaleRecipe recipe);
 inline constexpr int64_t kScaleBlock = 128;
 

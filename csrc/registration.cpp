@@ -98,12 +98,12 @@ TORCH_LIBRARY(ops, m) {
   m.def("_named_tactic_choice(str op, str key, str[] candidates, int heuristic) -> str");
   m.def("_cutlass_gemm_add_tuning(str[] keys, str[] bests, int[] timing_counts, str[] timing_names, "
         "float[] timing_ms) -> ()");
-  // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. cutlass_gemm/gemm_cuda.cpp
+  // JSON plan (kernel, tactic, candidates) the CUDA kernel would run for A @ B on A's device. cutlass_gemm/dense/gemm_cuda.cpp
   m.def("_cutlass_gemm_plan(Tensor A, Tensor B, Tensor? out=None) -> str");
-  // JSON of the path scaled_gemm takes for these arguments (recipe, path, kernel, reason). cutlass_gemm/scaled_gemm.cpp
+  // JSON of the path scaled_gemm takes for these arguments (recipe, path, kernel, reason). cutlass_gemm/scaled/scaled_gemm.cpp
   m.def("_scaled_gemm_plan(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
         "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> str");
-  // JSON of the path grouped_gemm takes for these arguments (mode, path, host_sync, offsets). cutlass_gemm/grouped_gemm.cpp
+  // JSON of the path grouped_gemm takes for these arguments (mode, path, host_sync, offsets). cutlass_gemm/grouped/grouped_gemm.cpp
   m.def("_grouped_gemm_plan(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> str");
   // Which build of the fused CPU kernels runs: "default", "avx2" or "avx512". fused_cpu.cpp
   m.def("_fused_cpu_isa() -> str");
@@ -128,21 +128,21 @@ TORCH_LIBRARY(ops, m) {
         "bool allow_tf32, int sm_count=132, str epilogue=\"plain\", Tensor? out=None, "
         "bool? candidate_kernels=None) -> str");
   // scaled_gemm's SM90 kernel launch as its CUDA kernel prepares it, replayed on CPU tensors.
-  // cutlass_gemm/scaled_gemm_launch.cpp
+  // cutlass_gemm/scaled/scaled_gemm_launch.cpp
   m.def("_scaled_gemm_emulate(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
         "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> Tensor");
   // scaled_gemm's CUDA path through torch._scaled_mm on CPU tensors (raises where it does not take the call).
-  // cutlass_gemm/scaled_gemm.cpp
+  // cutlass_gemm/scaled/scaled_gemm.cpp
   m.def("_scaled_gemm_torch_path(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
         "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> Tensor");
   // grouped_gemm's CUDA path (torch._grouped_mm on offsets clamped on the device) on CPU tensors.
-  // cutlass_gemm/grouped_gemm.cpp
+  // cutlass_gemm/grouped/grouped_gemm.cpp
   m.def("_grouped_gemm_torch_path(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
   // grouped_gemm's SM90 grouped kernel launch as its CUDA kernel prepares it, replayed on CPU tensors (the
-  // output poisoned with NaN first). cutlass_gemm/grouped_gemm_launch.cpp
+  // output poisoned with NaN first). cutlass_gemm/grouped/grouped_gemm_launch.cpp
   m.def("_grouped_gemm_emulate(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
 #if OPS_WITH_CUDA
-  // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/gemm_cuda.cpp
+  // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/dense/gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");
 #endif
 }

@@ -13,13 +13,13 @@
 #include "../csrc/activation_ops.h"
 #include "../csrc/checks.h"
 #include "../csrc/json.h"
-#include "emulate.h"
-#include "gemm_host.h"
-#include "grouped_gemm.h"
-#include "plan_json.h"
-#include "scaled_gemm.h"
-#include "tactic.h"
-#include "tactic_select.h"
+#include "core/replay.h"
+#include "dense/gemm_host.h"
+#include "grouped/grouped_gemm.h"
+#include "core/plan_json.h"
+#include "scaled/scaled_gemm.h"
+#include "core/tactic.h"
+#include "core/choice.h"
 
 namespace ops::cutlass_gemm {
 namespace {
@@ -71,7 +71,7 @@ std::string gemm_emulate(const at::Tensor& A, const at::Tensor& B, const at::Ten
   const auto dtype = A.scalar_type();
   const GemmPlan plan = gemm_into(
       A, B, out, target,
-      [&](const GemmPlan& p, const GemmLaunchArgs& args) { emulate_launch(p, args, dtype); },
+      [&](const GemmPlan& p, const GemmLaunchArgs& args) { replay_launch({GemmKind::Dense, &args, dtype, 0, &p}); },
       poison,
       epilogue_named(epilogue),
       bias.has_value() ? *bias : at::Tensor());
@@ -95,42 +95,6 @@ std::string gemm_plan_for_target(const at::Tensor& A, const at::Tensor& B, int64
   return plan_json(plan_for(A, B, into_out ? *out : at::Tensor(), target, ep), target);
 }
 
-std::string kernels_json() {
-  std::string out = "[";
-  for (int i = 0; i < kNumKernels; ++i) {
-    const KernelInfo& info = kKernels[i];
-    const ConfigShape shape = config_shape(info);
-    JsonObject tile, cluster;
-    tile.add("m", shape.tile_m).add("n", shape.tile_n).add("k", shape.tile_k);
-    cluster.add("m", shape.cluster_m).add("n", shape.cluster_n);
-    JsonObject o;
-    o.add("name", kernel_name(static_cast<KernelId>(i)))
-        .add("op", "cutlass_gemm")
-        .add("id", info.id)
-        .add("sm", info.sm)
-        .add("dtype", dtype_name(info.dtype))
-        .add("math", math_name(info.math))
-        .add("layout_a", layout_name(info.a))
-        .add("layout_b", layout_name(info.b))
-        .add("alignment", info.alignment)
-        .add("on_sm90", info.on_sm90)
-        .add("epilogue", epilogue_name(info.epilogue))
-        .add("config", config_name(info.config))
-        .add("tile", tile)
-        .add("cluster", cluster)
-        .add("stages", shape.stages)
-        .add("schedule", schedule_name(shape.schedule))
-        .add("stream_k", shape.stream_k)
-        .add("swap_ab", shape.swap_ab)
-        .add("candidate_only", candidate_only(info.config));
-    out += (i ? "," : "") + o.str();
-  }
-  for (const std::vector<std::string>& family : {scaled_kernels_json(), grouped_kernels_json()}) {
-    for (const std::string& o : family) out += "," + o;
-  }
-  return out + "]";
-}
-
 void set_tactic(const c10::optional<c10::string_view>& name) {
   set_forced_tactic(name.has_value() ? std::string(*name) : std::string());
 }
@@ -148,8 +112,10 @@ std::string named_tactic_choice(c10::string_view op, c10::string_view key, const
   TORCH_CHECK_VALUE(heuristic >= 0 && heuristic < static_cast<int64_t>(candidates.size()),
                     "_named_tactic_choice: heuristic must index candidates, got ", heuristic);
   const std::string name(op);
-  const NamedChoice choice = choose_named(name.c_str(), [&] { return std::string(key); }, candidates,
-                                          static_cast<size_t>(heuristic));
+  Candidates c;
+  c.names = [&]() -> const std::vector<std::string>& { return candidates; };
+  c.heuristic = static_cast<size_t>(heuristic);
+  const Choice choice = choose(name.c_str(), "call", [&] { return std::string(key); }, c);
   JsonObject o;
   o.add("index", static_cast<int64_t>(choice.index))
       .add("tactic_source", tactic_source_name(choice.source))

@@ -117,7 +117,7 @@ def built_archs():
 def kernels(op=None):
     """The GEMM family's kernels, as a list of dicts, each with its ``name`` (as ``plan()`` and
     ``ops.gemm.set_tactic`` spell it) and the ``op`` it serves: ``"cutlass_gemm"`` (and ops.linear:
-    cutlass_gemm/kernel_list.h, the CUTLASS instantiations and the SIMT GEMV kernels), ``"scaled_gemm"``
+    cutlass_gemm/kernels/kernel_list.h, the CUTLASS instantiations and the SIMT GEMV kernels), ``"scaled_gemm"``
     (the SM90 FP8 kernels) and ``"grouped_gemm"`` (the SM90 grouped kernels); ``op``: that op's only.
     ``candidate_only`` ones are compiled only with OPS_CANDIDATE_KERNELS=1
     (``ops.build_info.CANDIDATE_KERNELS``). ``built``: whether this library holds the kernel's machine code

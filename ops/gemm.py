@@ -174,10 +174,13 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
         out: OPS_CANDIDATE_KERNELS=1 builds them), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
         how each operand is read (``a``, ``b``, ``d``: in place or copied, layout, leading dimension).
         Where no CUTLASS kernel may run for this dtype on this GPU (fp32 without TF32 and fp64 on Hopper,
-        until the SM80 kernels are confirmed there: README), ``{"kernel": "aten", "tactic": {"name":
-        "aten"}, "tactic_source": "fallback", "fallback": <reason>, "candidates": [], "m", "n", "k"}``:
-        the GEMM runs through ATen (cuBLAS) with torch.mm's precision rules. CPU tensors get that plan too,
-        the reason naming ATen's BLAS (torch.mm's kernel).
+        until the SM80 kernels are confirmed there: README), ``{"path": "aten", "kernel": "aten", "tactic":
+        {"name": "aten"}, "tactic_source": "fallback", "fallback": <reason>, "reason": <reason>,
+        "candidates": [], "m", "n", "k"}``: the GEMM runs through ATen (cuBLAS) with torch.mm's precision
+        rules. CPU tensors get that plan too, the reason naming ATen's BLAS (torch.mm's kernel). Every plan
+        of the GEMM family (``ops.fp8.plan``, ``ops.grouped.plan``) opens with ``kind``, ``path`` and
+        ``kernel`` (None where no kernel runs), and on the CUTLASS path names its ``candidates``,
+        ``tactic_source``, ``tuning_key`` and ``swap_ab``.
 
     Raises:
         RuntimeError: bad inputs (as ``cutlass_gemm``), an empty problem on CUDA, tensors on a device
@@ -192,10 +195,7 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
         _check_gemm_args("cutlass_gemm", A, B)
         if out is not None:
             _check_gemm_out("cutlass_gemm", A, B, out)
-        return {"kernel": "aten", "tactic": {"name": "aten"}, "tactic_source": "fallback",
-                "fallback": "the CPU runs ATen's BLAS (torch.mm's kernel)", "candidates": [],
-                "m": A.shape[0], "n": B.shape[1], "k": A.shape[1]}
-    if A.device.type != "cuda":
+    if A.device.type not in ("cpu", "cuda"):
         raise RuntimeError(f"ops.gemm.plan: expected CPU or CUDA tensors, got A on {A.device}")
     return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B, out))
 

@@ -1,4 +1,4 @@
-"""The activation functors of the fused linear's CUTLASS epilogue (cutlass_gemm/cutlass_common.cuh:
+"""The activation functors of the fused linear's CUTLASS epilogue (cutlass_gemm/kernels/cutlass_common.cuh:
 GeluTanh, Silu), evaluated on the host: they are CUTLASS_HOST_DEVICE, so a small host program compiled
 with nvcc runs them here without a GPU. Checked against PyTorch's formulas in float64 over the whole
 float range, special values included. (On the GPU the same code runs with a faster exp; tests/test_linear.py
@@ -16,7 +16,7 @@ from conftest import REPO, cutlass_include
 PROGRAM = r"""
 #include <cstdio>
 #include <cstdlib>
-#include "cutlass_gemm/cutlass_common.cuh"
+#include "cutlass_gemm/kernels/cutlass_common.cuh"
 int main(int argc, char** argv) {
   ops::cutlass_gemm::GeluTanh<float> gelu_tanh;
   ops::cutlass_gemm::Silu<float> silu;

@@ -140,7 +140,8 @@ def test_plan_names_the_path_on_cpu():
     A, B = fp8(8, 32), fp8(32, 16, seed=1)
     sa, sb, _, _ = recipe_scales("rowwise", 8, 32, 16)
     assert ops.fp8.plan(A, B, sa, sb, activation="silu") == {
-        "recipe": "rowwise", "path": "formula", "reason": "the CPU runs the dequantized formula in ATen"}
+        "kind": "scaled", "path": "formula", "kernel": None, "recipe": "rowwise",
+        "reason": "the CPU runs the dequantized formula in ATen"}
     with pytest.raises(RuntimeError, match=r"scaled_gemm: expected K and N to be multiples of 16"):
         ops.fp8.plan(fp8(8, 24), fp8(24, 16, seed=1), sa, sb)
     with pytest.raises(ValueError, match=r"scaled_gemm: .*activation"):

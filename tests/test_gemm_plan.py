@@ -346,7 +346,7 @@ def test_linear_epilogue_without_bias_and_empty_k():
 
 
 def test_plan_cache_keys_on_alignment_and_strides():
-    # Plans are memoized per thread (cutlass_gemm/plan.cpp); a shape seen aligned, then misaligned, then
+    # Plans are memoized per thread (cutlass_gemm/core/plan.cpp); a shape seen aligned, then misaligned, then
     # with other strides, must get a fresh plan each time, and the cached one again afterwards.
     base = torch.randn(64 * 48 + 8, dtype=torch.bfloat16)
     B = strided(48, 32, torch.bfloat16, "col", seed=3)

@@ -1,4 +1,4 @@
-"""Kernel selection by shape (cutlass_gemm/tactic.cpp), checked without a GPU.
+"""Kernel selection by shape (cutlass_gemm/core/tactic.cpp), checked without a GPU.
 
 The planner fixes how each operand is read (tests/test_gemm_plan.py); the tactic then picks the
 configuration (tile, cluster, schedule) and the scheduler settings (data-parallel, split-K, stream-K,
@@ -356,7 +356,7 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
 def test_a_tactic_named_by_kernel_id_says_the_name():
     A, B = operands(16, 256, 512)
     ops.gemm.set_tactic("sm90_bf16_rc_streamk/dp")
-    with pytest.raises(RuntimeError, match=f"'sm90_bf16_rc_streamk' is the kernel's id in cutlass_gemm/kernel_list.h; "
+    with pytest.raises(RuntimeError, match=f"'sm90_bf16_rc_streamk' is the kernel's id in cutlass_gemm/kernels/kernel_list.h; "
                                            f"tactic names use its name, {KERNEL_NAME['sm90_bf16_rc_streamk']}"):
         emulate(A, B)
 
@@ -446,6 +446,14 @@ def test_plan_on_cpu_names_aten_as_the_fp8_and_grouped_plans_do():
     plan = ops.gemm.plan(torch.randn(4, 6), torch.randn(6, 5), out=torch.empty(5, 4).t())
     assert plan["kernel"] == "aten" and plan["tactic"] == {"name": "aten"} and plan["candidates"] == []
     assert "ATen's BLAS" in plan["fallback"] and (plan["m"], plan["n"], plan["k"]) == (4, 5, 6)
+    assert (plan["kind"], plan["path"], plan["reason"]) == ("dense", "aten", plan["fallback"])
+    # One plan behaviour: every kind's plan is the C++ op's and opens with the same head.
+    a8, b8 = torch.randn(16, 32).to(torch.float8_e4m3fn), torch.randn(16, 32).to(torch.float8_e4m3fn).t()
+    scaled = ops.fp8.plan(a8, b8, torch.ones(()), torch.ones(()))
+    ag, bg = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(2, 16, 16, dtype=torch.bfloat16)
+    grouped = ops.grouped.plan(ag, bg, torch.tensor([4, 8], dtype=torch.int32))
+    for p, kind in ((plan, "dense"), (scaled, "scaled"), (grouped, "grouped")):
+        assert list(p)[:3] == ["kind", "path", "kernel"] and p["kind"] == kind and p["reason"], p
     A = torch.randn(4, 4)
     with pytest.raises(RuntimeError, match=r"cutlass_gemm: A \(M, K\) and B \(K, N\) must agree on K"):  # as the op
         ops.gemm.plan(A, torch.randn(3, 4))

@@ -302,8 +302,9 @@ def test_agrees_with_torch_grouped_mm_on_the_gpu(case, dtype):
 
 def test_plan_names_the_path():
     A, B, offs = make(CASES[0])
-    assert ops.grouped.plan(A, B, offs) == {"mode": "2D x 3D", "path": "loop", "host_sync": False,
-                                            "offsets": "checked on the host"}
+    assert ops.grouped.plan(A, B, offs) == {"kind": "grouped", "path": "loop", "kernel": None, "mode": "2D x 3D",
+                                            "host_sync": False, "offsets": "checked on the host",
+                                            "reason": "the CPU runs one ATen mm per group"}
     assert ops.grouped.plan(*make(CASES[3]))["mode"] == "3D x 3D"
     with pytest.raises(RuntimeError, match="grouped_gemm: offs is required"):
         ops.grouped.plan(A, B)

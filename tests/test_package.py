@@ -147,7 +147,7 @@ def test_includes_go_one_way():
     for path in sorted(csrc.rglob("*")):
         if path.suffix in (".cpp", ".h", ".cu", ".cuh"):
             assert "cutlass_gemm/" not in "".join(re.findall(r'#include\s+"([^"]+)"', path.read_text())), path
-    for header in ("cutlass_gemm/kernel_list.h", "cutlass_gemm/launch_args.h", "csrc/activation.h"):
+    for header in ("cutlass_gemm/kernels/kernel_list.h", "cutlass_gemm/kernels/launch_args.h", "csrc/activation.h"):
         includes = re.findall(r'#include\s+[<"]([^">]+)[">]', pathlib.Path(REPO, header).read_text())
         assert not [i for i in includes if i.split("/")[0] in ("ATen", "c10", "torch")], (header, includes)
 

@@ -1,4 +1,4 @@
-"""The SIMT GEMV kernel (cutlass_gemm/simt_gemv.cuh), a GPU-only kernel, checked on the host: compiled
+"""The SIMT GEMV kernel (cutlass_gemm/kernels/simt_gemv.cuh), a GPU-only kernel, checked on the host: compiled
 with the host C++ compiler against emulated lock-step warps (tests/cpp/warp_emulation.h) and run through
 its real entry point by tests/cpp/simt_gemv_emulation.cpp, which checks every output element exactly,
 every load's bounds and alignment, and that no lane diverges before a shuffle. A wrong reduction index,

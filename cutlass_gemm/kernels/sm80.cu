@@ -1,6 +1,6 @@
 // Every SM80 (CUTLASS 2.x) GEMM of kernel_list.h in one TU, so that the templates they share are
 // instantiated once. 3xTF32 and fp64 are also built into the sm_90a image (kernel_list.h's on_sm90).
-#include "../sm80_gemm.cuh"
+#include "sm80_gemm.cuh"
 
 OPS_DEFINE_SM80_GEMM(sm80_f16_rr)
 OPS_DEFINE_SM80_GEMM(sm80_f16_rc)

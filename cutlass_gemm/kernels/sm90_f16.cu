@@ -1,7 +1,7 @@
 // Every default SM90 float16 GEMM of kernel_list.h in one TU: the CUTLASS/CuTe templates the kernels
 // share are instantiated once (measured with nvcc 13.0: 25 kernels in one TU compile in ~140 s, in
 // seven TUs in ~560 s).
-#include "../sm90_gemm.cuh"
+#include "sm90_gemm.cuh"
 
 // General config (cooperative 128x128, 2x1 cluster), every layout.
 OPS_DEFINE_SM90_GEMM(sm90_f16_rr)

@@ -1,4 +1,4 @@
-// The SIMT GEMV kernel (cutlass_gemm/simt_gemv.cuh) on emulated warps (warp_emulation.h), through its
+// The SIMT GEMV kernel (cutlass_gemm/kernels/simt_gemv.cuh) on emulated warps (warp_emulation.h), through its
 // real host entry point simt_gemv::run<KernelId>: every row-count variant (M = 1..16), N and K that do not
 // fill a block or a warp's K step, padded leading dimensions, every epilogue with and without a bias.
 // Inputs are small integers (and halves), so the fp32 sums are exact and each output must equal the
@@ -8,7 +8,7 @@
 // Built and run by tests/test_simt_gemv_emulation.py. Prints "<cases> cases, <failures> failures".
 #define OPS_SIMT_GEMV_HOST_EMULATION 1
 #include "tests/cpp/warp_emulation.h"
-#include "cutlass_gemm/simt_gemv.cuh"
+#include "cutlass_gemm/kernels/simt_gemv.cuh"
 
 #include <cmath>
 #include <cstdio>

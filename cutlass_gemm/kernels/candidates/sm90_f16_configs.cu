@@ -1,7 +1,7 @@
 // Candidate-only (built with OPS_CANDIDATE_KERNELS=1): the f16 SM90 configurations the references win
 // with (kernel_list.h), for the GPU sweep to measure against the default ones. One TU per dtype: the
 // CUTLASS templates they share are instantiated once.
-#include "../../sm90_gemm.cuh"
+#include "../sm90_gemm.cuh"
 
 // Ping-pong 128x128, 2x1 cluster: plain and every ops.linear epilogue (overlapped with the mainloop).
 OPS_DEFINE_SM90_GEMM(sm90_f16_rr_ping128)

@@ -1,5 +1,5 @@
 // The SM90 grouped GEMMs of float16 (sm90_grouped_gemm.cuh): the three layouts the op runs. Candidate-only
 // until measured against torch._grouped_mm on an H200.
-#include "../../sm90_grouped_gemm.cuh"
+#include "../sm90_grouped_gemm.cuh"
 
 OPS_DEFINE_SM90_GROUPED_GEMM(f16, cutlass::half_t)

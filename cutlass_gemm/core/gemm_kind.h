@@ -1,0 +1,24 @@
+// What every GEMM of the family shares on the host, whatever its kind: the kind itself, and where the
+// choice of its kernel came from. Plain C++.
+#pragma once
+
+#include <cstdint>
+
+namespace ops::cutlass_gemm {
+
+// The kinds of the GEMM family (DESIGN.md, "The GEMM family"): dense (cutlass_gemm, and linear as dense with
+// a bias-activation epilogue), FP8 scaled (scaled_gemm) and grouped (grouped_gemm). Each has its launch
+// arguments (kernels/launch_args.h, scaled_args.h, grouped_args.h) and shares the choice, the autotuner, the
+// kernel table, the plan JSON and the CPU replay.
+enum class GemmKind : int8_t { Dense, Scaled, Grouped };
+inline constexpr int kNumGemmKinds = 3;
+
+constexpr const char* gemm_kind_name(GemmKind kind) {
+  return kind == GemmKind::Dense ? "dense" : kind == GemmKind::Scaled ? "scaled" : "grouped";
+}
+
+// Where a GEMM's kernel choice came from (choice.h): the shape heuristic, the tactic forced by
+// ops.gemm.set_tactic, or the tuning cache (autotuned here, or loaded from a file).
+enum class TacticSource : int8_t { Heuristic, Forced, Tuned };
+
+}  // namespace ops::cutlass_gemm

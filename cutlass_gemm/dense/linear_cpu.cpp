@@ -1,0 +1,28 @@
+// CPU kernel of ops::linear: ATen's linear (addmm, BLAS) plus the activation, with the same checks and
+// semantics as the CUDA kernel (cutlass_gemm/dense/linear_cuda.cpp).
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/library.h>
+
+#include "../../csrc/activation_ops.h"
+#include "../../csrc/checks.h"
+
+namespace ops {
+namespace {
+
+at::Tensor linear_cpu(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                      c10::string_view activation) {
+  check_linear_inputs("linear", input, weight, bias);
+  const Activation act = parse_activation("linear", activation);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  // ATen's own linear (addmm on folded leading dimensions, as F.linear runs), then the activation in
+  // place: the same BLAS calls as F.linear + activation, one output buffer.
+  at::Tensor out = at::linear(input, weight, bias).contiguous();
+  apply_activation_(out, act);
+  return out;
+}
+
+}  // namespace
+}  // namespace ops
+
+TORCH_LIBRARY_IMPL(ops, CPU, m) { m.impl("linear", &ops::linear_cpu); }
