@@ -345,7 +345,7 @@ void silu_and_mul_rows(const T* x, T* out, int64_t rows, int64_t d) {
 // codes[i] = clamp(x[i] / s, -max, max) rounded to the FP8 type C (c10::Float8_e4m3fn or Float8_e5m2) for
 // n elements: the float32 division, a NaN-keeping clamp and one rounding to nearest even, as quantize_fp8's
 // formula. The AVX-512 build converts 16 at a time (ATen's vec512 float8 conversion, bit-equal to c10's
-// scalar one, which the other builds use: tests/test_fp8.py).
+// scalar one, which the other builds use: tests/test_fp8_numerics.py).
 template <typename T, typename C>
 void quantize_run(const T* x, int64_t n, float s, C* codes) {
   constexpr float kMax = fp8::fp8_max(std::is_same_v<C, c10::Float8_e5m2>);

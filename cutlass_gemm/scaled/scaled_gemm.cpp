@@ -1,7 +1,7 @@
 // ops::scaled_gemm (FP8 A and B with float32 scales) on CPU, and on CUDA where no CUTLASS kernel takes the
 // call (scaled_gemm_cuda.cpp): the dequantized formula in ATen, out = act((A * scale_a) @ (B * scale_b) +
 // bias), dequantization, product, bias and activation in float32, rounded once to out_dtype. That is what
-// torch._scaled_mm computes on CPU (equal bit for bit: tests/test_fp8.py), for every recipe (checks.h).
+// torch._scaled_mm computes on CPU (equal bit for bit: tests/test_fp8_numerics.py), for every recipe (checks.h).
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
