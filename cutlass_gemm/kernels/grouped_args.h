@@ -1,6 +1,6 @@
 // What one launch of the SM90 grouped GEMM kernels is given (grouped_launch.h) and what each of its groups
-// computes: plain C++, shared by the host code that builds a launch (grouped_gemm_launch.cpp), the device
-// code that expands it into CUTLASS's per-group arrays (sm90_grouped_gemm.cuh) and its CPU replay.
+// computes: plain C++, shared by the host code that builds a launch (grouped/grouped_gemm_launch.cpp), the device
+// code that expands it into CUTLASS's per-group arrays (sm90_grouped_gemm.cuh) and its CPU replay (core/replay.cpp).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +48,7 @@ struct GroupedGemmLaunchArgs {
 
 // The SM90 grouped kernels, one row per layout of the user's A and B and swap, declared once: the device
 // code instantiates each row (with_grouped_config, sm90_grouped_gemm.cuh) and the host names and lists them
-// (grouped/grouped_gemm_launch.cpp). X(a_row_major, b_row_major, swap_ab), one kernel per row and element
+// (core/kernel_names.cpp). X(a_row_major, b_row_major, swap_ab), one kernel per row and element
 // type (bf16, f16): row-major A with B either way (2D x 3D, 3D x 3D), those two swapped, and column-major A
 // with row-major B (2D x 2D).
 #define OPS_GROUPED_GEMM_KERNELS(X) \

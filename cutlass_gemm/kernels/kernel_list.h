@@ -11,7 +11,7 @@
 // X(id, sm, dtype, math, layout_a, layout_b, alignment_elements, on_sm90, epilogue, config)
 //   id        the C++ identifier (KernelId and the launcher symbols). The kernel's public name
 //             (ops.kernels(), tactic names, tuning caches) is kernel_name(): spelled from its fields
-//             as CUTLASS's generator spells its kernels (plan.cpp).
+//             as CUTLASS's generator spells its kernels (core/kernel_names.cpp).
 //   sm        80: CUTLASS 2.x SM80 tensor-op kernel (runs on sm80..sm89 and, where built for 9.0a, sm90)
 //             90: CUTLASS 3.x SM90 TMA warp-specialized kernel (sm_90a only)
 //   math      Standard: the dtype's native tensor-core math; TF32: fp32 inputs rounded to tf32;

@@ -1,5 +1,5 @@
 // What one launch of an SM90 FP8 scaled GEMM kernel is given (scaled_launch.h): plain C++, shared by the
-// host code that builds it (scaled_gemm_launch.cpp) and the kernels (sm90_scaled_gemm.cuh).
+// host code that builds it (scaled/scaled_gemm_launch.cpp) and the kernels (sm90_scaled_gemm.cuh).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ struct ScaledGemmLaunchArgs {
 };
 
 // The SM90 FP8 kernel configurations, one row each, declared once: the device code instantiates each row
-// (with_scaled_config, sm90_scaled_gemm.cuh) and the host names and lists them (scaled/scaled_kernels.cpp).
+// (with_scaled_config, sm90_scaled_gemm.cuh) and the host names and lists them (core/kernel_names.cpp).
 // X(block_scaled, block_n, fast_accum, swap_ab): one kernel per row, output dtype (bf16, f16, f32) and
 // activation. A tensorwise-or-rowwise row serves both recipes (its epilogue broadcasts a scalar or a vector);
 // a blockwise row (block_n 128: 128x128 blocks of B, 1: 1x128) promotes per 128 of K and has no fast form.
@@ -82,7 +82,7 @@ inline constexpr const char* kSwappedBlockScaledGemmConfig =
 inline bool scaled_swap_ab(int64_t m) { return m <= 32; }
 
 // Where the user's operands and scales go in the kernel's own problem (swap_ab applied), for the kernel
-// configurations (sm90_scaled_gemm.cuh) and the CPU replay (scaled_gemm_launch.cpp) alike: the kernel's D
+// configurations (sm90_scaled_gemm.cuh) and the CPU replay (core/replay.cpp) alike: the kernel's D
 // (m x n) = act(scale_a * (scale_b * (A @ B)) + bias), its A (m x k) row-major and B (k x n) column-major.
 // Swapped, the kernel's A is the user's B^T, its B the user's A^T and its D = the user's D^T, column-major.
 // A scale or the bias "along columns" holds one value per column of the kernel's D (a row broadcast),
