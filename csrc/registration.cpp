@@ -112,7 +112,7 @@ TORCH_LIBRARY(ops, m) {
   // previous choice. fused_cuda.cpp
   m.def("_rms_norm_set_packs_per_thread(int packs) -> int");
   // Gives the allocator's C++ object PyTorch's record_stream hook; false if the allocator is not ours.
-  // allocator/record_stream_hook.cpp
+  // csrc/allocator/record_stream_hook.cpp
   m.def("_allocator_install_record_stream_hook() -> bool");
 #endif
 

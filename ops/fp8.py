@@ -1,6 +1,6 @@
 """FP8: ``ops.scaled_gemm``, the GEMM of FP8 operands with float32 scales. Python API and fake kernels;
 schema in csrc/registration.cpp, checks in csrc/checks.cpp (``check_scaled_gemm_inputs``), kernels in
-cutlass_gemm/scaled_gemm.cpp, the refusal of autograd in csrc/autograd.cpp."""
+cutlass_gemm/scaled/, the refusal of autograd in csrc/autograd.cpp."""
 
 import json
 import math

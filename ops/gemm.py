@@ -1,7 +1,7 @@
 """`ops.cutlass_gemm`: the Python API and the fake (meta) kernels of the CUTLASS GEMM op.
 
-The schemas live in csrc/registration.cpp; CPU kernels in cutlass_gemm/gemm_cpu.cpp; CUDA kernels in
-cutlass_gemm/.
+The schemas live in csrc/registration.cpp; CPU kernels in cutlass_gemm/dense/gemm_cpu.cpp; the CUDA
+host path and kernels in cutlass_gemm/ (docs/architecture.md).
 """
 
 import os
@@ -150,9 +150,9 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
 # ---- Kernel selection: tactics, autotuning ------------------------------------------------------
 #
 # On CUDA each GEMM runs one of several CUTLASS instantiations (tile shape, cluster, schedule: see
-# ``ops.kernels()`` and cutlass_gemm/kernel_list.h) with run-time scheduler settings (data-parallel,
+# ``ops.kernels()`` and cutlass_gemm/kernels/kernel_list.h) with run-time scheduler settings (data-parallel,
 # split-K, stream-K, swizzle); together, a "tactic". By default a shape heuristic chooses
-# (cutlass_gemm/tactic.cpp). These functions inspect that choice, override it, or replace it with
+# (cutlass_gemm/core/tactic.cpp). These functions inspect that choice, override it, or replace it with
 # measurements. The settings are process-wide and have no effect on CPU tensors.
 
 
@@ -166,7 +166,7 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
 
     Returns:
         dict with ``kernel`` (the kernel's name, spelled from its configuration as CUTLASS's generator
-        spells kernels: ``ops.kernels()``), ``kernel_id`` (its identifier in cutlass_gemm/kernel_list.h),
+        spells kernels: ``ops.kernels()``), ``kernel_id`` (its identifier in cutlass_gemm/kernels/kernel_list.h),
         ``tactic`` (name, config, decomposition, splits, swizzle: the heuristic's choice, ignoring
         ``set_tactic`` and the tuning cache), ``tactic_source`` ("heuristic"), ``tuning_key`` (its key in
         the tuning cache), ``candidates`` (every tactic name ``set_tactic`` accepts for this GEMM),

@@ -1,6 +1,6 @@
 """``ops.grouped_gemm``: one GEMM per group of rows, columns or K, with ``torch._grouped_mm``'s modes (the
 experts of mixture-of-experts models). Python API and fake kernels; schema in csrc/registration.cpp,
-checks in csrc/checks.cpp (``check_grouped_gemm_inputs``), kernels in cutlass_gemm/grouped_gemm.cpp,
+checks in csrc/checks.cpp (``check_grouped_gemm_inputs``), kernels in cutlass_gemm/grouped/,
 autograd in csrc/autograd.cpp."""
 
 import json

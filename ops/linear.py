@@ -1,5 +1,5 @@
 """``ops.linear``: act(x @ weight^T + bias), the fused linear layer. Python API, fake kernel, autograd.
-Schema in csrc/registration.cpp; CPU kernel cutlass_gemm/linear_cpu.cpp; CUDA kernel cutlass_gemm/linear_cuda.cpp
+Schema in csrc/registration.cpp; CPU kernel cutlass_gemm/dense/linear_cpu.cpp; CUDA kernel cutlass_gemm/dense/linear_cuda.cpp
 (a CUTLASS GEMM with bias + activation fused into its epilogue for float16/bfloat16)."""
 
 import functools

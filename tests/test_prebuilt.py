@@ -61,10 +61,10 @@ def test_source_digest_follows_every_build_input(tmp_path):
         (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, tmp_path / entry)
     base = prebuilt.source_digest(str(tmp_path))
     assert base == prebuilt.source_digest(REPO)
-    header = tmp_path / "cutlass_gemm" / "tactic.h"
+    header = tmp_path / "cutlass_gemm" / "core" / "tactic.h"  # a header two folders down
     header.write_text(header.read_text() + "\n")
     assert prebuilt.source_digest(str(tmp_path)) != base
-    shutil.copy2(os.path.join(REPO, "cutlass_gemm", "tactic.h"), header)
+    shutil.copy2(os.path.join(REPO, "cutlass_gemm", "core", "tactic.h"), header)
     assert prebuilt.source_digest(str(tmp_path)) == base
     (tmp_path / "csrc" / "new_op.cpp").write_text("// a new file is a new build input\n")
     assert prebuilt.source_digest(str(tmp_path)) != base

@@ -1,6 +1,7 @@
 """cutlass_gemm/ is laid out by layer (docs/architecture.md), and its includes run one way: the kernels
 (torch-free) below the host core, the core below the CUDA services, those below the families (dense, scaled,
-grouped), which never include each other; csrc/ never includes cutlass_gemm/."""
+grouped), which never include each other; csrc/ never includes cutlass_gemm/. Every repository path a docstring,
+comment or doc names exists."""
 import os
 import re
 
@@ -59,3 +60,32 @@ def test_csrc_never_includes_cutlass_gemm():
     for path in _sources(os.path.join(ROOT, "csrc")):
         for target, written in _includes(path):
             assert not target.startswith("cutlass_gemm"), f"{os.path.relpath(path, ROOT)} includes {written}"
+
+
+# A path in this repository written in a docstring, comment, doc or script, as `cutlass_gemm/core/plan.cpp`.
+# Not a torch path (`torch/csrc/...`, `ATen/ops/...`: preceded by a folder) and not a generated file.
+NAMED_PATH = re.compile(r"(?<![\w/.-])((?:cutlass_gemm|csrc|ops|tests|benchmarks|docs|\.ci)/[\w./-]*\w\.(?:h|cuh|cpp|cu|py|md|json|txt))\b")
+GENERATED = {"ops/_build_info.py"}
+SKIP_DIRS = {".git", "build", "dist", "results", "data", "__pycache__", ".pytest_cache", ".hypothesis", ".prebuilt"}
+
+
+def _written_files():
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        for name in files:
+            if name.endswith((".py", ".h", ".cuh", ".cpp", ".cu", ".md", ".txt", ".toml", ".in")) or name in {"Makefile", "run"}:
+                yield os.path.join(folder, name)
+
+
+def test_every_path_named_in_the_tree_exists():
+    """Moving a file leaves no docstring, comment or doc pointing at its old place."""
+    missing = []
+    for path in _written_files():
+        with open(path, errors="replace") as f:
+            text = f.read()
+        for named in set(NAMED_PATH.findall(text)) - GENERATED:
+            if named.startswith("benchmarks/results/local/"):
+                continue  # where benchmarks write their output
+            if not os.path.exists(os.path.join(ROOT, named)):
+                missing.append(f"{os.path.relpath(path, ROOT)} names {named}")
+    assert not missing, "\n".join(sorted(missing))

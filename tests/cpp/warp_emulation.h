@@ -1,7 +1,7 @@
 // Lock-step emulation of CUDA thread blocks on the host, for kernels that use threadIdx.x, blockIdx.x,
 // blockDim.x, gridDim.x, 16-byte loads (__ldcs, __ldg), __shfl_xor_sync with a full mask (float or
 // double), __syncthreads and shared memory declared `static` in emulation (cutlass_gemm/kernels/simt_gemv.cuh
-// with OPS_SIMT_GEMV_HOST_EMULATION; csrc/fused_kernels.cuh and csrc/quantize_fp8_kernels.cuh with
+// with OPS_SIMT_GEMV_HOST_EMULATION; csrc/fused_device.cuh and csrc/quantize_fp8_kernels.cuh with
 // OPS_FUSED_HOST_EMULATION). One host thread per CUDA thread of a block; the blocks run one after
 // another, all threads of a block together. Checks, aborting with a message:
 //   * every __ldcs / __ldg load lies inside a registered buffer (emulation::allow_reads) and is 16-byte
