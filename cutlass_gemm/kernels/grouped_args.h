@@ -148,19 +148,8 @@ struct GroupedKernelGroup {
   int64_t lda = 0, ldb = 0;
 };
 OPS_HOST_DEVICE inline GroupedKernelGroup grouped_kernel_group(const GroupedGemmLaunchArgs& args, const GroupShape& s) {
-  const bool swap = args.swap_ab;
-  GroupedKernelGroup g;
-  g.m = swap ? s.n : s.m;
-  g.n = swap ? s.m : s.n;
-  g.k = s.k;
-  g.a = swap ? args.b : args.a;
-  g.b = swap ? args.a : args.b;
-  g.a_offset = swap ? s.b : s.a;
-  g.b_offset = swap ? s.a : s.b;
-  g.d_offset = s.d;
-  g.lda = swap ? args.ldb : args.lda;
-  g.ldb = swap ? args.lda : args.ldb;
-  return g;
+  if (!args.swap_ab) return {s.m, s.n, s.k, args.a, args.b, s.a, s.b, s.d, args.lda, args.ldb};
+  return {s.n, s.m, s.k, args.b, args.a, s.b, s.a, s.d, args.ldb, args.lda};
 }
 
 // Whether group g's m x n output is zero-filled instead of computed: a RaggedK group of no K.

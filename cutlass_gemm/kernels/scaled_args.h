@@ -108,21 +108,11 @@ struct ScaledKernelProblem {
 };
 
 inline ScaledKernelProblem scaled_kernel_problem(const ScaledGemmLaunchArgs& args) {
-  const bool swap = args.swap_ab;
-  ScaledKernelProblem p;
-  p.m = swap ? args.n : args.m;
-  p.n = swap ? args.m : args.n;
-  p.k = args.k;
-  p.a = swap ? args.b : args.a;
-  p.lda = swap ? args.ldb : args.lda;
-  p.b = swap ? args.a : args.b;
-  p.ldb = swap ? args.lda : args.ldb;
-  p.d_column_major = swap;
-  p.sfa = swap ? args.scale_b : args.scale_a;
-  p.sfb = swap ? args.scale_a : args.scale_b;
-  p.sfa_extent = swap ? p.m : args.scale_a_ld;
-  p.sfb_extent = swap ? args.scale_a_ld : p.n;
-  return p;
+  if (!args.swap_ab)
+    return {args.m, args.n, args.k, args.a, args.b, args.lda, args.ldb, false, args.scale_a, args.scale_b,
+            args.scale_a_ld, args.n};
+  return {args.n, args.m, args.k, args.b, args.a, args.ldb, args.lda, true, args.scale_b, args.scale_a,
+          args.n, args.scale_a_ld};
 }
 
 }  // namespace ops::cutlass_gemm
