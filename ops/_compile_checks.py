@@ -26,6 +26,21 @@ def known(condition) -> bool:
     return bool(statically_known_true(condition))
 
 
+def decide(condition) -> bool:
+    """A condition on (possibly symbolic) sizes: True or False where it is so for every size the graph
+    admits, otherwise its value at the sizes' hints (the sizes the graph is being compiled at)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if not isinstance(condition, torch.SymBool):
+        return bool(condition)
+    if statically_known_true(condition):
+        return True
+    if statically_known_true(torch.sym_not(condition)):
+        return False
+    hint = condition.node.hint
+    return bool(hint) if hint is not None else False
+
+
 def _consistent(match, names) -> Optional[torch.Tensor]:
     """The (fake) value of the match's first tensor if all its tensors are there and share a floating
     dtype the ops take and a device. A pattern input matched by a number (``x + 0.25`` for ``x + residual``)

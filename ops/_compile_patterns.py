@@ -5,6 +5,7 @@ pattern-matcher passes, once per process.
 """
 
 import dataclasses
+import inspect
 import threading
 from typing import Callable, Dict, Tuple
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from . import _library  # noqa: F401  (loads the op library: the replacements call its ops)
 from . import fused  # noqa: F401  (the fake kernels and autograd of the ops the replacements call)
-from ._compile_checks import (add_shapes, buffers_of_their_own, check, eps_is_a_cpu_scalar, eps_is_a_number, even,
+from ._compile_checks import (known, val, add_shapes, buffers_of_their_own, check, eps_is_a_cpu_scalar, eps_is_a_number, even,
                               input_not_written_back, layout_kept, linear_shapes, norm_shapes, not_float64)
 from .linear import ACTIVATION_FUNCTIONS
 
@@ -267,20 +268,80 @@ def _examples(row: Row, dtype: torch.dtype, generator: torch.Generator) -> list:
             else torch.tensor(EPS, dtype=torch.float32) if e == EPS_TENSOR else e for e in row.examples]
 
 
-def _register(row: Row, kind: str, examples: list, pattern_pass) -> None:
+def _symbolic_sizes(tensors) -> list:
+    """The distinct symbolic sizes and strides of `tensors`, in order. Inductor's re-trace passes such sizes
+    as inputs but keeps only those known to differ from the ones before it (torch 2.11-2.14.1), so that of
+    two unrelated symbols (rows and hidden size under dynamic=True) it keeps the first and traces the
+    other as `sym_size(x, i)`, which the graph's own symbol input never matches."""
+    sizes = []
+    for t in tensors:
+        for v in (*t.shape, *t.stride()):
+            if isinstance(v, torch.SymInt) and not any(known(v == s) for s in sizes):
+                sizes.append(v)
+    return sizes
+
+
+def _exact_check(search, trace, scalar_workaround: dict, requires_grad: list, extra_check):
+    """The extra_check of a pattern registered with its general form (sizes ignored): the match again,
+    against `search` traced at the graph's own shapes, dtypes and symbolic sizes (each symbol an input, as
+    the graph has it); then `extra_check` on that exact match."""
+    from torch._inductor import pattern_matcher as pm
+    from torch._guards import detect_fake_mode
+
+    names = list(inspect.signature(search).parameters)
+
+    def exact(match) -> bool:
+        values = [val(match.kwargs[n]) if isinstance(match.kwargs.get(n), torch.fx.Node) else match.kwargs.get(n)
+                  for n in names]
+        if any(v is None for v in values):
+            return False
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        fake_mode = detect_fake_mode(tensors)
+        if fake_mode is None:
+            return False
+        with fake_mode:
+            args = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device,
+                                        requires_grad=grad and v.dtype.is_floating_point)
+                    if isinstance(v, torch.Tensor) else v for v, grad in zip(values, requires_grad)]
+            sizes = _symbolic_sizes([a for a in args if isinstance(a, torch.Tensor)])
+            try:
+                gm = trace(lambda *a: search(*a[len(sizes):]), [*sizes, *args])
+            except RuntimeError:
+                return False
+        size_names = [f"ops_size_{i}" for i in range(len(sizes))]
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for node, name in zip(placeholders, size_names + names):
+            node.target = node.name = name
+        pattern = pm.fx_to_pattern(gm, argnames=size_names + names, scalar_workaround=scalar_workaround)
+        exact_match = pattern.match(match.output_nodes()[0])
+        return pm.is_match(exact_match) and extra_check(exact_match)
+    return exact
+
+
+def _register(row: Row, kind: str, examples: list, pattern_pass, seen: set) -> None:
     """Inference: the formula traced forward. Training: traced forward and backward once per entry of
-    row.grads."""
+    row.grads. Each registered in its general form (sizes ignored), checked exactly by _exact_check;
+    `seen`: the (general form, trace) pairs registered in pattern_pass."""
     from torch._inductor import pattern_matcher as pm
 
-    kwargs = dict(extra_check=check(row.pattern, row.tensors, *row.checks),
-                  scalar_workaround={"eps": EPS} if row.scalar_eps else {}, skip_duplicates=True)
-    if kind == "inference":
-        pm.register_replacement(row.search, row.replacement, examples, _fwd_functional, pattern_pass, **kwargs)
-        return
-    for flags in row.grads:
+    scalar_workaround = {"eps": EPS} if row.scalar_eps else {}
+    trace = _fwd_functional if kind == "inference" else pm.joint_fwd_bwd
+    extra = check(row.pattern, row.tensors, *row.checks)
+    for flags in ((False,) * len(examples),) if kind == "inference" else row.grads:
         flags = iter(flags)
         inputs = [e.detach().requires_grad_(next(flags)) if isinstance(e, torch.Tensor) else e for e in examples]
-        pm.register_replacement(row.search, row.replacement, inputs, pm.joint_fwd_bwd, pattern_pass, **kwargs)
+        grads = [isinstance(e, torch.Tensor) and e.requires_grad for e in inputs]
+        general, gm = pm.gen_pattern_and_search_gm(row.search, inputs, trace, scalar_workaround)
+        general_repr = pm.PatternPrettyPrinter.run(general)
+        if (general_repr, str(gm.graph)) in seen:
+            continue  # the same trace from another dtype's examples
+        seen.add((general_repr, str(gm.graph)))
+        # Inductor drops a pattern whose general form it has seen when it has no trace to compare (as
+        # here): a number eps and a tensor eps share one. Both are kept; the exact check tells them apart.
+        pattern_pass.seen_patterns.pop(general_repr, None)
+        pm.register_replacement(row.search, row.replacement, inputs, trace, pattern_pass,
+                                extra_check=_exact_check(row.search, trace, scalar_workaround, grads, extra),
+                                scalar_workaround=scalar_workaround, search_fn_pattern=general)
 
 
 def _register_all(kind: str) -> dict:
@@ -290,10 +351,11 @@ def _register_all(kind: str) -> dict:
     # The example values do not shape the traces: a generator of their own leaves torch's global one as the
     # caller left it.
     generator = torch.Generator().manual_seed(0)
+    seen = {name: set() for name in NAMES}
     for dtype in (torch.float32, torch.bfloat16):
         for row in ROWS:
             if kind in row.kinds:
-                _register(row, kind, _examples(row, dtype, generator), passes[row.pattern])
+                _register(row, kind, _examples(row, dtype, generator), passes[row.pattern], seen[row.pattern])
     return passes
 
 

@@ -64,15 +64,17 @@ def _source_files():
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Rewrite an input whose last dimension is at least ``min_last`` and which has at most ``max_numel``
-    elements (None: no bound). A symbolic size is covered only where it is known to be in range."""
+    elements (None: no bound). A symbolic size is judged over its range (``mark_dynamic``'s min and max,
+    what the graph implies) where the range decides; where part of the range is in and part out, at its
+    size hint, the size the graph is compiled at, as Inductor makes its own size-dependent choices."""
 
     min_last: int
     max_numel: Optional[int] = None
 
     def covers(self, value: torch.Tensor) -> bool:
         last = value.shape[-1] if value.dim() else 0
-        return _checks.known(last >= self.min_last) and (self.max_numel is None
-                                                         or _checks.known(value.numel() <= self.max_numel))
+        return _checks.decide(last >= self.min_last) and (self.max_numel is None
+                                                          or _checks.decide(value.numel() <= self.max_numel))
 
 
 # The patterns the default pass applies per device type, over the shapes at which each op was measured

@@ -477,15 +477,23 @@ class Tally:
     rewrites: Dict[str, int] = dataclasses.field(default_factory=lambda: {p: 0 for p in ops.compile.PATTERNS})
     graphs_rewritten: Dict[str, int] = dataclasses.field(default_factory=lambda: {p: 0 for p in ops.compile.PATTERNS})
 
-    def add(self, counts):
+    # Per shape mode (static, dynamic, mark): {"graphs": n, "graphs rewritten per pattern": {pattern: n}}.
+    modes: Dict[str, dict] = dataclasses.field(default_factory=dict)
+
+    def add(self, counts, mode="static"):
         self.graphs += 1
+        tally = self.modes.setdefault(mode, {"graphs": 0, "graphs rewritten per pattern":
+                                             {p: 0 for p in ops.compile.PATTERNS}})
+        tally["graphs"] += 1
         for name, n in counts.items():
             self.rewrites[name] += n
             self.graphs_rewritten[name] += bool(n)
+            tally["graphs rewritten per pattern"][name] += bool(n)
 
     def summary(self):
         return {"graphs": self.graphs, "graphs rewritten per pattern": self.graphs_rewritten,
-                "rewrites per pattern": self.rewrites, "skipped (eager raised)": self.skipped_eager_error,
+                "rewrites per pattern": self.rewrites, "per shape mode": self.modes,
+                "skipped (eager raised)": self.skipped_eager_error,
                 "skipped (Inductor without the pass raised)": self.skipped_inductor_error}
 
 
@@ -554,7 +562,7 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
                 except Disagreement as e:
                     raise Disagreement(f"{e}\nrewrites: {backend.counts}\n{program}") from None
     if tally:
-        tally.add(backend.counts)
+        tally.add(backend.counts, program.dynamic)
     return dict(backend.counts)
 
 
@@ -599,6 +607,13 @@ def _total(chunks, args, seconds):
         total[key] = sum(c.get(key, 0) for c in chunks)
     for key in ("graphs rewritten per pattern", "rewrites per pattern"):
         total[key] = {name: sum(c.get(key, {}).get(name, 0) for c in chunks) for name in ops.compile.PATTERNS}
+    modes = sorted({m for c in chunks for m in c.get("per shape mode", {})})
+    total["per shape mode"] = {
+        m: {"graphs": sum(c.get("per shape mode", {}).get(m, {}).get("graphs", 0) for c in chunks),
+            "graphs rewritten per pattern": {
+                name: sum(c.get("per shape mode", {}).get(m, {}).get("graphs rewritten per pattern", {}).get(name, 0)
+                          for c in chunks) for name in ops.compile.PATTERNS}}
+        for m in modes}
     return total
 
 
@@ -672,7 +687,7 @@ def _jobs(args):
                     pass
     total = _total(list(chunks.values()), args, round(time.time() - t0))
     print(f"{total['result']} in {total['seconds']} s: {total['graphs']} graphs, rewritten per pattern "
-          f"{total['graphs rewritten per pattern']}")
+          f"{total['graphs rewritten per pattern']}; per shape mode {total['per shape mode']}")
     if args.out:
         _write_json(args.out, total)
     return {"agreed": 0, "interrupted": 130}.get(total["result"], 1)

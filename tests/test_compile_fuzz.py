@@ -175,8 +175,10 @@ def test_the_pass_agrees_with_eager_on_fuzzed_programs():
         run()
     summary = tally.summary()
     assert tally.graphs >= GRAPHS // 2, summary  # most programs ran (not skipped)
-    # The run shows rewrites, not only graphs left alone.
+    # The run shows rewrites, not only graphs left alone, and rewrites under symbolic sizes too.
     assert all(tally.graphs_rewritten[name] for name in ops.compile.PATTERNS), summary
+    assert set(tally.modes) == {"static", "dynamic", "mark"}, summary
+    assert all(any(tally.modes[m]["graphs rewritten per pattern"].values()) for m in tally.modes), summary
     print(summary)
 
 
@@ -192,6 +194,7 @@ def test_the_long_run_runs_in_chunks_and_resumes(tmp_path):
     assert exit_.value.code == 0
     run = json.loads(out.read_text())
     assert run["result"] == "agreed" and run["graphs"] >= 2 and [c["seed"] for c in run["chunks"]][:2] == [7, 8]
+    assert sum(m["graphs"] for m in run["per shape mode"].values()) == run["graphs"]
     # Resumed with every chunk agreed: nothing runs again; a larger target adds chunks of the next seeds.
     run["chunks"][0]["graphs"] = 5  # a marker: a chunk that ran again would report its own count
     out.write_text(json.dumps(run))

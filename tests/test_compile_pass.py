@@ -469,6 +469,42 @@ def test_dynamic_sequence_lengths_keep_the_rewrites(batch):
     assert backend.counts == {"fused_add_rms_norm": 4, "rms_norm": 1, "silu_and_mul": 0, "linear_act": 2}, backend.counts
 
 
+def test_dynamic_true_matches_over_symbolic_rows_and_last_dimensions():
+    # Every size symbolic: linear's (batch, sequence) rows, silu_and_mul's rows and last dimension, the
+    # norm's hidden size. Inductor's own re-trace keeps one of two unrelated symbols and matched none of these.
+    def f(x, w, b, wn):
+        h = F.gelu(F.linear(x, w, b))
+        a, g = h.chunk(2, dim=-1)
+        return hf_norm(F.silu(a) * g, wn)
+
+    fn, backend = compiled(f, dynamic=True)
+    for batch, seq in ((2, 5), (3, 7)):
+        x, w, b, wn = torch.randn(batch, seq, 16), torch.randn(24, 16), torch.randn(24), torch.rand(12) + 0.5
+        torch.testing.assert_close(fn(x, w, b, wn), f(x, w, b, wn))
+    assert only(backend.counts, linear_act=1, silu_and_mul=1, rms_norm=1), backend.counts  # one graph for both
+
+
+@pytest.mark.parametrize("rows, dynamic, rewritten", [
+    (4, {}, True),                          # unbounded: at the hint, 4 x 64 = 256 elements
+    (32, {}, False),                        # unbounded: at the hint, 2048 elements
+    (4, {"min": 2, "max": 8}, True),        # the range decides: at most 512 elements
+    (32, {"min": 20, "max": 40}, False),    # the range decides: at least 1280 elements
+    (32, {"min": 2, "max": 40}, False),     # the range straddles the bound: the hint decides
+])
+def test_rules_judge_symbolic_sizes_over_their_range_then_at_their_hint(monkeypatch, rows, dynamic, rewritten):
+    monkeypatch.setitem(ops.compile.RULES["cpu"], "silu_and_mul", ops.compile.Rule(8, max_numel=1000))
+
+    def f(x):
+        a, b = x.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+    fn, backend = compiled(f, patterns=None)
+    x = torch.randn(rows, 64)
+    torch._dynamo.mark_dynamic(x, 0, **dynamic)
+    torch.testing.assert_close(fn(x), f(x))
+    assert backend.counts["silu_and_mul"] == int(rewritten), backend.counts
+
+
 def test_rules_decide_from_the_whole_shape():
     rule = ops.compile.Rule(min_last=512, max_numel=1 << 20)
     assert rule.covers(torch.empty(16, 512, device="meta")) and not rule.covers(torch.empty(16, 256, device="meta"))
@@ -507,11 +543,11 @@ def test_backend_options_and_the_users_own_joint_pass():
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 def test_dynamic_true_rewrites_norms_whose_eps_is_a_graph_input(training):
     # torch.compile(dynamic=True) passes the norms' eps attribute as a 0-d CPU tensor: the norms become
-    # _rms_norm_tensor_eps (no fused add: fused_add_rms_norm takes a number). One sequence: with a batch
-    # too, the GEMM's input view has a product of two symbols, and Inductor's re-trace of the linear
-    # pattern does not match it (torch 2.14.1): linear_act is then left alone.
+    # _rms_norm_tensor_eps (no fused add: fused_add_rms_norm takes a number). Inference at batch 2: batch and
+    # sequence both symbolic, the GEMM's input view has their product as its row count. Training at batch 1:
+    # linear_act's joint pattern is not matched over two symbolic dimensions yet (docs/fusion.md).
     model = _tiny_llama().train(training)
-    ids = torch.randint(0, 128, (1, 9))
+    ids = torch.randint(0, 128, (1 if training else 2, 9))
     fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False, dynamic=True)
     with torch.set_grad_enabled(training):
         got, expected = fn(input_ids=ids).logits, model(input_ids=ids).logits

@@ -70,7 +70,17 @@ SKIP_DIRS = {".git", "build", "dist", "results", "data", "__pycache__", ".pytest
 
 
 def _written_files():
-    for folder, dirs, files in os.walk(ROOT):
+    """The project's own files: its folders and top-level files (not a virtual environment or build beside them)."""
+    for name in os.listdir(ROOT):
+        if os.path.isfile(os.path.join(ROOT, name)) and (name.endswith((".py", ".md", ".txt", ".toml", ".in"))
+                                                          or name == "Makefile"):
+            yield os.path.join(ROOT, name)
+    for top in ("cutlass_gemm", "csrc", "ops", "tests", "benchmarks", "docs", ".ci"):
+        yield from _files_below(os.path.join(ROOT, top))
+
+
+def _files_below(root):
+    for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
         for name in files:
             if name.endswith((".py", ".h", ".cuh", ".cpp", ".cu", ".md", ".txt", ".toml", ".in")) or name in {"Makefile", "run"}:
