@@ -10,6 +10,12 @@ from op_registry import OP_IDS, OPS
 
 pytestmark = pytest.mark.slow
 
+# The ops whose exported models hold FP8 tensors in Inductor's own kernels.
+FP8_MODELS = {"scaled_gemm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"}
+# AOTInductor's CPU wrapper of torch 2.11 does not declare at::Float8_e4m3fn (g++: "'Float8_e4m3fn' is not
+# a member of 'at'"); 2.13.0 and 2.14.1 compile these packages.
+AOTI_CPU_FP8 = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
 LOAD_AND_RUN = """
 import sys, torch
 {imports}
@@ -22,6 +28,8 @@ torch.save(runner(x).cpu(), {y_path!r})
 @pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
 @pytest.mark.parametrize("device", DEVICES)
 def test_export_aoti_package_fresh_process(spec, device, tmp_path):
+    if device == "cpu" and spec.name in FP8_MODELS and not AOTI_CPU_FP8:
+        pytest.skip(f"torch {torch.__version__}: AOTInductor's CPU wrapper does not declare at::Float8_e4m3fn")
     model = spec.module().to(device).eval()
     x = spec.module_input(4).to(device)
     batch = torch.export.Dim("batch", min=1, max=1024)
