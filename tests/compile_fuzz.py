@@ -561,9 +561,38 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
                             _fragile(fn, program, seed))
                 except Disagreement as e:
                     raise Disagreement(f"{e}\nrewrites: {backend.counts}\n{program}") from None
+    if program.dynamic != "static":
+        _check_static_twin(fn, program, seed, backend.counts)
     if tally:
         tally.add(backend.counts, program.dynamic)
     return dict(backend.counts)
+
+
+def _check_static_twin(fn, program, seed, counts):
+    """A symbolic program is rewritten wherever the same program at concrete sizes is: per pattern, at least
+    the static twin's rewrites. Under dynamic=True a number eps is a tensor input, whose norm of a sum becomes
+    rms_norm rather than fused_add_rms_norm (that op takes a number): the norms are counted together there."""
+    torch._dynamo.reset()
+    twin = ops.compile.backend(ops.compile.PATTERNS)
+    static = dataclasses.replace(program, dynamic="static")
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        try:
+            _run(torch.compile(fn, backend=twin, dynamic=False, fullgraph=True), static, seed)
+        except Exception:  # noqa: BLE001 - the symbolic program ran: its twin's failure is checked as a static program
+            return
+        finally:
+            torch._dynamo.reset()
+
+    def grouped(c):
+        c = dict(c)
+        if program.dynamic == "dynamic":
+            c["rms_norm"] += c.pop("fused_add_rms_norm")
+        return c
+
+    got, expected = grouped(counts), grouped(twin.counts)
+    fewer = {name: (got[name], expected[name]) for name in expected if got[name] < expected[name]}
+    if fewer:
+        raise Disagreement(f"rewritten less than its static twin (symbolic, static): {fewer}\n{program}")
 
 
 def _write_json(path, obj):
