@@ -183,6 +183,18 @@ def test_model_benchmark_cli_on_cpu(tmp_path):
     assert "| MiniLM-L6 (batch 2) eager | converted |" in (tmp_path / "model.md").read_text()
 
 
+def test_compile_models_benchmark_compares_with_and_without_the_pass(tmp_path):
+    from benchmarks import compile_models
+
+    assert compile_models.main(["--tokens", "4,8", "--rounds", "1", "--models", "tiny llama", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "compile_models.json").read_text())
+    assert [r["tokens"] for r in report["results"]] == [4, 8]
+    assert report["rewrites"] == {"tiny llama": {"rms_norm": 5}}  # one graph for both token counts (checked)
+    assert all(r["without_us"] > 0 and r["with_us"] > 0 for r in report["results"])
+    with pytest.raises(SystemExit):
+        compile_models.main(["--tokens", "1,8", "--out", str(tmp_path)])  # 1 token specializes: refused
+
+
 def test_sanitizer_smoke_runs_as_device_check_runs_it():
     """device_check.sh runs it under compute-sanitizer as `python -m benchmarks.sanitizer_smoke`; on CPU the
     same calls (less the CUDA tactics) run and are checked against float64."""
