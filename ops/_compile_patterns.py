@@ -268,6 +268,21 @@ def _examples(row: Row, dtype: torch.dtype, generator: torch.Generator) -> list:
             else torch.tensor(EPS, dtype=torch.float32) if e == EPS_TENSOR else e for e in row.examples]
 
 
+def unshare_symbolic_sizes(graph: torch.fx.Graph) -> None:
+    """Gives each user of a computed symbolic size (``2 * s0``, a view's row count) a copy of its own. A
+    match may not take a node with users outside it: two Linears reading one input with a symbolic row
+    count share that count, and neither matched. The copies are pure integer expressions; Inductor's own
+    passes merge them again. The formulas traced to check a match get the same treatment."""
+    for node in reversed(list(graph.nodes)):  # users first: a copied expression's own inputs gain users
+        if node.op != "call_function" or not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat,
+                                                                              torch.SymBool)):
+            continue
+        for user in list(node.users)[1:]:
+            with graph.inserting_before(user):
+                copy = graph.node_copy(node)
+            user.replace_input_with(node, copy)
+
+
 def _symbolic_sizes(tensors) -> list:
     """The distinct symbolic sizes and strides of `tensors`, in order. Inductor's re-trace passes such sizes
     as inputs but keeps only those known to differ from the ones before it (torch 2.11-2.14.1), so that of
@@ -308,6 +323,7 @@ def _exact_check(search, trace, scalar_workaround: dict, requires_grad: list, ex
                 gm = trace(lambda *a: search(*a[len(sizes):]), [*sizes, *args])
             except RuntimeError:
                 return False
+        unshare_symbolic_sizes(gm.graph)
         size_names = [f"ops_size_{i}" for i in range(len(sizes))]
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for node, name in zip(placeholders, size_names + names):

@@ -143,7 +143,7 @@ class FusionPass(_CustomGraphPass):
         kinds = ("training", "inference") if _is_training_graph(graph) else ("inference",)
         passes = [_patterns.passes(kind) for kind in kinds]
         remove_noop_ops(graph)  # the joint graph still has aliases here; the patterns were traced without
-        _unshare_symbolic_sizes(graph)
+        _patterns.unshare_symbolic_sizes(graph)
         _checks.ENABLED.fn = self.enabled
         try:
             for name in PATTERNS:
@@ -165,21 +165,6 @@ class FusionPass(_CustomGraphPass):
 
         rules = sorted((device, sorted(names.items())) for device, names in RULES.items())
         return get_hash_for_files(_source_files(), repr((sorted(self.patterns or ()), self.patterns is None, rules)))
-
-
-def _unshare_symbolic_sizes(graph: torch.fx.Graph) -> None:
-    """Gives each user of a computed symbolic size (``2 * s0``, a view's row count) a copy of its own. A
-    match may not take a node with users outside it: two Linears reading one input with a symbolic row
-    count share that count, and neither matched. The copies are pure integer expressions; Inductor's own
-    passes merge them again."""
-    for node in reversed(list(graph.nodes)):  # users first: a copied expression's own inputs gain users
-        if node.op != "call_function" or not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat,
-                                                                              torch.SymBool)):
-            continue
-        for user in list(node.users)[1:]:
-            with graph.inserting_before(user):
-                copy = graph.node_copy(node)
-            user.replace_input_with(node, copy)
 
 
 class _Chained(_CustomGraphPass):

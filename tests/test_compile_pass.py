@@ -543,11 +543,10 @@ def test_backend_options_and_the_users_own_joint_pass():
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 def test_dynamic_true_rewrites_norms_whose_eps_is_a_graph_input(training):
     # torch.compile(dynamic=True) passes the norms' eps attribute as a 0-d CPU tensor: the norms become
-    # _rms_norm_tensor_eps (no fused add: fused_add_rms_norm takes a number). Inference at batch 2: batch and
-    # sequence both symbolic, the GEMM's input view has their product as its row count. Training at batch 1:
-    # linear_act's joint pattern is not matched over two symbolic dimensions yet (docs/fusion.md).
+    # _rms_norm_tensor_eps (no fused add: fused_add_rms_norm takes a number). Batch and sequence are both
+    # symbolic: the GEMM's input view has their product as its row count, in the forward and the backward.
     model = _tiny_llama().train(training)
-    ids = torch.randint(0, 128, (1 if training else 2, 9))
+    ids = torch.randint(0, 128, (2, 9))
     fn, backend = compiled(model, ops.compile.PATTERNS, fullgraph=False, dynamic=True)
     with torch.set_grad_enabled(training):
         got, expected = fn(input_ids=ids).logits, model(input_ids=ids).logits
