@@ -55,7 +55,7 @@ class Program:
     source: str
     inputs: List[Input]
     dtype: torch.dtype
-    dynamic: str  # static | dynamic | mark
+    dynamic: str  # static | dynamic | mark (maybe_mark_dynamic) | range (mark_dynamic with min and max)
     training: bool
 
     def __str__(self):
@@ -291,7 +291,7 @@ def programs(draw, max_stages=3):
     """A Program: stages of formulas and near-misses, as Python source."""
     dtype_name = draw(st.sampled_from(list(DTYPES)))
     training = draw(st.sampled_from([False, False, False, True, True]))
-    dynamic = draw(st.sampled_from(["static", "static", "dynamic", "mark"]))
+    dynamic = draw(st.sampled_from(["static", "static", "dynamic", "mark", "range"]))
     batch = draw(st.sampled_from([(1,), (3,), (5,), (8,), (2, 3), (1, 4)]))
     hidden = draw(st.sampled_from(HIDDEN))
     w = _Writer(draw, training)
@@ -344,10 +344,13 @@ def _run(fn, program, seed, upcast=False, given=None):
     if upcast:
         args = [a.detach().double().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
                 for a in args]
-    if program.dynamic == "mark":  # the first dimension of the first matrix input (a sequence length)
+    if program.dynamic in ("mark", "range"):  # the first dimension of the first matrix input (a sequence length)
         for a in args:
             if isinstance(a, torch.Tensor) and a.dim() >= 2:
-                torch._dynamo.maybe_mark_dynamic(a, 0)
+                if program.dynamic == "range" and a.shape[0] >= 2:  # a bounded range, as mark_dynamic(min=, max=)
+                    torch._dynamo.mark_dynamic(a, 0, min=2, max=max(64, a.shape[0]))
+                else:
+                    torch._dynamo.maybe_mark_dynamic(a, 0)
                 break
     outputs = fn(*args)
     grads = []
@@ -477,7 +480,7 @@ class Tally:
     rewrites: Dict[str, int] = dataclasses.field(default_factory=lambda: {p: 0 for p in ops.compile.PATTERNS})
     graphs_rewritten: Dict[str, int] = dataclasses.field(default_factory=lambda: {p: 0 for p in ops.compile.PATTERNS})
 
-    # Per shape mode (static, dynamic, mark): {"graphs": n, "graphs rewritten per pattern": {pattern: n}}.
+    # Per shape mode (static, dynamic, mark, range): {"graphs": n, "graphs rewritten per pattern": {pattern: n}}.
     modes: Dict[str, dict] = dataclasses.field(default_factory=dict)
 
     def add(self, counts, mode="static"):
@@ -509,7 +512,7 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
         if tally:
             tally.skipped_eager_error += 1
         return None
-    dynamic = {"static": False, "dynamic": True, "mark": None}[program.dynamic]
+    dynamic = {"static": False, "dynamic": True, "mark": None, "range": None}[program.dynamic]
 
     def stock():
         """Inductor without the pass; None if it cannot compile the program (which says nothing of the pass)."""

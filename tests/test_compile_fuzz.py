@@ -177,7 +177,7 @@ def test_the_pass_agrees_with_eager_on_fuzzed_programs():
     assert tally.graphs >= GRAPHS // 2, summary  # most programs ran (not skipped)
     # The run shows rewrites, not only graphs left alone, and rewrites under symbolic sizes too.
     assert all(tally.graphs_rewritten[name] for name in ops.compile.PATTERNS), summary
-    assert set(tally.modes) == {"static", "dynamic", "mark"}, summary
+    assert set(tally.modes) == {"static", "dynamic", "mark", "range"}, summary
     assert all(any(tally.modes[m]["graphs rewritten per pattern"].values()) for m in tally.modes), summary
     print(summary)
 
