@@ -11,7 +11,9 @@ import torch
 
 from ._library import GEMM_DTYPES
 
-ENABLED = threading.local()  # the pass being applied: its enabled-set function (``fn``), read by ``check``
+# The pass being applied: its enabled-set function (``fn``), read by ``check``, and whether it was given
+# its patterns by name (``named``) rather than the measured rules.
+ENABLED = threading.local()
 
 
 def val(node):
@@ -264,6 +266,11 @@ def eps_is_a_cpu_scalar(match) -> bool:  # what _rms_norm_tensor_eps reads on th
     eps = val(match.kwargs.get("eps"))
     return (isinstance(eps, torch.Tensor) and eps.dim() == 0 and eps.device.type == "cpu"
             and eps.dtype.is_floating_point)
+
+
+def named_patterns_only(match) -> bool:
+    """Rewrites not measured against Inductor's code: made only for a pass given its patterns by name."""
+    return bool(getattr(ENABLED, "named", False))
 
 
 def even(match) -> bool:

@@ -144,7 +144,7 @@ class FusionPass(_CustomGraphPass):
         passes = [_patterns.passes(kind) for kind in kinds]
         remove_noop_ops(graph)  # the joint graph still has aliases here; the patterns were traced without
         _patterns.unshare_symbolic_sizes(graph)
-        _checks.ENABLED.fn = self.enabled
+        _checks.ENABLED.fn, _checks.ENABLED.named = self.enabled, self.patterns is not None
         try:
             for name in PATTERNS:
                 for kind_passes in passes:
@@ -157,7 +157,7 @@ class FusionPass(_CustomGraphPass):
                         stable_topological_sort(graph)
                     self.counts[name] += rewrites
         finally:
-            _checks.ENABLED.fn = None
+            _checks.ENABLED.fn, _checks.ENABLED.named = None, False
         graph.eliminate_dead_code()
 
     def uuid(self):

@@ -186,10 +186,12 @@ def test_model_benchmark_cli_on_cpu(tmp_path):
 def test_compile_models_benchmark_compares_with_and_without_the_pass(tmp_path):
     from benchmarks import compile_models
 
-    assert compile_models.main(["--tokens", "4,8", "--rounds", "1", "--models", "tiny llama", "--out", str(tmp_path)]) == 0
-    report = json.loads((tmp_path / "compile_models.json").read_text())
+    argv = ["--tokens", "4,8", "--rounds", "1", "--models", "tiny llama", "--out", str(tmp_path)]
+    assert compile_models.main(argv + ["--patterns", "all"]) == 0
+    report = json.loads((tmp_path / "compile_models_all.json").read_text())
     assert [r["tokens"] for r in report["results"]] == [4, 8]
-    assert report["rewrites"] == {"tiny llama": {"rms_norm": 5}}  # one graph for both token counts (checked)
+    # One graph for both token counts (checked); under dynamic=True eps is a tensor: no fused add.
+    assert report["rewrites"] == {"tiny llama": {"rms_norm": 5, "linear_act": 2}}
     assert all(r["without_us"] > 0 and r["with_us"] > 0 for r in report["results"])
     with pytest.raises(SystemExit):
         compile_models.main(["--tokens", "1,8", "--out", str(tmp_path)])  # 1 token specializes: refused
