@@ -438,9 +438,9 @@ void require_defined(const char* op, std::initializer_list<NamedArg> required) {
   }
 }
 
-void check_eps_tensor(const at::Tensor& eps) {
+void check_eps_tensor(const char* op, const at::Tensor& eps) {
   TORCH_CHECK(eps.defined() && eps.dim() == 0 && eps.device().is_cpu() && at::isFloatingType(eps.scalar_type()),
-              "_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got ",
+              op, ": expected eps to be a 0-d floating tensor on the CPU, got ",
               eps.defined() ? eps.toString() + " of shape " + c10::str(eps.sizes()) + " on " + eps.device().str()
                             : std::string("None"));
 }
@@ -448,13 +448,13 @@ void check_eps_tensor(const at::Tensor& eps) {
 // Below autograd, on every backend: rms_norm with eps read on the host (a CPU tensor: no device sync).
 at::Tensor rms_norm_tensor_eps(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps,
                                bool round_before_weight) {
-  check_eps_tensor(eps);
+  check_eps_tensor("_rms_norm_tensor_eps", eps);
   return rms_norm_op().call(input, weight, eps.item<double>(), round_before_weight);
 }
 
 at::Tensor rms_norm_tensor_eps_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& eps,
                                         bool round_before_weight) {
-  check_eps_tensor(eps);
+  check_eps_tensor("_rms_norm_tensor_eps", eps);
   refuse_grad("_rms_norm_tensor_eps", {{"eps", eps}}, "the op does not differentiate in eps",
               "Detach it, or compute the norm with ATen ops");
   static const auto op = c10::Dispatcher::singleton()
@@ -534,6 +534,32 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual, const 
                              .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, double, bool)>();
   run_inference_inplace(
       "fused_add_rms_norm", {{"input", input}, {"residual", residual}, {"weight", weight}},
+      "an in-place inference op, it does not support automatic differentiation",
+      "Use ops.rms_norm(input + residual, weight) to differentiate",
+      [&] { op.call(input, residual, weight, eps, round_before_weight); });
+}
+
+// _fused_add_rms_norm_tensor_eps: fused_add_rms_norm with eps a 0-d CPU tensor, as _rms_norm_tensor_eps.
+using FusedAddRmsNormOp = void(at::Tensor&, at::Tensor&, const at::Tensor&, double, bool);
+
+void fused_add_rms_norm_tensor_eps(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                                   const at::Tensor& eps, bool round_before_weight) {
+  check_eps_tensor("_fused_add_rms_norm_tensor_eps", eps);
+  check_fused_add_rms_norm_inputs(input, residual, weight, "_fused_add_rms_norm_tensor_eps");
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("ops::fused_add_rms_norm", "").typed<FusedAddRmsNormOp>();
+  op.call(input, residual, weight, eps.item<double>(), round_before_weight);
+}
+
+void fused_add_rms_norm_tensor_eps_autograd(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                                            const at::Tensor& eps, bool round_before_weight) {
+  check_eps_tensor("_fused_add_rms_norm_tensor_eps", eps);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::_fused_add_rms_norm_tensor_eps", "")
+                             .typed<void(at::Tensor&, at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>();
+  run_inference_inplace(
+      "_fused_add_rms_norm_tensor_eps",
+      {{"input", input}, {"residual", residual}, {"weight", weight}, {"eps", eps}},
       "an in-place inference op, it does not support automatic differentiation",
       "Use ops.rms_norm(input + residual, weight) to differentiate",
       [&] { op.call(input, residual, weight, eps, round_before_weight); });
@@ -754,6 +780,7 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("cutlass_gemm.out", &ops::cutlass_gemm_out_autograd);
   m.impl("fused_add_rms_norm", &ops::fused_add_rms_norm_autograd);
   m.impl("_rms_norm_tensor_eps", &ops::rms_norm_tensor_eps_autograd);
+  m.impl("_fused_add_rms_norm_tensor_eps", &ops::fused_add_rms_norm_tensor_eps_autograd);
   m.impl("scaled_gemm", &ops::scaled_gemm_autograd);
   m.impl("scaled_gemm.out", &ops::scaled_gemm_out_autograd);
   m.impl("quantize_fp8", &ops::quantize_fp8_autograd);
@@ -766,4 +793,5 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {
   m.impl("_rms_norm_tensor_eps", &ops::rms_norm_tensor_eps);
+  m.impl("_fused_add_rms_norm_tensor_eps", &ops::fused_add_rms_norm_tensor_eps);
 }

@@ -428,8 +428,7 @@ void check_written_in_place(const char* op, const char* name, const at::Tensor& 
 }
 
 void check_fused_add_rms_norm_inputs(const at::Tensor& input, const at::Tensor& residual,
-                                     const at::Tensor& weight) {
-  constexpr const char* op = "fused_add_rms_norm";
+                                     const at::Tensor& weight, const char* op) {
   check_norm_inputs(op, input, weight);
   check_same_as(op, "residual", residual, input);
   check_written_in_place(op, "input", input);

@@ -144,6 +144,6 @@ void check_no_shared_memory(const char* op, const char* written, const at::Tenso
 // fused_add_rms_norm: check_norm_inputs, residual like input, and both written tensors free of
 // internal overlap and sharing memory with nothing else.
 void check_fused_add_rms_norm_inputs(const at::Tensor& input, const at::Tensor& residual,
-                                     const at::Tensor& weight);
+                                     const at::Tensor& weight, const char* op = "fused_add_rms_norm");
 
 }  // namespace ops

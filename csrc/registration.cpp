@@ -3,8 +3,8 @@
 // Python package `ops`; set_python_module before each group names the module holding that group's
 // fake kernels, so a missing fake kernel says what to import. ops::define is m.def plus clear errors
 // for sparse, nested and quantized inputs (layout_errors.h). The private ops (a leading underscore)
-// have a CompositeImplicitAutograd kernel each, registered beside their code (_rms_norm_tensor_eps: a
-// CompositeExplicitAutograd and an Autograd kernel).
+// have a CompositeImplicitAutograd kernel each, registered beside their code (the _tensor_eps norms: a
+// CompositeExplicitAutograd and an Autograd kernel each).
 #include <torch/library.h>
 
 #include "layout_errors.h"
@@ -71,6 +71,9 @@ TORCH_LIBRARY(ops, m) {
   // as a tensor (torch.compile(dynamic=True) passes float arguments so). autograd.cpp
   ops::define(m, "_rms_norm_tensor_eps(Tensor input, Tensor weight, Tensor eps, *, bool round_before_weight=False) "
                  "-> Tensor");
+  // fused_add_rms_norm with eps a 0-d CPU tensor, for the same graphs. autograd.cpp
+  ops::define(m, "_fused_add_rms_norm_tensor_eps(Tensor(a!) input, Tensor(b!) residual, Tensor weight, Tensor eps, *, "
+                 "bool round_before_weight=False) -> ()");
 
   // ---- Tactic and introspection controls (ops.gemm, ops.build_info, ops.kernels) ----------------
   m.set_python_module("ops.gemm");

@@ -268,10 +268,5 @@ def eps_is_a_cpu_scalar(match) -> bool:  # what _rms_norm_tensor_eps reads on th
             and eps.dtype.is_floating_point)
 
 
-def named_patterns_only(match) -> bool:
-    """Rewrites not measured against Inductor's code: made only for a pass given its patterns by name."""
-    return bool(getattr(ENABLED, "named", False))
-
-
 def even(match) -> bool:
     return val(match.kwargs["x"]).shape[-1] % 2 == 0

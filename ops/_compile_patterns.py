@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from . import _library  # noqa: F401  (loads the op library: the replacements call its ops)
 from . import fused  # noqa: F401  (the fake kernels and autograd of the ops the replacements call)
 from ._compile_checks import (add_shapes, buffers_of_their_own, check, eps_is_a_cpu_scalar, eps_is_a_number, even,
-                              input_not_written_back, known, layout_kept, linear_shapes, named_patterns_only,
-                              norm_shapes, not_float64, val)
+                              input_not_written_back, known, layout_kept, linear_shapes, norm_shapes, not_float64,
+                              val)
 from .linear import ACTIVATION_FUNCTIONS
 
 ACTIVATIONS = {name: fn for name, fn in ACTIVATION_FUNCTIONS.items() if name != "none"}  # what linear_act fuses
@@ -89,8 +89,15 @@ def _add_norm_replacements(round_before_weight: bool) -> dict:
         r = x + residual
         return torch.ops.ops._rms_norm_tensor_eps(r, w, eps, round_before_weight=round_before_weight), r
 
+    def fused_add_tensor_eps(x, residual, w, eps):
+        from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+        out = auto_functionalized(torch.ops.ops._fused_add_rms_norm_tensor_eps.default, input=x, residual=residual,
+                                  weight=w, eps=eps, round_before_weight=round_before_weight)
+        return out[1], out[2]
+
     return {"norm": norm, "fused_add": fused_add, "residual": residual, "norm_tensor_eps": norm_tensor_eps,
-            "residual_tensor_eps": residual_tensor_eps}
+            "residual_tensor_eps": residual_tensor_eps, "fused_add_tensor_eps": fused_add_tensor_eps}
 
 
 _REPLACEMENTS = {rounded: _add_norm_replacements(rounded) for rounded in (False, True)}
@@ -164,6 +171,8 @@ _GRADS = {2: ((True, True), (False, True), (True, False)),
           3: ((True, True, True), (False, True, True), (True, False, False))}
 # The residual norm's inputs (x, residual, weight): both summands or one, a trained or a frozen weight.
 _RESIDUAL_GRADS = ((True, True, True), (True, False, True), (True, True, False), (True, False, False))
+# A norm whose input is used again (other_gradient): that input needs a gradient.
+_OTHER_GRADIENT_GRADS = ((True, True), (True, False))
 
 
 def _frozen_eps(grads):  # an eps tensor needs no gradient
@@ -180,7 +189,8 @@ class Row:
     match's inputs that must share a device and a dtype the ops take, the first deciding ``RULES``;
     ``kinds``: the graphs it is traced for; ``grads``: training, which tensor examples need a gradient, a
     traced pattern per entry (none for an op without autograd); ``scalar_eps``: eps traced as the number
-    EPS and matched as an argument (Inductor's scalar_workaround)."""
+    EPS and matched as an argument (Inductor's scalar_workaround); ``other_gradient``: training, the first
+    input also used outside the formula (_joint_with_other_gradient)."""
 
     pattern: str
     search: Callable
@@ -191,16 +201,14 @@ class Row:
     kinds: Tuple[str, ...] = KINDS
     grads: Tuple[Tuple[bool, ...], ...] = ()
     scalar_eps: bool = False
+    other_gradient: bool = False
 
 
 def _number_eps_checks(norm):  # the hand-written norms compute in float32: float64 input is left alone
     return ((not_float64,) if norm in _HF_NORMS else ()) + (eps_is_a_number, norm_shapes)
 
 
-# The tensor-eps norms (dynamic=True) only where the patterns are named: in a tiny Llama (hidden 128, 128
-# tokens, CPU) compiled with dynamic=True, its 5 rewrites made the model 0.87-0.89x of Inductor alone
-# (benchmarks.compile_models).
-_TENSOR_EPS_CHECKS = (named_patterns_only, not_float64, eps_is_a_cpu_scalar, norm_shapes)
+_TENSOR_EPS_CHECKS = (not_float64, eps_is_a_cpu_scalar, norm_shapes)
 _X, _W, _LINEAR_W, _LINEAR_B = (3, 8), (8,), (4, 8), (4,)
 _ADD_NORM = ("x", "residual", "w")
 
@@ -216,7 +224,10 @@ ROWS: Tuple[Row, ...] = (
             (*_number_eps_checks(norm), layout_kept("x")), grads=_GRADS[2], scalar_eps=True),
         Row("rms_norm", _add_norm_search(norm), _replacement(norm, "residual"), (_X, _X, _W, EPS), _ADD_NORM,
             (*_number_eps_checks(norm), add_shapes, layout_kept("x", "residual")), kinds=TRAINING,
-            grads=_RESIDUAL_GRADS, scalar_eps=True))),
+            grads=_RESIDUAL_GRADS, scalar_eps=True),
+        Row("rms_norm", norm, _replacement(norm, "norm"), (_X, _W, EPS), ("x", "w"),
+            (*_number_eps_checks(norm), layout_kept("x")), kinds=TRAINING, grads=_OTHER_GRADIENT_GRADS,
+            scalar_eps=True, other_gradient=True))),
     # torch.compile(dynamic=True) passes a float argument (a module's eps attribute too) as a 0-d CPU
     # tensor, which the hand-written norms add: those norms become _rms_norm_tensor_eps.
     *(row for norm in _HF_NORMS for row in (
@@ -224,9 +235,13 @@ ROWS: Tuple[Row, ...] = (
             (*_TENSOR_EPS_CHECKS, layout_kept("x")), grads=_frozen_eps(_GRADS[2])),
         Row("rms_norm", _add_norm_search(norm), _replacement(norm, "residual_tensor_eps"),
             (_X, _X, _W, EPS_TENSOR), _ADD_NORM, (*_TENSOR_EPS_CHECKS, add_shapes, layout_kept("x", "residual")),
-            kinds=TRAINING, grads=_frozen_eps(_RESIDUAL_GRADS)))),
+            kinds=TRAINING, grads=_frozen_eps(_RESIDUAL_GRADS)),
+        Row("rms_norm", norm, _replacement(norm, "norm_tensor_eps"), (_X, _W, EPS_TENSOR), ("x", "w"),
+            (*_TENSOR_EPS_CHECKS, layout_kept("x")), kinds=TRAINING, grads=_frozen_eps(_OTHER_GRADIENT_GRADS),
+            other_gradient=True))),
     # fused_add_rms_norm (inference: the op has no autograd): the sum and a norm formula of it, the sum
-    # used afterwards; also the ops' own norm (a converted model), with eps or without it.
+    # used afterwards; also the ops' own norm (a converted model), with eps or without it; the hand-written
+    # norms with a tensor eps (dynamic=True).
     *(Row("fused_add_rms_norm", _add_norm_search(norm), _replacement(norm, "fused_add"), (_X, _X, _W, EPS),
           _ADD_NORM, (*_number_eps_checks(norm), add_shapes, buffers_of_their_own, input_not_written_back),
           kinds=INFERENCE, scalar_eps=True)
@@ -234,6 +249,10 @@ ROWS: Tuple[Row, ...] = (
     *(Row("fused_add_rms_norm", *_ops_norm_default_eps(rounded), (_X, _X, _W), _ADD_NORM,
           (norm_shapes, add_shapes, buffers_of_their_own, input_not_written_back), kinds=INFERENCE)
       for rounded in (False, True)),
+    *(Row("fused_add_rms_norm", _add_norm_search(norm), _replacement(norm, "fused_add_tensor_eps"),
+          (_X, _X, _W, EPS_TENSOR), _ADD_NORM,
+          (*_TENSOR_EPS_CHECKS, add_shapes, buffers_of_their_own, input_not_written_back), kinds=INFERENCE)
+      for norm in _HF_NORMS),
     # silu_and_mul: silu(a) * b (either order) of the halves of one tensor, by chunk, split or slices.
     *(Row("silu_and_mul", search, _silu_and_mul_replacement, (_X,), ("x",), (even, layout_kept("x")),
           grads=((True,),))
@@ -263,6 +282,45 @@ def _fwd_functional(fn, args, **kwargs):
         if (functional is not None and hasattr(functional, target._overloadname) and isinstance(written, torch.fx.Node)
                 and len(written.users) == 1):
             node.target = getattr(functional, target._overloadname)
+    gm.recompile()
+    return gm
+
+
+def _joint_with_other_gradient(fn, args, **kwargs):
+    """Inductor's joint trace of `fn`, for a first input that the graph also uses elsewhere: that use's
+    gradient becomes one more input, ``tangents_<n + 1>``, added into the first input's gradient where
+    autograd adds it. The engine adds gradients in the order they arrive, the other use's first (it comes
+    later in the forward): in float32, where a norm's ``x.float()`` is no node, x's gradient is
+    ``(other + g1) + g2``, which the formula's own ``g1 + g2`` never matches (the first layer's norm of
+    the embedding in a Llama). The replacement's traced gradient gets ``other + dx``."""
+    from torch._inductor import pattern_matcher as pm
+
+    gm = pm.joint_fwd_bwd(fn, args, **kwargs)
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals = [n for n in placeholders if n.name.startswith("primals")]
+    tangents = [n for n in placeholders if n.name.startswith("tangents")]
+    output = next(n for n in graph.nodes if n.op == "output")
+    outs = list(output.args[0])
+    # The outputs end with a gradient (or None) per primal; the first tensor primal is fn's first input
+    # (_exact_check puts symbolic sizes before it).
+    first = next(i for i, p in enumerate(primals) if isinstance(p.meta.get("val"), torch.Tensor))
+    index = len(outs) - len(primals) + first
+    grad = outs[index]
+    with graph.inserting_after(placeholders[-1]):
+        other = graph.placeholder(f"tangents_{len(tangents) + 1}")
+    other.meta = dict(grad.meta)
+    if grad.target is torch.ops.aten.add.Tensor and all(isinstance(a, torch.fx.Node) for a in grad.args):
+        with graph.inserting_before(grad):
+            first = graph.call_function(torch.ops.aten.add.Tensor, (other, grad.args[0]))
+        first.meta = dict(grad.meta)
+        grad.args = (first, grad.args[1])
+    else:
+        with graph.inserting_before(output):
+            total = graph.call_function(torch.ops.aten.add.Tensor, (other, grad))
+        total.meta = dict(grad.meta)
+        outs[index] = total
+        output.args = (outs,)
     gm.recompile()
     return gm
 
@@ -345,7 +403,8 @@ def _register(row: Row, kind: str, examples: list, pattern_pass, seen: set) -> N
     from torch._inductor import pattern_matcher as pm
 
     scalar_workaround = {"eps": EPS} if row.scalar_eps else {}
-    trace = _fwd_functional if kind == "inference" else pm.joint_fwd_bwd
+    trace = (_fwd_functional if kind == "inference" else _joint_with_other_gradient if row.other_gradient
+             else pm.joint_fwd_bwd)
     extra = check(row.pattern, row.tensors, *row.checks)
     for flags in ((False,) * len(examples),) if kind == "inference" else row.grads:
         flags = iter(flags)

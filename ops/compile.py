@@ -1,8 +1,8 @@
 """A torch.compile graph pass that rewrites known formulas into the ops, in any model's graph.
 
-    model = torch.compile(model, backend=ops.compile.backend())
+    model = torch.compile(model, backend=ops.compile.backend(ops.compile.PATTERNS))
     # or in your own Inductor configuration (one pass object, before Inductor's own joint-graph patterns):
-    torch._inductor.config.joint_custom_pre_pass = ops.compile.FusionPass()
+    torch._inductor.config.joint_custom_pre_pass = ops.compile.FusionPass(ops.compile.PATTERNS)
 
 It runs on the joint graph Inductor builds (the forward alone for inference; forward and backward for
 training), with Inductor's pattern matcher, as vLLM's compilation passes do: each pattern is a Python
@@ -23,10 +23,11 @@ before it is replaced. The patterns:
 Training graphs get the ops' registered autograd (the replacement is traced forward and backward), so
 the backward runs the ops' backward formulas.
 
-By default a rewrite is made only on a device type, and from a size, where it was measured faster than
-the code Inductor generates for the same formula: ``RULES`` (docs/fusion.md gives the measurements).
-``FusionPass(patterns=...)`` overrides that with an explicit set of pattern names for every device. ``counts`` tells how many
-rewrites each pattern made (a graph served from Inductor's cache is not rewritten again).
+By default a rewrite is made only on a device type, and over the sizes, where models compiled with it
+were measured at least as fast as compiled without it: ``RULES``, none yet (docs/fusion.md gives the
+measurements). ``FusionPass(patterns=...)`` applies an explicit set of pattern names on every device.
+``counts`` tells how many rewrites each pattern made (a graph served from Inductor's cache is not
+rewritten again).
 
 The formulas, their replacements and the table of traced patterns are in ops/_compile_patterns.py; what
 a match must satisfy to be rewritten is in ops/_compile_checks.py.
@@ -77,15 +78,13 @@ class Rule:
                                                           or _checks.decide(value.numel() <= self.max_numel))
 
 
-# The patterns the default pass applies per device type, over the shapes at which each op was measured
-# faster than the code Inductor generates for the formula it replaces (python -m benchmarks.compile_rules;
-# docs/fusion.md). CPU, benchmarks/results/2026-12-02-cpu: rms_norm and fused_add_rms_norm 1.03-12x at
-# every measured shape (rows 1-4096 x hidden 128-4096: memory-bound at the largest, no bound set);
-# silu_and_mul 1.05-7.5x at 2 * d = 1024-28672 up to 29.4M elements, 0.88-0.99x at 4096 x 8192 and
-# 4096 x 28672. ops.linear, ATen's linear plus the activation on CPU, 0.95-1.31x
-# (benchmarks/results/2026-12-01-cpu): not applied. CUDA: not measured against Inductor, none.
+# The patterns the default pass applies per device type, over the shapes at which a model compiled with
+# them ran at least as fast as compiled without them (python -m benchmarks.compile_models --shapes static;
+# docs/fusion.md). CPU, benchmarks/results/2026-12-06-cpu: Llamas of hidden 128 and 1024 at 16-512 tokens,
+# the norms 0.90-1.00x, silu_and_mul (a Phi-3) 0.92-1.01x, although each op alone beats the formula compiled
+# alone (benchmarks.compile_rules): none. CUDA: not measured against Inductor, none.
 RULES: Dict[str, Dict[str, Rule]] = {
-    "cpu": {"rms_norm": Rule(128), "fused_add_rms_norm": Rule(128), "silu_and_mul": Rule(1024, max_numel=29360128)},
+    "cpu": {},
     "cuda": {},
 }
 
@@ -144,7 +143,7 @@ class FusionPass(_CustomGraphPass):
         passes = [_patterns.passes(kind) for kind in kinds]
         remove_noop_ops(graph)  # the joint graph still has aliases here; the patterns were traced without
         _patterns.unshare_symbolic_sizes(graph)
-        _checks.ENABLED.fn, _checks.ENABLED.named = self.enabled, self.patterns is not None
+        _checks.ENABLED.fn = self.enabled
         try:
             for name in PATTERNS:
                 for kind_passes in passes:
@@ -157,7 +156,7 @@ class FusionPass(_CustomGraphPass):
                         stable_topological_sort(graph)
                     self.counts[name] += rewrites
         finally:
-            _checks.ENABLED.fn, _checks.ENABLED.named = None, False
+            _checks.ENABLED.fn = None
         graph.eliminate_dead_code()
 
     def uuid(self):

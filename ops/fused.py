@@ -33,6 +33,12 @@ def _check_silu_and_mul(op, input):
                  f"(2 * d: the gate half, then the up half), got {input.shape[-1]}")
 
 
+def _check_eps_tensor(op, eps):  # the _tensor_eps norms read eps on the host
+    torch._check(eps.dim() == 0 and eps.device.type == "cpu" and eps.dtype.is_floating_point,
+                 lambda: f"{op}: expected eps to be a 0-d floating tensor on the CPU, got "
+                         f"{eps.dtype} of shape {list(eps.shape)} on {eps.device}")
+
+
 def _check_norm(op, input, weight):
     torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., hidden), got a 0-D tensor")
     _check_floating(op, "input", input)
@@ -56,9 +62,7 @@ def _rms_norm_fake(input, weight, eps=1e-6, *, round_before_weight=False):
 @torch.library.register_fake("ops::_rms_norm_tensor_eps")
 def _rms_norm_tensor_eps_fake(input, weight, eps, *, round_before_weight=False):
     _check_norm("_rms_norm_tensor_eps", input, weight)
-    torch._check(eps.dim() == 0 and eps.device.type == "cpu" and eps.dtype.is_floating_point,
-                 lambda: f"_rms_norm_tensor_eps: expected eps to be a 0-d floating tensor on the CPU, got "
-                         f"{eps.dtype} of shape {list(eps.shape)} on {eps.device}")
+    _check_eps_tensor("_rms_norm_tensor_eps", eps)
     return torch.empty(input.shape, dtype=input.dtype, device=input.device)
 
 
@@ -111,13 +115,23 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
 
 @torch.library.register_fake("ops::fused_add_rms_norm")
 def _fused_add_rms_norm_fake(input, residual, weight, eps=1e-6, *, round_before_weight=False):
-    _check_norm("fused_add_rms_norm", input, weight)
-    _check_residual("fused_add_rms_norm", input, residual)
-    _overlap.check_written_in_place("fused_add_rms_norm", "input", input)
-    _overlap.check_written_in_place("fused_add_rms_norm", "residual", residual)
-    _overlap.check_no_shared_memory("fused_add_rms_norm", "input", input, "residual", residual)
-    _overlap.check_no_shared_memory("fused_add_rms_norm", "input", input, "weight", weight)
-    _overlap.check_no_shared_memory("fused_add_rms_norm", "residual", residual, "weight", weight)
+    _check_fused_add("fused_add_rms_norm", input, residual, weight)
+
+
+def _check_fused_add(op, input, residual, weight):
+    _check_norm(op, input, weight)
+    _check_residual(op, input, residual)
+    _overlap.check_written_in_place(op, "input", input)
+    _overlap.check_written_in_place(op, "residual", residual)
+    _overlap.check_no_shared_memory(op, "input", input, "residual", residual)
+    _overlap.check_no_shared_memory(op, "input", input, "weight", weight)
+    _overlap.check_no_shared_memory(op, "residual", residual, "weight", weight)
+
+@torch.library.register_fake("ops::_fused_add_rms_norm_tensor_eps")
+def _fused_add_rms_norm_tensor_eps_fake(input, residual, weight, eps, *, round_before_weight=False):
+    _check_fused_add("_fused_add_rms_norm_tensor_eps", input, residual, weight)
+    _check_eps_tensor("_fused_add_rms_norm_tensor_eps", eps)
+
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                        eps: float = 1e-6, round_before_weight: bool = False) -> None:

@@ -4,6 +4,7 @@ and compiled with every pattern forced on; outputs, gradients and the inputs a p
 agree. Rewrite counts per pattern show that the pass rewrote graphs, not only left them alone.
 
     python tests/compile_fuzz.py --graphs 10000 --jobs 2  # the documented long run (hours on 2 cores)
+    python tests/compile_fuzz.py --graphs 2000 --jobs 2 --symbolic  # symbolic sizes only
     python tests/compile_fuzz.py --graphs 50 --show       # print each program
 
 A program is Python source (printed when a graph disagrees): one to three stages, each a formula
@@ -12,7 +13,8 @@ A program is Python source (printed when a graph disagrees): one to three stages
 intermediate used again), reading operands from graph inputs, intermediates, or views of one tensor
 (chunk, split, unbind, slices, overlapping windows, expand, transposes). Programs run in float32,
 float64, bfloat16 or float16, as inference or training graphs (some inputs need gradients), with
-static shapes, dynamic=True, or a dynamic first dimension (mark_dynamic).
+static shapes, dynamic=True, or a dynamic first dimension (mark_dynamic, with or without a range); a
+symbolic program is also run at static sizes and must be rewritten at least as often per pattern.
 """
 
 import argparse
@@ -287,11 +289,11 @@ class _Writer:
 
 
 @st.composite
-def programs(draw, max_stages=3):
-    """A Program: stages of formulas and near-misses, as Python source."""
+def programs(draw, max_stages=3, symbolic=False):
+    """A Program: stages of formulas and near-misses, as Python source; `symbolic`: symbolic sizes only."""
     dtype_name = draw(st.sampled_from(list(DTYPES)))
     training = draw(st.sampled_from([False, False, False, True, True]))
-    dynamic = draw(st.sampled_from(["static", "static", "dynamic", "mark", "range"]))
+    dynamic = draw(st.sampled_from((["static", "static"] if not symbolic else []) + ["dynamic", "mark", "range"]))
     batch = draw(st.sampled_from([(1,), (3,), (5,), (8,), (2, 3), (1, 4)]))
     hidden = draw(st.sampled_from(HIDDEN))
     w = _Writer(draw, training)
@@ -573,8 +575,7 @@ def check(program: Program, tally: Optional[Tally] = None, seed: int = 0) -> Opt
 
 def _check_static_twin(fn, program, seed, counts):
     """A symbolic program is rewritten wherever the same program at concrete sizes is: per pattern, at least
-    the static twin's rewrites. Under dynamic=True a number eps is a tensor input, whose norm of a sum becomes
-    rms_norm rather than fused_add_rms_norm (that op takes a number): the norms are counted together there."""
+    the static twin's rewrites."""
     torch._dynamo.reset()
     twin = ops.compile.backend(ops.compile.PATTERNS)
     static = dataclasses.replace(program, dynamic="static")
@@ -586,13 +587,7 @@ def _check_static_twin(fn, program, seed, counts):
         finally:
             torch._dynamo.reset()
 
-    def grouped(c):
-        c = dict(c)
-        if program.dynamic == "dynamic":
-            c["rms_norm"] += c.pop("fused_add_rms_norm")
-        return c
-
-    got, expected = grouped(counts), grouped(twin.counts)
+    got, expected = counts, twin.counts
     fewer = {name: (got[name], expected[name]) for name in expected if got[name] < expected[name]}
     if fewer:
         raise Disagreement(f"rewritten less than its static twin (symbolic, static): {fewer}\n{program}")
@@ -634,6 +629,7 @@ def _total(chunks, args, seconds):
               "agreed" if done >= args.graphs else "interrupted")
     total = {"result": result, "seconds": seconds, "torch": torch.__version__, "source sha256": _source_digest(),
              "graphs target": args.graphs, "first seed": args.seed or 0, "chunk": args.chunk,
+             "symbolic only": args.symbolic,
              "chunks": sorted(chunks, key=lambda c: c["seed"])}
     for key in ("graphs", "skipped (eager raised)", "skipped (Inductor without the pass raised)"):
         total[key] = sum(c.get(key, 0) for c in chunks)
@@ -663,10 +659,10 @@ def _jobs(args):
     if args.resume and args.out and os.path.exists(args.out):
         with open(args.out) as f:
             old = json.load(f)
-        if (old.get("first seed"), old.get("chunk"), old.get("torch")) != (seed, args.chunk, torch.__version__):
-            sys.exit(f"compile_fuzz: --resume: {args.out} records first seed {old.get('first seed')}, chunk "
-                     f"{old.get('chunk')}, torch {old.get('torch')}; this run has {seed}, {args.chunk}, "
-                     f"{torch.__version__}")
+        recorded = (old.get("first seed"), old.get("chunk"), old.get("torch"), old.get("symbolic only", False))
+        if recorded != (seed, args.chunk, torch.__version__, args.symbolic):
+            sys.exit(f"compile_fuzz: --resume: {args.out} records (first seed, chunk, torch, symbolic only) "
+                     f"{recorded}; this run has {(seed, args.chunk, torch.__version__, args.symbolic)}")
         if old.get("source sha256", _source_digest()) != _source_digest():
             sys.exit(f"compile_fuzz: --resume: {args.out} was run with another ops/compile.py, another module of "
                      "the pass or tests/compile_fuzz.py (source sha256); resume from that code (git worktree at its "
@@ -687,7 +683,8 @@ def _jobs(args):
                     s = next(s for s in itertools.count(seed) if s not in chunks and s not in running)
                     out = os.path.join(tmp, f"seed{s}.json")
                     running[s] = (subprocess.Popen([sys.executable, os.path.abspath(__file__), "--seed", str(s),
-                                                    "--graphs", str(args.chunk), "--out", out]), out)
+                                                    "--graphs", str(args.chunk), "--out", out,
+                                                    *(["--symbolic"] if args.symbolic else [])]), out)
                 if not running:
                     break
                 pid, _ = os.wait()
@@ -738,6 +735,9 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=250, help="graphs per process with --jobs (default 250)")
     parser.add_argument("--resume", action="store_true",
                         help="with --jobs: keep the chunks --out records as agreed, run the rest")
+    parser.add_argument("--symbolic", action="store_true",
+                        help="symbolic programs only (dynamic=True, mark_dynamic with and without a range), each "
+                             "also run as its static twin")
     parser.add_argument("--show", action="store_true", help="print every program")
     parser.add_argument("--out", help="write the tally (JSON) here, also after a disagreement")
     args = parser.parse_args(argv)
@@ -752,7 +752,7 @@ def main(argv=None):
 
     @settings(max_examples=args.graphs, deadline=None, database=None, derandomize=args.seed is None,
               suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink], print_blob=True)
-    @given(programs())
+    @given(programs(symbolic=args.symbolic))
     def run(program):
         if args.show:
             print(program, "\n", flush=True)
@@ -771,7 +771,7 @@ def main(argv=None):
         result = "interrupted"
     finally:
         summary = {"result": result, "seconds": round(time.time() - t0), "torch": torch.__version__,
-                   "seed": args.seed, **tally.summary()}
+                   "seed": args.seed, "symbolic only": args.symbolic, **tally.summary()}
         print(f"{result} in {summary['seconds']} s: {tally.summary()}")
         if args.out:
             _write_json(args.out, summary)

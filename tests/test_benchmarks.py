@@ -190,11 +190,16 @@ def test_compile_models_benchmark_compares_with_and_without_the_pass(tmp_path):
     assert compile_models.main(argv + ["--patterns", "all"]) == 0
     report = json.loads((tmp_path / "compile_models_all.json").read_text())
     assert [r["tokens"] for r in report["results"]] == [4, 8]
-    # One graph for both token counts (checked); under dynamic=True eps is a tensor: no fused add.
-    assert report["rewrites"] == {"tiny llama": {"rms_norm": 5, "linear_act": 2}}
+    # One graph for both token counts (checked); under dynamic=True eps is a tensor: the _tensor_eps norms.
+    assert report["rewrites"] == {"tiny llama": {"fused_add_rms_norm": 4, "rms_norm": 1, "linear_act": 2}}
     assert all(r["without_us"] > 0 and r["with_us"] > 0 for r in report["results"])
-    with pytest.raises(SystemExit):
-        compile_models.main(["--tokens", "1,8", "--out", str(tmp_path)])  # 1 token specializes: refused
+    # Static shapes: a graph per token count (checked), the rewrites summed over them; named patterns.
+    assert compile_models.main(argv + ["--shapes", "static", "--patterns", "fused_add_rms_norm,rms_norm"]) == 0
+    report = json.loads((tmp_path / "compile_models_fused_add_rms_norm+rms_norm_static.json").read_text())
+    assert report["shapes"] == "static" and report["rewrites"] == {"tiny llama": {"fused_add_rms_norm": 8, "rms_norm": 2}}
+    for bad in (["--tokens", "1,8"], ["--patterns", "gemm"]):  # 1 token specializes; no such pattern
+        with pytest.raises(SystemExit):
+            compile_models.main(bad + ["--out", str(tmp_path)])
 
 
 def test_sanitizer_smoke_runs_as_device_check_runs_it():

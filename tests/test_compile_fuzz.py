@@ -202,9 +202,24 @@ def test_the_long_run_runs_in_chunks_and_resumes(tmp_path):
         compile_fuzz.main(argv + ["--resume"])
     assert exit_.value.code == 0 and json.loads(out.read_text())["chunks"][0]["graphs"] == 5
     # Another chunk size, torch or code is another run: refused.
-    with pytest.raises(SystemExit, match="--resume: .* records first seed 7, chunk 1"):
+    with pytest.raises(SystemExit, match=r"--resume: .* records \(first seed, chunk, torch, symbolic only\) \(7, 1, "):
         compile_fuzz.main(["--graphs", "2", "--jobs", "2", "--chunk", "2", "--seed", "7", "--out", str(out), "--resume"])
     run["source sha256"] = "0" * 64
     out.write_text(json.dumps(run))
     with pytest.raises(SystemExit, match="another ops/compile.py"):
         compile_fuzz.main(argv + ["--resume"])
+    with pytest.raises(SystemExit, match=r"symbolic only\) \(7, 1, .*, False\); this run has \(7, 1, .*, True\)"):
+        compile_fuzz.main(argv + ["--resume", "--symbolic"])
+
+
+def test_a_symbolic_run_draws_symbolic_programs_only(tmp_path):
+    import json
+
+    import compile_fuzz
+
+    out = tmp_path / "run.json"
+    with pytest.raises(SystemExit) as exit_:
+        compile_fuzz.main(["--graphs", "4", "--jobs", "2", "--chunk", "2", "--seed", "3", "--symbolic", "--out", str(out)])
+    run = json.loads(out.read_text())
+    assert exit_.value.code == 0 and run["symbolic only"] and run["graphs"] >= 2, run
+    assert run["per shape mode"] and "static" not in run["per shape mode"], run

@@ -275,6 +275,10 @@ def _refusal_cases():
         ("_rms_norm_tensor_eps", "eps", lambda t: torch.ops.ops._rms_norm_tensor_eps(t["input"], t["weight"],
                                                                                       t["eps"]),
          {"input": x, "weight": w, "eps": torch.tensor(1e-6, dtype=torch.float64)}, ()),
+        ("_fused_add_rms_norm_tensor_eps", "residual",
+         lambda t: torch.ops.ops._fused_add_rms_norm_tensor_eps(t["input"], t["residual"], t["weight"], t["eps"]),
+         {"input": x, "residual": res, "weight": w, "eps": torch.tensor(1e-6, dtype=torch.float64)},
+         ("input", "residual")),
     ]
     return cases
 
