@@ -1,11 +1,12 @@
-"""The shapes behind ops.compile.RULES: each op the pass rewrites to, against the formula it replaces
-compiled by Inductor (what the pass would otherwise leave), over a grid of rows x last dimension.
+"""Each op the pass rewrites to, alone, against the formula it replaces compiled alone by Inductor (what the
+pass would otherwise leave), over a grid of rows x last dimension: the most a rule of ops.compile.RULES
+could cover. The rules themselves need models compiled with and without the rewrite
+(benchmarks.compile_models), where Inductor fuses the formula with its neighbours.
 
     python -m benchmarks.compile_rules [--dtypes fp32,bf16] [--out DIR]
 
-A rule must hold at every shape it covers, so the rule printed for each op and dtype is the smallest
-last dimension and the largest element count whose whole rectangle of measured shapes ran at least as
-fast as Inductor's code (speed-up >= 1). Times are medians of torch.utils.benchmark with the process's
+The rule printed for each op and dtype is the smallest last dimension and the largest element count whose
+whole rectangle of measured shapes ran at least as fast as Inductor's code (speed-up >= 1). Times are medians of torch.utils.benchmark with the process's
 threads (benchmarks.common.cpu_time), the median of three rounds that alternate the two sides.
 """
 

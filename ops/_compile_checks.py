@@ -11,8 +11,7 @@ import torch
 
 from ._library import GEMM_DTYPES
 
-# The pass being applied: its enabled-set function (``fn``), read by ``check``, and whether it was given
-# its patterns by name (``named``) rather than the measured rules.
+# The pass being applied: its enabled-set function (``fn``), read by ``check``.
 ENABLED = threading.local()
 
 

@@ -493,6 +493,27 @@ def test_dynamic_true_matches_over_symbolic_rows_and_last_dimensions():
     assert only(backend.counts, linear_act=1, silu_and_mul=1, rms_norm=1), backend.counts  # one graph for both
 
 
+@pytest.mark.parametrize("mode", ["static", "dynamic", "mark"])
+@pytest.mark.parametrize("rows", [0, 1])
+def test_zero_and_one_rows_are_rewritten_in_every_shape_mode(rows, mode):
+    # Dynamo specializes sizes 0 and 1 even where they are marked dynamic: the graph is static, every
+    # pattern is rewritten, and the results are eager's.
+    def f(x, r, w, W):
+        h = x + r
+        a, b = F.linear(hf_norm(h, w), W).chunk(2, dim=-1)
+        return F.gelu(F.linear(F.silu(a) * b, W[:, :32])), h
+
+    x, r, w, W = torch.randn(rows, 64), torch.randn(rows, 64), torch.rand(64) + 0.5, torch.randn(64, 64) / 8
+    if mode == "mark":
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+        torch._dynamo.maybe_mark_dynamic(r, 0)
+    fn, backend = compiled(f, dynamic={"static": False, "dynamic": True, "mark": None}[mode])
+    with torch.no_grad():
+        for got, expected in zip(fn(x, r, w, W), f(x, r, w, W)):
+            torch.testing.assert_close(got, expected)
+    assert only(backend.counts, fused_add_rms_norm=1, silu_and_mul=1, linear_act=1), backend.counts
+
+
 @pytest.mark.parametrize("rows, dynamic, rewritten", [
     (4, {}, True),                          # unbounded: at the hint, 4 x 64 = 256 elements
     (32, {}, False),                        # unbounded: at the hint, 2048 elements
