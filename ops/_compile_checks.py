@@ -268,4 +268,10 @@ def eps_is_a_cpu_scalar(match) -> bool:  # what _rms_norm_tensor_eps reads on th
 
 
 def even(match) -> bool:
-    return val(match.kwargs["x"]).shape[-1] % 2 == 0
+    """x's last dimension is even. A symbolic one is known to be only in the form the graph guards: the
+    product of its halves (chunk, split or slices) guards that they are equal."""
+    size = val(match.kwargs["x"]).shape[-1]
+    if not isinstance(size, torch.SymInt):
+        return size % 2 == 0
+    up, down = (size + 1) // 2, size // 2
+    return any(known(c) for c in (size % 2 == 0, size - up == up, size - down == down, 2 * down == size))

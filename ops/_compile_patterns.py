@@ -345,6 +345,54 @@ def unshare_symbolic_sizes(graph: torch.fx.Graph) -> None:
             user.replace_input_with(node, copy)
 
 
+def sizes_from_inputs(graph: torch.fx.Graph) -> None:
+    """Computes each size that a ``sym_size`` node reads from an intermediate tensor from the graph's
+    symbolic inputs instead. Such a read is a user outside any match of the tensor: the second half of a
+    chunk whose size the next chunk reads was not matched under dynamic=True. A size whose expression has
+    other symbols or functions than +, *, // and % of the inputs' symbols is left as it is."""
+    import operator
+
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+
+    symbols = {}
+    for node in graph.nodes:
+        v = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(v, torch.SymInt) and isinstance(v.node.expr, sympy.Symbol):
+            symbols.setdefault(v.node.expr, node)
+    if not symbols:
+        return
+    binary = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv, Mod: operator.mod,
+              PythonMod: operator.mod}
+
+    def build(expr):  # (node or int, its value), or None
+        if isinstance(expr, sympy.Integer):
+            return int(expr), int(expr)
+        if expr in symbols:
+            return symbols[expr], symbols[expr].meta["val"]
+        fn = binary.get(type(expr))
+        parts = [build(a) for a in expr.args] if fn is not None else [None]
+        if any(p is None for p in parts):
+            return None
+        (node, value), rest = parts[0], parts[1:]
+        for other, other_value in rest:
+            node, value = graph.call_function(fn, (node, other)), fn(value, other_value)
+            node.meta["val"] = value
+        return node, value
+
+    for node in list(graph.nodes):
+        v = node.meta.get("val")
+        if (node.target is not torch.ops.aten.sym_size.int or not isinstance(v, torch.SymInt)
+                or getattr(node.args[0], "op", None) == "placeholder"):
+            continue
+        with graph.inserting_before(node):
+            built = build(v.node.expr)
+        if built is not None and isinstance(built[0], torch.fx.Node) and known(built[1] == v):
+            node.replace_all_uses_with(built[0])
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+
+
 def _symbolic_sizes(tensors) -> list:
     """The distinct symbolic sizes and strides of `tensors`, in order. Inductor's re-trace passes such sizes
     as inputs but keeps only those known to differ from the ones before it (torch 2.11-2.14.1), so that of

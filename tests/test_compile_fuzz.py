@@ -108,6 +108,13 @@ FOUND = [
                 Input("i17", (8,), False, "positive")],
         dtype=torch.bfloat16, dynamic="static", training=False),
      {"rms_norm": 1, "silu_and_mul": 1}),
+    # dynamic=True, a last dimension s: the product of chunk halves of sizes s - (s + 1) // 2 and (s + 1) // 2
+    # guards that they are equal, but s % 2 == 0 is not known in that form: the first silu_and_mul was left
+    # alone where its static twin was rewritten. The pass reads evenness in each form a guard has.
+    (Program(source="def program(i1):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4 = t3 * F.silu(t2)\n"
+                    "    t5, t6 = t4.chunk(2, dim=-1)\n    t7 = F.silu(t5) * t6\n    return (t7,)",
+             inputs=[Input("i1", (1, 8), False)], dtype=torch.float32, dynamic="dynamic", training=False),
+     {"silu_and_mul": 2}),
 ]
 
 
