@@ -312,9 +312,9 @@ def _joint_with_other_gradient(fn, args, **kwargs):
     other.meta = dict(grad.meta)
     if grad.target is torch.ops.aten.add.Tensor and all(isinstance(a, torch.fx.Node) for a in grad.args):
         with graph.inserting_before(grad):
-            first = graph.call_function(torch.ops.aten.add.Tensor, (other, grad.args[0]))
-        first.meta = dict(grad.meta)
-        grad.args = (first, grad.args[1])
+            summed = graph.call_function(torch.ops.aten.add.Tensor, (other, grad.args[0]))
+        summed.meta = dict(grad.meta)
+        grad.args = (summed, grad.args[1])
     else:
         with graph.inserting_before(output):
             total = graph.call_function(torch.ops.aten.add.Tensor, (other, grad))
