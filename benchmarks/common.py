@@ -146,6 +146,26 @@ def int_list(text):
     return values
 
 
+def add_patterns_argument(parser):
+    """--patterns: which of the compile pass's patterns a benchmark applies."""
+    parser.add_argument("--patterns", default="rules",
+                        help="rules (the pass's default rules), all (every pattern), or comma-separated names of "
+                             f"{list(ops.compile.PATTERNS)} (those patterns, everywhere they match)")
+
+
+def chosen_patterns(parser, text):
+    """--patterns as ops.compile.backend takes it: None (the rules), or the pattern names."""
+    if text == "rules":
+        return None
+    if text == "all":
+        return tuple(ops.compile.PATTERNS)
+    names = text.split(",")
+    unknown = [n for n in names if n not in ops.compile.PATTERNS]
+    if unknown:
+        parser.error(f"--patterns: expected rules, all or names of {list(ops.compile.PATTERNS)}, got {unknown}")
+    return tuple(names)
+
+
 # The fused linear's activations, as PyTorch writes them (the references of ops.linear's epilogues).
 ACT = {name: fn for name, fn in ACTIVATION_FUNCTIONS.items() if name != "none"}
 

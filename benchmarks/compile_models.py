@@ -21,7 +21,8 @@ import sys
 import torch
 
 import ops
-from benchmarks.common import BUSY, NOISE, RESULTS, cpu_compare, int_list, machine_facts, markdown_table, write_report
+from benchmarks.common import (BUSY, NOISE, RESULTS, add_patterns_argument, chosen_patterns, cpu_compare, int_list,
+                               machine_facts, markdown_table, write_report)
 
 
 def _llama(hidden, intermediate, heads, vocab):
@@ -92,25 +93,20 @@ def main(argv=None):
     parser.add_argument("--tokens", type=int_list, default=[16, 128, 512], help="token counts (comma-separated)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; a time is its fastest round")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {list(MODELS)}")
-    parser.add_argument("--patterns", default="rules",
-                        help="rules (the pass's default rules), all (every pattern), or comma-separated names of "
-                             f"{list(ops.compile.PATTERNS)} (those patterns, everywhere they match)")
+    add_patterns_argument(parser)
     parser.add_argument("--shapes", choices=("dynamic", "static"), default="dynamic",
                         help="compile with dynamic=True (one graph) or dynamic=False (a graph per token count)")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     args = parser.parse_args(argv)
     names = args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
-    named = [] if args.patterns in ("rules", "all") else args.patterns.split(",")
-    unknown += [n for n in named if n not in ops.compile.PATTERNS]
+    patterns = chosen_patterns(parser, args.patterns)
     if unknown or args.rounds < 1 or any(n < 2 for n in args.tokens):
-        parser.error(f"expected models of {list(MODELS)}, patterns of {list(ops.compile.PATTERNS)}, --rounds >= 1 "
-                     f"and token counts >= 2 (1 specializes), got {names}, {args.patterns}, {args.rounds}, "
-                     f"{args.tokens}")
+        parser.error(f"expected models of {list(MODELS)}, --rounds >= 1 and token counts >= 2 (1 specializes), "
+                     f"got {names}, {args.rounds}, {args.tokens}")
     results, rewrites, table = [], {}, []
     for name in names:
-        rows, rewrites[name] = measure(name, MODELS[name], args.tokens, args.rounds,
-                                       {"rules": None, "all": ops.compile.PATTERNS}.get(args.patterns, named),
+        rows, rewrites[name] = measure(name, MODELS[name], args.tokens, args.rounds, patterns,
                                        dynamic=args.shapes == "dynamic")
         results += rows
         table += [[name, r["tokens"], f"{r['without_us']:.0f}", f"{r['with_us']:.0f}", f"{r['without_over_with']:.2f}",

@@ -352,7 +352,7 @@ fi
 
 if want model; then
   stage "benchmark: MiniLM and Llama MLP block, stock vs ops"
-  step model 90 "$PY" -m benchmarks.model --out "$MORE"
+  step model 90 "$PY" -m benchmarks.model --patterns all --out "$MORE"
   pack
 fi
 

@@ -1,12 +1,13 @@
 """Stock vs ops models, measured in the same run.
 
-    python -m benchmarks.model [--batch 8] [--tokens 16] [--no-compile] [--out DIR]
+    python -m benchmarks.model [--batch 8] [--tokens 16] [--no-compile] [--patterns rules|all|NAMES] [--out DIR]
 
 Each model is timed three ways, side by side: stock eager against the copy ``ops.nn.convert`` made
 (module swaps and block recipes); stock ``torch.compile`` against ``torch.compile`` with the ops' graph
-pass (``backend=ops.compile.backend()``); and stock ``torch.compile`` against the converted copy compiled
-with the pass (whose residual adds before ``ops.rms_norm`` become ``fused_add_rms_norm``), with the
-agreement of the outputs and the pass's rewrites. The two sides
+pass (``backend=ops.compile.backend(patterns)``: by default the device's rules, which on CPU rewrite
+nothing); and stock ``torch.compile`` against the converted copy compiled with the pass (where its patterns
+include ``fused_add_rms_norm``, the residual adds before ``ops.rms_norm`` become ``fused_add_rms_norm``), with
+the agreement of the outputs and the pass's rewrites. The two sides
 alternate (GPU: rounds of CUDA-event timings; CPU: single calls in pairs), so drifts of the machine hit
 both; each side's median is reported.
 
@@ -32,7 +33,8 @@ import torch
 
 import ops
 from benchmarks import models
-from benchmarks.common import RESULTS, CudaTimer, machine_facts, mark_stopped, markdown_table, write_report
+from benchmarks.common import (RESULTS, CudaTimer, add_patterns_argument, chosen_patterns, machine_facts, mark_stopped,
+                               markdown_table, write_report)
 
 MINILM_CONFIG = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                      intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512)
@@ -100,8 +102,10 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="GPU: timing rounds per side")
     parser.add_argument("--seconds", type=float, default=6.0, help="CPU: seconds of paired calls per comparison")
     parser.add_argument("--quick", action="store_true", help="the decoder at hidden 512 (tests)")
+    add_patterns_argument(parser)
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     args = parser.parse_args(argv)
+    patterns = chosen_patterns(parser, args.patterns)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if device == "cuda" else torch.float32
     timer = CudaTimer() if device == "cuda" else None
@@ -123,7 +127,7 @@ def main(argv=None):
                 m_stock, m_ops, counts = stock, converted, None
             else:
                 torch._dynamo.reset()
-                fusion = ops.compile.backend()
+                fusion = ops.compile.backend(patterns)
                 source = stock if variant == "compiled" else converted
                 m_stock, m_ops, counts = torch.compile(stock), torch.compile(source, backend=fusion), fusion.counts
             with torch.inference_mode():

@@ -160,7 +160,8 @@ def test_gemm_decode_suite_reports_bandwidth_and_fused_linears(tmp_path):
 def test_model_benchmark_cli_on_cpu(tmp_path):
     pytest.importorskip("transformers")
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.model", "--quick", "--seconds", "0.5", "--batch", "2", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.model", "--quick", "--seconds", "0.5", "--batch", "2", "--out", str(tmp_path),
+         "--patterns", "fused_add_rms_norm,rms_norm"],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES=""), capture_output=True,
         text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -173,9 +174,9 @@ def test_model_benchmark_cli_on_cpu(tmp_path):
         assert results[f"minilm_{variant}"]["min_cosine"] >= 0.99999, results
         case = results[f"llama_T16_{variant}"]
         assert case["max_abs_diff"] < 1e-4 and case["cosine"] > 0.99999, case
-    # The pass rewrote the decoder's norms (add + norm where a residual add comes first) on this CPU, in
-    # the stock model and in the converted one (each ops.rms_norm after a residual add: the 2 layers' 3
-    # and the final norm).
+    # The named patterns rewrote the decoder's norms (add + norm where a residual add comes first), in the
+    # stock model and in the converted one (each ops.rms_norm after a residual add: the 2 layers' 3 and the
+    # final norm).
     assert results["llama_T16_compiled"]["rewrites"].keys() == {"rms_norm", "fused_add_rms_norm"}, results
     assert results["llama_T16_converted+compiled"]["rewrites"] == {"fused_add_rms_norm": 4}, results
     assert results["llama_mlp_T16"]["max_abs_diff"] < 1e-4
