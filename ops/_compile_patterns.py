@@ -406,6 +406,22 @@ def _symbolic_sizes(tensors) -> list:
     return sizes
 
 
+def _trace(trace, fn, args):
+    """trace(fn, args), or None where the formula cannot be traced at these sizes. AOT autograd's float pass
+    asks Dynamo once to specialize each symbolic float of the shape env (Gemma's embedding scale under
+    dynamic=True) that a graph does not use, marking it specialized for this compile: a formula traced in
+    that shape env is traced again after it."""
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+
+    try:
+        try:
+            return trace(fn, args)
+        except TensorifyScalarRestartAnalysis:
+            return trace(fn, args)
+    except RuntimeError:
+        return None
+
+
 def _exact_check(search, trace, scalar_workaround: dict, requires_grad: list, extra_check):
     """The extra_check of a pattern registered with its general form (sizes ignored): the match again,
     against `search` traced at the graph's own shapes, dtypes and symbolic sizes (each symbol an input, as
@@ -429,19 +445,49 @@ def _exact_check(search, trace, scalar_workaround: dict, requires_grad: list, ex
                                         requires_grad=grad and v.dtype.is_floating_point)
                     if isinstance(v, torch.Tensor) else v for v, grad in zip(values, requires_grad)]
             sizes = _symbolic_sizes([a for a in args if isinstance(a, torch.Tensor)])
-            try:
-                gm = trace(lambda *a: search(*a[len(sizes):]), [*sizes, *args])
-            except RuntimeError:
+            gm = _trace(trace, lambda *a: search(*a[len(sizes):]), [*sizes, *args])
+            if gm is None:
                 return False
-        unshare_symbolic_sizes(gm.graph)
         size_names = [f"ops_size_{i}" for i in range(len(sizes))]
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for node, name in zip(placeholders, size_names + names):
             node.target = node.name = name
-        pattern = pm.fx_to_pattern(gm, argnames=size_names + names, scalar_workaround=scalar_workaround)
+        values = _sizes_as_inputs(gm.graph)
+        value_names = list(values)
+        pattern = pm.fx_to_pattern(gm, argnames=value_names + size_names + names, scalar_workaround=scalar_workaround)
         exact_match = pattern.match(match.output_nodes()[0])
-        return pm.is_match(exact_match) and extra_check(exact_match)
+        return (pm.is_match(exact_match) and all(_same_size(exact_match.kwargs.get(n), v) for n, v in values.items())
+                and extra_check(exact_match))
     return exact
+
+
+def _sizes_as_inputs(graph: torch.fx.Graph) -> dict:
+    """Makes each size that a tensor op of `graph` takes (a symbolic size, or an expression of them) an input
+    of its own, one per use; returns {input name: the traced size}. The match then compares sizes by value
+    (_same_size), not by how they are computed: a graph whose guards tie a chunk half's size to a literal
+    (``F.rms_norm(t, (8,), w)``) or to a weight's symbolic size spells it another way than the formula
+    traced again."""
+    def is_size(node):
+        return isinstance(node, torch.fx.Node) and isinstance(node.meta.get("val"), torch.SymInt)
+
+    first = next(iter(graph.nodes))
+    values = {}
+    for node in list(graph.nodes):
+        if node.op == "call_function" and not is_size(node):
+            for used in [a for a in node.all_input_nodes if is_size(a)]:
+                name = f"ops_value_{len(values)}"
+                with graph.inserting_before(first):
+                    value = graph.placeholder(name)
+                value.meta["val"] = values[name] = used.meta["val"]
+                node.replace_input_with(used, value)
+    graph.eliminate_dead_code()
+    return values
+
+
+def _same_size(matched, size) -> bool:
+    """Whether a matched size (a node or a number) is known to equal `size` for every size the graph admits."""
+    value = matched.meta.get("val") if isinstance(matched, torch.fx.Node) else matched
+    return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool) and known(value == size)
 
 
 def _register(row: Row, kind: str, examples: list, pattern_pass, seen: set) -> None:

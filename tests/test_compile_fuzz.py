@@ -115,6 +115,19 @@ FOUND = [
                     "    t5, t6 = t4.chunk(2, dim=-1)\n    t7 = F.silu(t5) * t6\n    return (t7,)",
              inputs=[Input("i1", (1, 8), False)], dtype=torch.float32, dynamic="dynamic", training=False),
      {"silu_and_mul": 2}),
+    # Sizes the guards tie to a number or to another size, spelled another way than the formula traced again
+    # for the match: a norm over (8,) of a chunk half of a dynamic last dimension, and silu(a) * b of such
+    # halves feeding a Linear of symbolic in-features (training graphs). The pass compares sizes by value.
+    (Program(source="def program(i1, i2):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4 = t2 + t3\n"
+                    "    t5 = F.rms_norm(t4, (8,), i2, 1e-06)\n    return (t5,)",
+             inputs=[Input("i1", (5, 16), True), Input("i2", (8,), True, "positive")],
+             dtype=torch.float32, dynamic="dynamic", training=True),
+     {"rms_norm": 1}),
+    (Program(source="def program(i1, i2):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4 = F.silu(t2) * t3\n"
+                    "    t5 = F.linear(t4, i2)\n    return (t5,)",
+             inputs=[Input("i1", (1, 16), True), Input("i2", (6, 8), True)],
+             dtype=torch.float32, dynamic="dynamic", training=True),
+     {"silu_and_mul": 1}),
 ]
 
 

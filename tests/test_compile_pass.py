@@ -493,6 +493,24 @@ def test_dynamic_true_matches_over_symbolic_rows_and_last_dimensions():
     assert only(backend.counts, linear_act=1, silu_and_mul=1, rms_norm=1), backend.counts  # one graph for both
 
 
+def test_a_symbolic_float_in_the_graph_does_not_stop_the_first_match():
+    # Under dynamic=True a Python float is a symbol (Gemma's embedding scale). Tracing a formula in the
+    # graph's shape env asks once to specialize it: the first match (Gemma's first MLP) was left alone.
+    def f(x, w, scale):
+        return F.gelu(F.linear(x * scale, w), approximate="tanh")
+
+    fn, backend = compiled(f, dynamic=True)
+    x, w = torch.randn(2, 5, 16, requires_grad=True), torch.randn(24, 16, requires_grad=True)
+    for scale in (8.0, 3.0):
+        got = fn(x, w, scale)
+        (gx, gw) = torch.autograd.grad(got.sum(), (x, w))
+        expected = f(x, w, scale)
+        torch.testing.assert_close(got, expected)
+        for g, e in zip((gx, gw), torch.autograd.grad(expected.sum(), (x, w))):
+            torch.testing.assert_close(g, e)
+    assert only(backend.counts, linear_act=1), backend.counts  # one graph for both scales
+
+
 @pytest.mark.parametrize("mode", ["static", "dynamic", "mark"])
 @pytest.mark.parametrize("rows", [0, 1])
 def test_zero_and_one_rows_are_rewritten_in_every_shape_mode(rows, mode):
