@@ -24,6 +24,7 @@ from .recipes import activation_of
 __all__ = ["NAME", "experts_forward", "register"]
 
 NAME = "ops"
+FP8_EXPERTS = "FP8 experts (transformers' FP8Experts): ops has no FP8 grouped GEMM; left on transformers' implementation"
 _MOE_MODULE = "transformers.integrations.moe"
 
 
@@ -101,6 +102,12 @@ def is_experts(module: torch.nn.Module) -> bool:
     interface, ``use_experts_implementation``)."""
     return (hasattr(module, "is_transposed") and hasattr(module, "has_gate") and hasattr(module, "down_proj")
             and hasattr(getattr(module, "config", None), "_experts_implementation"))
+
+
+def has_fp8_weights(module: torch.nn.Module) -> bool:
+    """Whether an experts module holds FP8 weights (transformers' FP8Experts: fine-grained FP8 checkpoints),
+    which ``experts_forward`` (bf16/fp16/fp32 ``grouped_gemm``) does not take."""
+    return any(p.dtype.is_floating_point and p.dtype.itemsize == 1 for p in module.parameters(recurse=False))
 
 
 class _RegisterAfterImport(importlib.abc.MetaPathFinder):

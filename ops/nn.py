@@ -428,7 +428,9 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     MoE experts (transformers' experts modules: Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) run
     on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``), listed in
     ``report.experts``. The config is the model's, shared by all its experts: converting a submodule
-    switches the experts outside it too (transformers dispatches on the config, not the module).
+    switches the experts outside it too (transformers dispatches on the config, not the module). Experts
+    with FP8 weights (transformers' ``FP8Experts``) are left alone, listed in ``report.skipped``: ops has no
+    FP8 grouped GEMM.
 
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
@@ -525,11 +527,18 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 continue
             _recipes.apply(block, recipe)
             report.recipes.append((name or "(model)", recipe.name))
-    for name, module in model.named_modules():
-        if _moe.is_experts(module):
+    experts = [(name or "(model)", m) for name, m in model.named_modules() if _moe.is_experts(m)]
+    # The experts dispatch on their config, which FP8 experts share: those configs are left as they are.
+    fp8_configs = [m.config for _, m in experts if _moe.has_fp8_weights(m)]
+    for name, module in experts:
+        if _moe.has_fp8_weights(module):
+            report.skipped.append((name, _moe.FP8_EXPERTS))
+        elif any(module.config is c for c in fp8_configs):
+            report.skipped.append((name, "its config's experts implementation is also FP8 experts', left as it is"))
+        else:
             _moe.register()
-            module.config._experts_implementation = _moe.NAME  # the experts dispatch on their config
-            report.experts.append(name or "(model)")
+            module.config._experts_implementation = _moe.NAME
+            report.experts.append(name)
     if fp8:
         _fp8_convert.record_format(model, fp8, report, Fp8Linear)
         _fp8_convert.load_checkpoint_keys_from_now_on(model)

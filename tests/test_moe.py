@@ -181,6 +181,20 @@ def test_dense_models_report_no_experts():
     assert ops.nn.convert(model).experts == []
 
 
+def test_fp8_experts_are_left_to_transformers():
+    # transformers' FP8Experts (a fine-grained FP8 checkpoint) hold float8 weights, which ops.grouped_gemm does
+    # not take: convert leaves them and their config's experts implementation alone, and says so.
+    fg = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    model = fg.replace_with_fp8_linear(tiny("Qwen3Moe"), modules_to_not_convert=["lm_head"], pre_quantized=True,
+                                       quantization_config=transformers.FineGrainedFP8Config(weight_block_size=(128, 128)))
+    names = experts_names(model)
+    assert len(names) == 2 and all(type(model.get_submodule(n)).__name__ == "FP8Experts" for n in names)
+    report = ops.nn.convert(model)
+    assert report.experts == [] and model.config._experts_implementation != ops.moe.NAME
+    assert [(n, why) for n, why in report.skipped if n in names] == [(n, ops.moe.FP8_EXPERTS) for n in names]
+    assert f"left {names[0]} alone: FP8 experts" in str(report)
+
+
 def test_import_ops_registers_the_implementation_where_transformers_interface_is_loaded():
     from conftest import run_python
 
