@@ -197,7 +197,11 @@ def _noop_sources(node) -> list:
 # ---- each pattern's own conditions (the `extras` of check) ---------------------------------------
 
 def _same(a, b) -> bool:
-    return known(a == b)
+    """Two sizes that the matched ops combine (a product's K, a broadcast): equal. Symbolic sizes are at least 2
+    (Dynamo specializes 0 and 1), so the graph's own ops admit only equal ones; where the graph spells them
+    apart (a rewritten silu_and_mul's ``s // 2`` against the Linear's in-features, guarded equal to the chunk
+    half ``s - (s + 1) // 2``), their values at the hints decide."""
+    return known(a == b) or (decide(a == b) and decide(a > 1))
 
 
 def norm_shapes(match) -> bool:  # the ops' contract: weight (hidden,), no broadcasting

@@ -128,6 +128,13 @@ FOUND = [
              inputs=[Input("i1", (1, 16), True), Input("i2", (6, 8), True)],
              dtype=torch.float32, dynamic="dynamic", training=True),
      {"silu_and_mul": 1}),
+    # The Linear after a rewritten silu_and_mul: the op's output size is s // 2, the weight's in-features
+    # guarded equal to the chunk half s - (s + 1) // 2; the shape checks compare such sizes at their hints.
+    (Program(source="def program(i1, i5):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4 = F.silu(t2) * t3\n"
+                    "    t6 = i5 * 0.5\n    t7 = F.linear(t4, t6)\n    t8 = F.relu(t7)\n    return (t8,)",
+             inputs=[Input("i1", (1, 8), False), Input("i5", (8, 4), False)],
+             dtype=torch.float32, dynamic="dynamic", training=True),
+     {"silu_and_mul": 1, "linear_act": 1}),
 ]
 
 
