@@ -2,7 +2,7 @@
 MoE models, forward and backward, and a MoE layer end to end against transformers' "grouped_mm" experts.
 
     python -m benchmarks.grouped [--quick|--full] [--models qwen3-30b-a3b,mixtral-8x7b,deepseek-v3]
-                                 [--tokens 1,64,1024] [--candidates] [--out DIR]
+                                 [--tokens 1,64,1024] [--candidates] [--fp8] [--out DIR]
 
 Expert rows: each model's up (gate_up: N = 2 * width, K = hidden) and down (N = hidden, K = width)
 projection over T tokens routed to their top-k experts, balanced (every expert gets T * k / E rows, the
@@ -15,7 +15,9 @@ fit in memory runs by default; deepseek-v3's experts (256 x 4096 x 7168 in bfloa
 --candidates (CUDA, where the SM90 grouped kernels run) also times each forward with every candidate kernel
 of its plan (ops.grouped.plan(...)["candidates"]: unswapped and swapped, forced with ops.gemm.set_tactic),
 each output first checked against the float64 product, and writes grouped_candidates.{json,md}: which kernel
-wins at which rows per group (what grouped_swap_ab is fitted to).
+wins at which rows per group (what grouped_swap_ab is fitted to). --fp8 also times each forward row in FP8
+(rowwise scales): ops.scaled_grouped_gemm against torch._scaled_grouped_mm (CUDA only) on the same codes and
+bf16 ops.grouped_gemm, written to grouped_fp8.{json,md}.
 """
 
 import argparse
@@ -87,25 +89,56 @@ def measure_experts(case, device, timed, dtype):
            "ops_path": plan.get("kernel") or plan["path"]}
     impls = {"ops": lambda a, b: ops.grouped_gemm(a, b, offs), "torch": lambda a, b: torch._grouped_mm(a, b, offs),
              "loop": lambda a, b: loop_mm(a, b, sizes)}
+    def call_of(fn):
+        if direction == "forward":
+            return lambda: fn(x, w)
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        out = fn(xg, wg)
+        grad = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (xg, wg), grad, retain_graph=True)
+
+    return _timed_row(row, {name: (lambda fn=fn: call_of(fn)) for name, fn in impls.items()}, flops, timed,
+                      prepared=True)
+
+
+def _timed_row(row, impls, flops, timed, prepared=False):
+    """row with each implementation's time and TFLOP/s (or why it is unavailable) and, against "ops", the ratios
+    (its time / ops's). prepared: each entry returns the call to time (built inside the error handling)."""
     for name, fn in impls.items():
         try:
-            if direction == "forward":
-                call = lambda fn=fn: fn(x, w)  # noqa: E731
-            else:
-                xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
-                out = fn(xg, wg)
-                grad = torch.randn_like(out)
-                call = lambda out=out, xg=xg, wg=wg, grad=grad: torch.autograd.grad(  # noqa: E731
-                    out, (xg, wg), grad, retain_graph=True)
+            call = fn() if prepared else fn
             call()
             t = timed(call)
             row[f"{name}_ms"], row[f"{name}_tflops"] = t * 1e3, flops / t / 1e12
         except (RuntimeError, NotImplementedError) as e:
             row[f"{name}_unavailable"] = first_line(e)
-    for name in ("torch", "loop"):
-        if f"{name}_ms" in row and "ops_ms" in row:
+    for name in impls:
+        if name != "ops" and f"{name}_ms" in row and "ops_ms" in row:
             row[f"vs_{name}"] = row[f"{name}_ms"] / row["ops_ms"]
     return row
+
+
+def measure_fp8(case, device, timed):
+    """One forward row in FP8 (rowwise: tokens per row, weights per expert and output channel): ops.scaled_grouped_gemm
+    against torch._scaled_grouped_mm on the same codes and scales, and bf16 ops.grouped_gemm on the weights."""
+    model, proj, tokens, routing = case
+    experts, k, hidden, width = MODELS[model]
+    n, kdim = (2 * width, hidden) if proj == "up" else (hidden, width)
+    sizes = group_sizes(tokens, experts, k, routing)
+    offs = sizes.cumsum(0).to(torch.int32).to(device)
+    x = torch.randn(int(sizes.sum()), kdim, generator=torch.Generator().manual_seed(tokens)).to(device, torch.bfloat16)
+    w = expert_weights(experts, n, kdim, device, torch.bfloat16)  # (E, K, N), a view of (E, N, K)
+    xq, xs = ops.quantize_fp8(x, "row")
+    ws = w.float().abs().amax(1).clamp(min=1e-12) / 448  # (E, N)
+    wq = (w.float() / ws.unsqueeze(1)).to(torch.float8_e4m3fn).transpose(1, 2).contiguous().transpose(1, 2)
+    xs = xs.reshape(-1)
+    flops = 2 * x.shape[0] * n * kdim
+    row = {"model": model, "proj": proj, "tokens": tokens, "rows": x.shape[0], "n": n, "k": kdim, "routing": routing,
+           "ops_path": ops.fp8.grouped_plan(xq, wq, xs, ws, offs)["path"]}
+    impls = {"ops": lambda: ops.scaled_grouped_gemm(xq, wq, xs, ws, offs),
+             "torch": lambda: torch._scaled_grouped_mm(xq, wq, xs, ws, offs=offs, out_dtype=torch.bfloat16),
+             "bf16": lambda: ops.grouped_gemm(x, w, offs)}
+    return _timed_row(row, impls, flops, timed)
 
 
 def sweep_candidates(case, device, timed, dtype):
@@ -165,6 +198,8 @@ def main(argv=None):
     parser.add_argument("--models", default=None, help=f"comma-separated of {', '.join(MODELS)}")
     parser.add_argument("--tokens", type=int_list, default=None, help="comma-separated token counts")
     parser.add_argument("--candidates", action="store_true", help="also time every candidate kernel (CUDA)")
+    parser.add_argument("--fp8", action="store_true", help="also the forward rows in FP8 (rowwise): "
+                        "ops.scaled_grouped_gemm vs torch._scaled_grouped_mm and bf16 grouped_gemm")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -232,6 +267,19 @@ def main(argv=None):
     write_report(args.out, "grouped_gemm", {"benchmark": "grouped_gemm", "machine": facts, "results": rows,
                                             "layers": layers}, "Grouped GEMM", note + "\n\n" + table)
     print(f"wrote {args.out}/grouped_gemm.{{json,md}}")
+    if args.fp8:
+        fp8_rows = [measure_fp8((model, proj, t, routing), device, timed) for model in models
+                    for proj in ("up", "down") for t in tokens[model] for routing in ("balanced", "skewed")]
+        table = markdown_table(
+            ["model", "proj", "tokens", "rows", "N", "K", "routing", "ops ms", "ops TFLOP/s",
+             "torch._scaled_grouped_mm / ops", "bf16 grouped_gemm / ops", "ops path"],
+            [[r["model"], r["proj"], r["tokens"], r["rows"], r["n"], r["k"], r["routing"], f"{r['ops_ms']:.3f}",
+              f"{r['ops_tflops']:.3g}", ratio(r, "torch"), ratio(r, "bf16"), r["ops_path"]] for r in fp8_rows])
+        write_report(args.out, "grouped_fp8", {"benchmark": "grouped_fp8", "machine": facts, "results": fp8_rows},
+                     "FP8 grouped GEMM (rowwise), forward", note.replace("bfloat16", "e4m3 in, bfloat16 out") +
+                     "\n\n" + table)
+        print(f"wrote {args.out}/grouped_fp8.{{json,md}}")
+        _WEIGHTS.clear()
     if args.candidates:
         sweeps = [r for r in (sweep_candidates((model, proj, t, routing, "forward"), device, timed, dtype)
                               for model in models for proj in ("up", "down") for t in tokens[model]

@@ -683,6 +683,39 @@ void scaled_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at
       [&] { op.call(A, B, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, out); });
 }
 
+at::Tensor scaled_grouped_gemm_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                        const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                        const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::scaled_grouped_gemm", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const c10::optional<at::Tensor>&,
+                                               const c10::optional<at::Tensor>&, c10::optional<at::ScalarType>)>();
+  const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  require_defined("scaled_grouped_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}});
+  refuse_grad("scaled_grouped_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"bias", b}},
+              kScaledGemmNoGrad, kDetach);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(A, B, scale_a, scale_b, offs, bias, out_dtype);
+}
+
+void scaled_grouped_gemm_out_autograd(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                      const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                      const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                                      at::Tensor& out) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ops::scaled_grouped_gemm", "out")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,
+                                         c10::optional<at::ScalarType>, at::Tensor&)>();
+  const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  require_defined("scaled_grouped_gemm", {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"out", out}});
+  run_inference_inplace(
+      "scaled_grouped_gemm",
+      {{"A", A}, {"B", B}, {"scale_a", scale_a}, {"scale_b", scale_b}, {"bias", b}, {"out", out}}, kScaledGemmNoGrad,
+      kDetach, [&] { op.call(A, B, scale_a, scale_b, offs, bias, out_dtype, out); });
+}
+
 // ---- grouped_gemm: out = A B per group (checks.h GroupedMode), offs fixed -------------------------------
 //   dA = grouped_gemm(dout, B^T, offs), dB = grouped_gemm(A^T, dout, offs) in every mode (the transposes
 //   move each mode to another: 2D x 3D's dB is a 2D x 2D over M, 2D x 2D's dA a 3D x 2D, ...);
@@ -789,6 +822,8 @@ TORCH_LIBRARY_IMPL(ops, Autograd, m) {
   m.impl("silu_and_mul_fp8", &ops::silu_and_mul_fp8_autograd);
   m.impl("grouped_gemm", &ops::grouped_gemm_autograd);
   m.impl("grouped_gemm.out", &ops::grouped_gemm_out_autograd);
+  m.impl("scaled_grouped_gemm", &ops::scaled_grouped_gemm_autograd);
+  m.impl("scaled_grouped_gemm.out", &ops::scaled_grouped_gemm_out_autograd);
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {

@@ -173,26 +173,20 @@ const char* grouped_mode_name(GroupedMode mode) {
   return "";
 }
 
-GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
-                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype,
-                                         const char* dtype_origin) {
-  check_gemm_defined(op, A, B);
+namespace {
+
+// The mode, groups and output of A and B 2-D or 3-D agreeing on K and G, and offs's checks (grouped_gemm's
+// and scaled_grouped_gemm's); reads no dtypes.
+GroupedProblem grouped_problem(const char* op, const at::Tensor& A, const at::Tensor& B,
+                               const c10::optional<at::Tensor>& offs) {
   TORCH_CHECK(A.dim() == 2 || A.dim() == 3, op, ": expected A to be 2-D (M, K) or 3-D (G, M, K), got a ", A.dim(),
               "-D tensor of shape ", A.sizes());
   TORCH_CHECK(B.dim() == 2 || B.dim() == 3, op, ": expected B to be 2-D (K, N) or 3-D (G, K, N), got a ", B.dim(),
               "-D tensor of shape ", B.sizes());
-  TORCH_CHECK(is_gemm_dtype(A.scalar_type()), op, ": expected A's dtype to be ", gemm_dtypes_text(), ", got ",
-              torch_dtype_name(A.scalar_type()));
-  TORCH_CHECK(A.scalar_type() == B.scalar_type(), op, ": A and B must have the same dtype, got A ",
-              torch_dtype_name(A.scalar_type()), " and B ", torch_dtype_name(B.scalar_type()));
   TORCH_CHECK(A.device() == B.device(), op, ": A and B must be on the same device, got A on ", A.device(),
               " and B on ", B.device());
   TORCH_CHECK(A.layout() == at::kStrided && B.layout() == at::kStrided, op,
               ": A and B must be dense (strided) tensors, got ", A.layout(), " and ", B.layout());
-  const bool half = A.scalar_type() == at::kHalf || A.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(out_dtype == A.scalar_type() || (half && out_dtype == at::kFloat), op, ": expected ", dtype_origin, " to be ",
-              torch_dtype_name(A.scalar_type()), " (A's dtype)", half ? " or torch.float32" : "", ", got ",
-              torch_dtype_name(out_dtype));
   TORCH_CHECK(A.size(-1) == B.size(-2), op, ": A and B must agree on K (A's last dimension, B's second to last), "
               "got A of shape ", A.sizes(), " and B of shape ", B.sizes());
   GroupedProblem p;
@@ -233,6 +227,23 @@ GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, co
   return p;
 }
 
+}  // namespace
+
+GroupedProblem check_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                         const c10::optional<at::Tensor>& offs, at::ScalarType out_dtype,
+                                         const char* dtype_origin) {
+  check_gemm_defined(op, A, B);
+  TORCH_CHECK(is_gemm_dtype(A.scalar_type()), op, ": expected A's dtype to be ", gemm_dtypes_text(), ", got ",
+              torch_dtype_name(A.scalar_type()));
+  TORCH_CHECK(A.scalar_type() == B.scalar_type(), op, ": A and B must have the same dtype, got A ",
+              torch_dtype_name(A.scalar_type()), " and B ", torch_dtype_name(B.scalar_type()));
+  const bool half = A.scalar_type() == at::kHalf || A.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(out_dtype == A.scalar_type() || (half && out_dtype == at::kFloat), op, ": expected ", dtype_origin, " to be ",
+              torch_dtype_name(A.scalar_type()), " (A's dtype)", half ? " or torch.float32" : "", ", got ",
+              torch_dtype_name(out_dtype));
+  return grouped_problem(op, A, B, offs);
+}
+
 void check_group_offsets(const char* op, const GroupedProblem& p, const int32_t* offs) {
   int64_t previous = 0;
   for (int64_t g = 0; g < p.groups; ++g) {
@@ -257,6 +268,104 @@ bool check_grouped_gemm_out(const char* op, const GroupedProblem& p, const at::T
               out.device());
   const at::Tensor o = offs.has_value() ? *offs : at::Tensor();
   return check_out_memory(op, out, {{"A", &A}, {"B", &B}, {"offs", &o}});
+}
+
+namespace {
+
+// Each side's M, N and the scales' shapes per recipe in a grouped mode (checks.h ScaledGroupedProblem).
+struct GroupedScaleShapes {
+  int64_t M, N, K;
+  std::vector<int64_t> row_a, row_b, block_a, block_b;  // block_*: empty where the mode takes no blocks
+};
+
+GroupedScaleShapes grouped_scale_shapes(const GroupedProblem& p, const at::Tensor& A, const at::Tensor& B) {
+  GroupedScaleShapes s;
+  const int64_t G = p.groups;
+  s.M = A.size(-2), s.N = B.size(-1), s.K = A.size(-1);
+  const int64_t kb = (s.K + kScaleBlock - 1) / kScaleBlock, nb = (s.N + kScaleBlock - 1) / kScaleBlock;
+  switch (p.mode) {
+    case GroupedMode::RaggedM:
+      s.row_a = {s.M}, s.row_b = {G, s.N}, s.block_a = {s.M, kb}, s.block_b = {G, kb, nb};
+      break;
+    case GroupedMode::Batched:
+      s.row_a = {G, s.M}, s.row_b = {G, s.N}, s.block_a = {G, s.M, kb}, s.block_b = {G, kb, nb};
+      break;
+    case GroupedMode::RaggedN:
+      s.row_a = {G, s.M}, s.row_b = {s.N};
+      break;
+    case GroupedMode::RaggedK:
+      s.row_a = {G * s.M}, s.row_b = {G * s.N};
+      break;
+  }
+  return s;
+}
+
+}  // namespace
+
+ScaledGroupedProblem check_scaled_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                                      const c10::optional<at::Tensor>& offs,
+                                                      const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                                      const char* dtype_origin) {
+  check_gemm_defined(op, A, B);
+  TORCH_CHECK(scale_a.defined() && scale_b.defined(), op, ": scale_a and scale_b must be defined tensors");
+  ScaledGroupedProblem result;
+  result.grouped = grouped_problem(op, A, B, offs);
+  const GroupedProblem& p = result.grouped;
+  TORCH_CHECK(A.scalar_type() == at::kFloat8_e4m3fn && B.scalar_type() == at::kFloat8_e4m3fn, op,
+              ": expected A and B to be torch.float8_e4m3fn (as torch._scaled_grouped_mm), got A ",
+              torch_dtype_name(A.scalar_type()), " and B ", torch_dtype_name(B.scalar_type()));
+  TORCH_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat, op,
+              ": expected ", dtype_origin, " to be torch.bfloat16, torch.float16 or torch.float32, got ",
+              torch_dtype_name(out_dtype));
+  const GroupedScaleShapes s = grouped_scale_shapes(p, A, B);
+  TORCH_CHECK(s.K % 16 == 0 && s.N % 16 == 0, op,
+              ": expected K and N to be multiples of 16 (the FP8 tensor cores' 16-byte rows), got K = ", s.K,
+              " and N = ", s.N);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"scale_a", &scale_a}, {"scale_b", &scale_b}}) {
+    TORCH_CHECK(t->device() == A.device(), op, ": expected ", name, " on ", A.device(), " (A's device), got ",
+                t->device());
+    TORCH_CHECK(t->layout() == at::kStrided, op, ": ", name, " must be a dense (strided) tensor");
+    TORCH_CHECK(t->scalar_type() == at::kFloat, op, ": expected ", name, " to be torch.float32, got ",
+                torch_dtype_name(t->scalar_type()));
+  }
+  const at::IntArrayRef sa = scale_a.sizes(), sb = scale_b.sizes();
+  if (sa == at::IntArrayRef(s.row_a) && sb == at::IntArrayRef(s.row_b)) {
+    result.recipe = ScaleRecipe::Rowwise;
+  } else if (!s.block_a.empty() && sa == at::IntArrayRef(s.block_a) && sb == at::IntArrayRef(s.block_b)) {
+    TORCH_CHECK(s.K % kScaleBlock == 0, op, ": the blockwise recipe takes K in whole 128-blocks, got K = ", s.K,
+                " (the rowwise recipe takes it)");
+    result.recipe = ScaleRecipe::Block128;
+  } else {
+    TORCH_CHECK(false, op, ": scale_a of shape ", sa, " and scale_b of shape ", sb, " are no recipe for A of shape ",
+                A.sizes(), " and B of shape ", B.sizes(), " (", grouped_mode_name(p.mode), "); expected rowwise: ",
+                at::IntArrayRef(s.row_a), " and ", at::IntArrayRef(s.row_b),
+                s.block_a.empty() ? std::string(" (blockwise scales take 2D x 3D and 3D x 3D)")
+                                  : c10::str("; blockwise 1x128 x 128x128: ", at::IntArrayRef(s.block_a), " and ",
+                                             at::IntArrayRef(s.block_b)));
+  }
+  if (bias.has_value() && bias->defined()) {
+    const std::vector<int64_t> shape = p.mode == GroupedMode::RaggedN ? std::vector<int64_t>{s.N}
+                                                                      : std::vector<int64_t>{p.groups, s.N};
+    TORCH_CHECK(bias->sizes() == at::IntArrayRef(shape), op, ": expected bias of shape ", at::IntArrayRef(shape),
+                p.mode == GroupedMode::RaggedN ? " (N,)" : " (G, N)", ", got ", bias->sizes());
+    TORCH_CHECK(bias->scalar_type() == out_dtype, op, ": expected bias's dtype to be ", torch_dtype_name(out_dtype),
+                " (", dtype_origin, "), got ", torch_dtype_name(bias->scalar_type()));
+    TORCH_CHECK(bias->device() == A.device(), op, ": expected bias on ", A.device(), " (A's device), got ",
+                bias->device());
+    TORCH_CHECK(bias->layout() == at::kStrided, op, ": bias must be a dense (strided) tensor");
+  }
+  return result;
+}
+
+bool check_scaled_grouped_gemm_out(const char* op, const GroupedProblem& p, const at::Tensor& A, const at::Tensor& B,
+                                   const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                   const c10::optional<at::Tensor>& offs, const c10::optional<at::Tensor>& bias,
+                                   const at::Tensor& out, at::ScalarType dtype, const char* dtype_origin) {
+  const bool undecided = check_grouped_gemm_out(op, p, A, B, offs, out, dtype, dtype_origin);
+  const at::Tensor no_bias;
+  return check_out_memory(op, out, {{"scale_a", &scale_a}, {"scale_b", &scale_b},
+                                    {"bias", bias.has_value() ? &*bias : &no_bias}}) || undecided;
 }
 
 void check_linear_inputs(const char* op, const at::Tensor& input, const at::Tensor& weight,

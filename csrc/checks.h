@@ -110,6 +110,28 @@ bool check_grouped_gemm_out(const char* op, const GroupedProblem& problem, const
                             const c10::optional<at::Tensor>& offs, const at::Tensor& out, at::ScalarType dtype,
                             const char* dtype_origin);
 
+// scaled_grouped_gemm: grouped_gemm's modes of float8_e4m3fn A and B (K and N multiples of 16), float32
+// scales whose shapes tell the recipe (M, N: A's rows and B's columns of one group; G groups):
+//   rowwise    2D x 3D scale_a (M,), scale_b (G, N);  3D x 3D (G, M), (G, N);  3D x 2D (G, M), (N,);
+//              2D x 2D (G * M,), (G * N,) (each group's own rows and columns)
+//   Block128   2D x 3D scale_a (M, K/128), scale_b (G, K/128, ceil(N/128)); 3D x 3D (G, M, K/128),
+//              (G, K/128, ceil(N/128)); K a multiple of 128
+// bias (G, N), or (N,) in 3D x 2D, of out_dtype; out_dtype bfloat16, float16 or float32.
+struct ScaledGroupedProblem {
+  GroupedProblem grouped;
+  ScaleRecipe recipe;  // Rowwise or Block128
+};
+ScaledGroupedProblem check_scaled_grouped_gemm_inputs(const char* op, const at::Tensor& A, const at::Tensor& B,
+                                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                                      const c10::optional<at::Tensor>& offs,
+                                                      const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                                      const char* dtype_origin = "out_dtype");
+// check_grouped_gemm_out, and out overlapping neither scale nor bias.
+bool check_scaled_grouped_gemm_out(const char* op, const GroupedProblem& problem, const at::Tensor& A,
+                                   const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                   const c10::optional<at::Tensor>& offs, const c10::optional<at::Tensor>& bias,
+                                   const at::Tensor& out, at::ScalarType dtype, const char* dtype_origin);
+
 // An out tensor: dense, no internal overlap, overlapping none of `inputs`. Returns true where the overlap
 // analysis cannot decide (check_gemm_out).
 bool check_out_memory(const char* op, const at::Tensor& out,

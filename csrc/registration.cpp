@@ -32,6 +32,15 @@ TORCH_LIBRARY(ops, m) {
                  "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False, *, "
                  "Tensor(a!) out) -> ()");
 
+  // (A * scale_a) @ (B * scale_b) + bias per group, in grouped_gemm's modes (offs int32 cumulative group
+  // ends; checks.h GroupedMode), float8_e4m3fn A and B, float32 scales rowwise or blockwise 1x128 x 128x128
+  // (checks.h ScaledGroupedProblem), bias (G, N) or (N,) of out_dtype (None: bfloat16). Not differentiable.
+  ops::define(m, "scaled_grouped_gemm(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
+                 "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor");
+  // Out variant: out of the mode's shape and out_dtype (None: out's dtype).
+  ops::define(m, "scaled_grouped_gemm.out(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
+                 "Tensor? bias=None, ScalarType? out_dtype=None, *, Tensor(a!) out) -> ()");
+
   // (FP8 codes, float32 scales) of input per "tensor", "row", "group" (1x128 of a row) or "block"
   // (128x128 of a matrix); scale given: static. dtype None: float8_e4m3fn. quantize_fp8.cpp
   ops::define(m, "quantize_fp8(Tensor input, str granularity=\"row\", ScalarType? dtype=None, Tensor? scale=None, "
@@ -106,6 +115,10 @@ TORCH_LIBRARY(ops, m) {
   // JSON of the path scaled_gemm takes for these arguments (recipe, path, kernel, reason). cutlass_gemm/scaled/scaled_gemm.cpp
   m.def("_scaled_gemm_plan(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
         "ScalarType? out_dtype=None, str activation=\"none\", bool use_fast_accum=False) -> str");
+  // JSON of the path scaled_grouped_gemm takes (mode, recipe, path, host_sync).
+  // cutlass_gemm/scaled_grouped/scaled_grouped_gemm.cpp
+  m.def("_scaled_grouped_gemm_plan(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
+        "Tensor? bias=None, ScalarType? out_dtype=None) -> str");
   // JSON of the path grouped_gemm takes for these arguments (mode, path, host_sync, offsets). cutlass_gemm/grouped/grouped_gemm.cpp
   m.def("_grouped_gemm_plan(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> str");
   // Which build of the fused CPU kernels runs: "default", "avx2" or "avx512". fused_cpu.cpp

@@ -106,6 +106,25 @@ def _grouped_gemm_out(A, B, offs=None, out_dtype=None, out=None):
         "call ops.grouped_gemm(A, B, offs) without out")
 
 
+@register_sharding(torch.ops.ops.scaled_grouped_gemm.default)
+def _scaled_grouped_gemm(A, B, scale_a, scale_b, offs=None, bias=None, out_dtype=None):
+    # Replicated, or 3D x 3D sharded over its groups (expert parallel: each rank its experts' tokens, weights,
+    # scales and bias, all of them (G, ...)); offs whole.
+    o, b = (None if offs is None else R), (lambda placement: None if bias is None else placement)
+    rules = [([R], [R, R, R, R, o, b(R)])]
+    if A.ndim == 3 and B.ndim == 3:
+        s = Shard(0)
+        rules.append(([s], [s, s, s, s, o, b(s)]))
+    return rules
+
+
+@register_sharding(torch.ops.ops.scaled_grouped_gemm.out)
+def _scaled_grouped_gemm_out(A, B, scale_a, scale_b, offs=None, bias=None, out_dtype=None, out=None):
+    raise RuntimeError(
+        f"scaled_grouped_gemm: the out variant does not take DTensors (got A {list(A.placements)}, B "
+        f"{list(B.placements)}); call ops.scaled_grouped_gemm(A, B, scale_a, scale_b, ...) without out")
+
+
 def _fp8_rules(ndim, granularity, scale, whole=0):
     """(codes, scales) of an FP8 op's rows: Replicate, and sharded on a leading dimension with the input (and a
     static scale) where each scale is a row's own; a tensor's or a 128x128 block's amax spans shards. `whole`:
@@ -219,7 +238,8 @@ def _register_op_strategies():
                              (torch.ops.ops.rms_norm_fp8.default, "granularity"),
                              (torch.ops.ops.silu_and_mul_fp8.default, "granularity"),
                              (torch.ops.ops.fused_add_rms_norm_fp8.default, "granularity"),
-                             (torch.ops.ops.grouped_gemm.default, "out_dtype")]:
+                             (torch.ops.ops.grouped_gemm.default, "out_dtype"),
+                             (torch.ops.ops.scaled_grouped_gemm.default, "out_dtype")]:
         names = [a.name for a in op._schema.arguments]
         start = names.index(first_static)
         propagator.op_to_schema_info[op] = RuntimeSchemaInfo(static_argnum=start, static_kwargkey=names[start:],

@@ -11,7 +11,7 @@ message, at no cost to any other call. (rms_norm also needs a check in its Pytho
 import torch
 
 CATALOGUE = ("cutlass_gemm", "linear", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "grouped_gemm", "scaled_gemm",
-             "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8")
+             "scaled_grouped_gemm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8")
 
 
 def message(op: str, name: str) -> str:

@@ -14,8 +14,8 @@ implemented". With these rules:
 - ``grouped_gemm`` 3D x 3D over A, B or both runs one 3D x 3D of batch * G entries, and 2D x 3D over B
   (per-sample weights) one 2D x 3D of batch * N columns;
 - per-sample parameters (a batched weight or bias, or both GEMM operands batched; scaled_gemm's and
-  grouped_gemm's other batchings, batched offsets among them) run one call per sample, stacked: the same
-  work as the fallback, without its warning.
+  grouped_gemm's other batchings, batched offsets among them; every batching of scaled_grouped_gemm) run
+  one call per sample, stacked: the same work as the fallback, without its warning.
 
 Each rule computes what the op computes per sample, through the registered ops, so ``grad(vmap(op))`` and
 ``vmap(grad(op))`` differentiate through the ops' own autograd (csrc/autograd.cpp).
@@ -285,3 +285,14 @@ def _grouped_gemm_vmap(info, in_dims, A, B, offs=None, out_dtype=None):
         offs, offs_dim = _front(offs, offs_dim).contiguous(), 0
     return _per_sample(info, (a_dim, b_dim, offs_dim), lambda a, b, o: _ops.grouped_gemm(a, b, o, out_dtype),
                        A, B, offs)
+
+
+@torch.library.register_vmap("ops::scaled_grouped_gemm")
+def _scaled_grouped_gemm_vmap(info, in_dims, A, B, scale_a, scale_b, offs=None, bias=None, out_dtype=None):
+    dims = _pad(in_dims, 7)
+    offs_dim = dims[4]
+    if offs_dim is not None:  # each sample's offsets contiguous, as the op takes them
+        offs, offs_dim = _front(offs, offs_dim).contiguous(), 0
+    return _per_sample(info, dims[:4] + (offs_dim, dims[5]),
+                       lambda a, b, sa, sb, o, bi: _ops.scaled_grouped_gemm(a, b, sa, sb, o, bi, out_dtype),
+                       A, B, scale_a, scale_b, offs, bias)

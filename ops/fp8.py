@@ -1,6 +1,7 @@
-"""FP8: ``ops.scaled_gemm``, the GEMM of FP8 operands with float32 scales. Python API and fake kernels;
-schema in csrc/registration.cpp, checks in csrc/checks.cpp (``check_scaled_gemm_inputs``), kernels in
-cutlass_gemm/scaled/, the refusal of autograd in csrc/autograd.cpp."""
+"""FP8: ``ops.scaled_gemm``, the GEMM of FP8 operands with float32 scales, and ``ops.scaled_grouped_gemm``, its
+grouped form. Python API and fake kernels; schema in csrc/registration.cpp, checks in csrc/checks.cpp
+(``check_scaled_gemm_inputs``, ``check_scaled_grouped_gemm_inputs``), kernels in cutlass_gemm/scaled/ and
+cutlass_gemm/scaled_grouped/, the refusal of autograd in csrc/autograd.cpp."""
 
 import json
 import math
@@ -10,9 +11,10 @@ import torch
 
 from . import _library, _overlap, fused as _fused
 from .gemm import _check_gemm_out, _check_gemm_shapes, _check_out_memory
+from .grouped import _check_out, _shapes
 from .linear import _check_activation
 
-__all__ = ["scaled_gemm", "plan", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"]
+__all__ = ["scaled_gemm", "plan", "scaled_grouped_gemm", "grouped_plan", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"]
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -164,6 +166,140 @@ def plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
     ``tuning_key``; "torch._scaled_mm"; "formula": the dequantized ATen formula) and ``reason``. Raises as ``scaled_gemm`` does for bad arguments."""
     return json.loads(torch.ops.ops._scaled_gemm_plan(A, B, scale_a, scale_b, bias, out_dtype, activation,
                                                       use_fast_accum))
+
+
+def _grouped_scale_shapes(mode, G, M, N, K):
+    """(rowwise scale_a, scale_b shapes, blockwise ones or None) of a grouped mode (csrc/checks.h
+    ScaledGroupedProblem)."""
+    kb, nb = -(-K // BLOCK), -(-N // BLOCK)
+    return {"2D x 3D": (((M,), (G, N)), ((M, kb), (G, kb, nb))),
+            "3D x 3D": (((G, M), (G, N)), ((G, M, kb), (G, kb, nb))),
+            "3D x 2D": (((G, M), (N,)), None),
+            "2D x 2D": (((G * M,), (G * N,)), None)}[mode]
+
+
+def _grouped_recipe(op, A, B, scale_a, scale_b, offs, bias, out_dtype, origin="out_dtype"):
+    """csrc/checks.cpp's check_scaled_grouped_gemm_inputs, for fake tensors: (mode, output shape, recipe)."""
+    mode, out_shape = _shapes(op, A, B, offs)
+    torch._check(A.dtype == torch.float8_e4m3fn and B.dtype == torch.float8_e4m3fn, lambda: f"{op}: expected A and B "
+                 f"to be torch.float8_e4m3fn (as torch._scaled_grouped_mm), got A {A.dtype} and B {B.dtype}")
+    torch._check(out_dtype in _OUT_DTYPES, lambda: f"{op}: expected {origin} to be torch.bfloat16, torch.float16 "
+                 f"or torch.float32, got {out_dtype}")
+    G = out_shape[0] if mode in ("2D x 2D", "3D x 3D") else (B.shape[0] if mode == "2D x 3D" else A.shape[0])
+    M, N, K = A.shape[-2], B.shape[-1], A.shape[-1]
+    torch._check(K % 16 == 0 and N % 16 == 0, lambda: f"{op}: expected K and N to be multiples of 16 (the FP8 "
+                 f"tensor cores' 16-byte rows), got K = {K} and N = {N}")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        torch._check(t.device == A.device, lambda: f"{op}: expected {name} on {A.device} (A's device), got "
+                     f"{t.device}")
+        torch._check(t.dtype == torch.float32, lambda: f"{op}: expected {name} to be torch.float32, got {t.dtype}")
+    rowwise, blockwise = _grouped_scale_shapes(mode, G, M, N, K)
+    shapes = (tuple(scale_a.shape), tuple(scale_b.shape))
+    if shapes == rowwise:
+        recipe = "rowwise"
+    elif blockwise is not None and shapes == blockwise:
+        torch._check(K % BLOCK == 0, lambda: f"{op}: the blockwise recipe takes K in whole 128-blocks, got K = {K} "
+                     "(the rowwise recipe takes it)")
+        recipe = "blockwise 1x128 x 128x128"
+    else:
+        block = ("; blockwise 1x128 x 128x128: " + " and ".join(str(list(b)) for b in blockwise) if blockwise
+                 else " (blockwise scales take 2D x 3D and 3D x 3D)")
+        torch._check(False, lambda: f"{op}: scale_a of shape {list(scale_a.shape)} and scale_b of shape "
+                     f"{list(scale_b.shape)} are no recipe for A of shape {list(A.shape)} and B of shape "
+                     f"{list(B.shape)} ({mode}); expected rowwise: {list(rowwise[0])} and {list(rowwise[1])}{block}")
+    if bias is not None:
+        shape = (N,) if mode == "3D x 2D" else (G, N)
+        torch._check(tuple(bias.shape) == shape, lambda: f"{op}: expected bias of shape {list(shape)} "
+                     f"{'(N,)' if mode == '3D x 2D' else '(G, N)'}, got {list(bias.shape)}")
+        torch._check(bias.dtype == out_dtype, lambda: f"{op}: expected bias's dtype to be {out_dtype} ({origin}), "
+                     f"got {bias.dtype}")
+        torch._check(bias.device == A.device, lambda: f"{op}: expected bias on {A.device} (A's device), got "
+                     f"{bias.device}")
+    return mode, out_shape, recipe
+
+
+@torch.library.register_fake("ops::scaled_grouped_gemm")
+def _scaled_grouped_gemm_fake(A, B, scale_a, scale_b, offs=None, bias=None, out_dtype=None):
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    _, shape, _ = _grouped_recipe("scaled_grouped_gemm", A, B, scale_a, scale_b, offs, bias, out_dtype)
+    return A.new_empty(shape, dtype=out_dtype)
+
+
+@torch.library.register_fake("ops::scaled_grouped_gemm.out")
+def _scaled_grouped_gemm_out_fake(A, B, scale_a, scale_b, offs=None, bias=None, out_dtype=None, *, out):
+    op = "scaled_grouped_gemm"
+    origin = "out's dtype" if out_dtype is None else "out_dtype"
+    out_dtype = out.dtype if out_dtype is None else out_dtype
+    mode, shape, _ = _grouped_recipe(op, A, B, scale_a, scale_b, offs, bias, out_dtype, origin)
+    _check_out(op, out, A, mode, shape, out_dtype, origin,
+               {"A": A, "B": B, "offs": offs, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+
+
+_SCALED_GROUPED_GEMM = torch.ops.ops.scaled_grouped_gemm.default
+_SCALED_GROUPED_GEMM_OUT = torch.ops.ops.scaled_grouped_gemm.out
+
+
+def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                        offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                        out_dtype: Optional[torch.dtype] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """FP8 grouped matrix product with scales: ``(A * scale_a) @ (B * scale_b) + bias`` per group, in
+    ``torch._scaled_grouped_mm``'s modes and scales (the experts of FP8 mixture-of-experts models).
+
+    Args:
+        A, B: torch.float8_e4m3fn, in one of ``ops.grouped_gemm``'s modes (offs int32 cumulative group ends):
+
+            * 2D x 3D: A (M, K) of tokens sorted by expert, B (G, K, N), offs (G,) over M; out (M, N), rows
+              past offs[-1] zero. Expert weights stored (G, N, K) are passed as ``W.transpose(-2, -1)``.
+            * 3D x 3D: A (G, M, K), B (G, K, N), no offs; out (G, M, N).
+            * 3D x 2D: A (G, M, K), B (K, N), offs (G,) over N; out (M, N), columns past offs[-1] zero.
+            * 2D x 2D: A (M, K), B (K, N), offs (G,) over K (the weight gradient); out (G, M, N).
+
+            K and N multiples of 16; any strides.
+        scale_a, scale_b: float32 factors that dequantize (value = code * scale), told apart by their shapes:
+
+            * rowwise (one per row of A, one per column of each group's B): 2D x 3D (M,) and (G, N); 3D x 3D
+              (G, M) and (G, N); 3D x 2D (G, M) and (N,); 2D x 2D (G * M,) and (G * N,), each group's own.
+            * blockwise 1x128 x 128x128 (DeepSeek-V3's): 2D x 3D scale_a (M, K/128), one per 1x128 group of a
+              row of A, scale_b (G, K/128, ceil(N/128)), one per 128x128 block of each B (a checkpoint's
+              ``weight_scale_inv`` (G, N/128, K/128) transposed); 3D x 3D (G, M, K/128) and (G, K/128,
+              ceil(N/128)). K a multiple of 128.
+        offs: int32 cumulative group ends, required where A or B is 2-D. On CPU they are checked
+            (non-negative, non-decreasing, at most the size they cut).
+        bias: optional (G, N), or (N,) in 3D x 2D, of ``out_dtype``; added to each group's rows (not to the
+            zero rows past offs[-1]).
+        out_dtype: torch.bfloat16 (None: the default; with ``out``, out's dtype), torch.float16 or torch.float32.
+        out: optional tensor of the output's shape and ``out_dtype`` to write into.
+
+    Computation: ``scaled_gemm``'s formula on each group's slices: each code times its scale in float32, the
+    product and the bias in float32, one rounding to ``out_dtype``. On CUDA the same ATen formula runs on the
+    device (no FP8 grouped kernel is built yet; the group ends are copied to the host); ``grouped_plan()``
+    says which path a call takes.
+
+    Autograd: not differentiable (FP8 operands have no gradient): an argument that requires grad raises.
+
+    Raises:
+        RuntimeError: dtypes, shapes, the mode's offs, scale shapes that are no recipe, K not a multiple of 128
+            for the blockwise recipe, K or N not a multiple of 16, bias shape or dtype, devices, ``out`` of the
+            wrong shape or dtype or overlapping an input, an argument that requires grad.
+    """
+    if not torch.jit.is_scripting():
+        if out is None:
+            return _SCALED_GROUPED_GEMM(A, B, scale_a, scale_b, offs, bias, out_dtype)
+        _SCALED_GROUPED_GEMM_OUT(A, B, scale_a, scale_b, offs, bias, out_dtype, out=out)
+        return out
+    if out is None:
+        return torch.ops.ops.scaled_grouped_gemm(A, B, scale_a, scale_b, offs, bias, out_dtype)
+    torch.ops.ops.scaled_grouped_gemm(A, B, scale_a, scale_b, offs, bias, out_dtype, out=out)
+    return out
+
+
+def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                 offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                 out_dtype: Optional[torch.dtype] = None) -> dict:
+    """The path ``scaled_grouped_gemm`` takes for these arguments, without running it: ``mode``, ``recipe``,
+    ``path`` ("formula"), ``host_sync`` and ``reason``. Raises as ``scaled_grouped_gemm`` does for bad
+    arguments."""
+    return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 
 
 _GRANULARITIES = ("tensor", "row", "group", "block")

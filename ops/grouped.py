@@ -18,20 +18,26 @@ MODES = {(2, 3): "2D x 3D", (2, 2): "2D x 2D", (3, 3): "3D x 3D", (3, 2): "3D x 
 
 
 def _problem(op, A, B, offs, out_dtype, origin="out_dtype"):
-    """csrc/checks.cpp's check_grouped_gemm_inputs, for fake tensors: returns the output's shape."""
-    torch._check(A.dim() in (2, 3), lambda: f"{op}: expected A to be 2-D (M, K) or 3-D (G, M, K), got a "
-                 f"{A.dim()}-D tensor of shape {list(A.shape)}")
-    torch._check(B.dim() in (2, 3), lambda: f"{op}: expected B to be 2-D (K, N) or 3-D (G, K, N), got a "
-                 f"{B.dim()}-D tensor of shape {list(B.shape)}")
+    """csrc/checks.cpp's check_grouped_gemm_inputs, for fake tensors: returns the mode and the output's shape."""
     torch._check(A.dtype in _library.GEMM_DTYPES, lambda: f"{op}: expected A's dtype to be "
                  f"{_library.GEMM_DTYPES_TEXT}, got {A.dtype}")
     torch._check(A.dtype == B.dtype, lambda: f"{op}: A and B must have the same dtype, got A {A.dtype} and B "
                  f"{B.dtype}")
-    torch._check(A.device == B.device, lambda: f"{op}: A and B must be on the same device, got A on {A.device} "
-                 f"and B on {B.device}")
     half = A.dtype in (torch.float16, torch.bfloat16)
     torch._check(out_dtype == A.dtype or (half and out_dtype == torch.float32), lambda: f"{op}: expected {origin} "
                  f"to be {A.dtype} (A's dtype){' or torch.float32' if half else ''}, got {out_dtype}")
+    return _shapes(op, A, B, offs)
+
+
+def _shapes(op, A, B, offs):
+    """csrc/checks.cpp's grouped_problem (grouped_gemm's and scaled_grouped_gemm's): the mode, the output's
+    shape, offs's checks; reads no dtypes."""
+    torch._check(A.dim() in (2, 3), lambda: f"{op}: expected A to be 2-D (M, K) or 3-D (G, M, K), got a "
+                 f"{A.dim()}-D tensor of shape {list(A.shape)}")
+    torch._check(B.dim() in (2, 3), lambda: f"{op}: expected B to be 2-D (K, N) or 3-D (G, K, N), got a "
+                 f"{B.dim()}-D tensor of shape {list(B.shape)}")
+    torch._check(A.device == B.device, lambda: f"{op}: A and B must be on the same device, got A on {A.device} "
+                 f"and B on {B.device}")
     torch._check(A.shape[-1] == B.shape[-2], lambda: f"{op}: A and B must agree on K (A's last dimension, B's "
                  f"second to last), got A of shape {list(A.shape)} and B of shape {list(B.shape)}")
     mode = MODES[(A.dim(), B.dim())]
@@ -79,13 +85,18 @@ def _grouped_gemm_out_fake(A, B, offs=None, out_dtype=None, *, out):
     origin = "out's dtype" if out_dtype is None else "out_dtype"
     out_dtype = out.dtype if out_dtype is None else out_dtype
     mode, shape = _problem("grouped_gemm", A, B, offs, out_dtype, origin)
-    torch._check(tuple(out.shape) == tuple(shape), lambda: f"grouped_gemm: expected out of shape {list(shape)} "
-                 f"({mode}), got {list(out.shape)}")
-    torch._check(out.dtype == out_dtype, lambda: f"grouped_gemm: expected out's dtype to be {out_dtype} ({origin}), "
+    _check_out("grouped_gemm", out, A, mode, shape, out_dtype, origin, {"A": A, "B": B, "offs": offs})
+
+
+def _check_out(op, out, A, mode, shape, out_dtype, origin, inputs):
+    """csrc/checks.cpp's check_grouped_gemm_out (and scaled_grouped_gemm's): shape, dtype, device, memory."""
+    torch._check(tuple(out.shape) == tuple(shape), lambda: f"{op}: expected out of shape {list(shape)} ({mode}), "
+                 f"got {list(out.shape)}")
+    torch._check(out.dtype == out_dtype, lambda: f"{op}: expected out's dtype to be {out_dtype} ({origin}), "
                  f"got {out.dtype}")
-    torch._check(out.device == A.device, lambda: f"grouped_gemm: expected out on {A.device} (the device of A and "
-                 f"B), got {out.device}")
-    _check_out_memory("grouped_gemm", out, {"A": A, "B": B, "offs": offs})
+    torch._check(out.device == A.device, lambda: f"{op}: expected out on {A.device} (the device of A and B), got "
+                 f"{out.device}")
+    _check_out_memory(op, out, inputs)
 
 
 # Resolved once, as in ops.gemm: the overload packet's schema matching costs 4.5 us per out= call on CPU

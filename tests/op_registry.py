@@ -467,6 +467,82 @@ def scaled_gemm_reference(A, B, scale_a, scale_b, bias=None, out_dtype=None, act
     return ACTIVATION_FUNCTIONS[activation](z).to(out_dtype).to(device)
 
 
+def _scaled_grouped_samples(device, dtype, requires_grad):
+    out = dtype if dtype in _SCALED_OUT else torch.float32  # float64 (no FP8 GEMM output): float32
+    _, r = _makers(device, out, False)
+
+    def q(*shape, seed=0):
+        return _fp8(*shape, seed=seed, device=device)
+
+    def s(*shape, seed=0):
+        return _scale(*shape, seed=seed, device=device)
+
+    return [
+        Sample((q(7, 32), q(3, 16, 32, seed=1).transpose(1, 2), s(7, seed=1), s(3, 16, seed=2),
+                _offsets([2, 2, 7], device), None, out), name="2Dx3D-rowwise-Wt"),
+        Sample((q(6, 256), q(2, 256, 32, seed=1), s(6, 2, seed=1), s(2, 2, 1, seed=2), _offsets([0, 4], device),
+                r(2, 32, seed=2), out), name="2Dx3D-blockwise-bias-tail"),
+        Sample((q(2, 3, 64)[..., ::2], q(2, 32, 16, seed=1), s(2, 3, seed=1), s(2, 16, seed=2), None, None, out),
+               name="3Dx3D-rowwise-sliced"),
+        Sample((q(2, 3, 128), q(2, 128, 16, seed=1), s(2, 3, 1, seed=1), s(2, 1, 1, seed=2), None, r(2, 16, seed=2),
+                out), name="3Dx3D-blockwise-bias"),
+        Sample((q(3, 4, 32), q(32, 48, seed=1), s(3, 4, seed=1), s(48, seed=2), _offsets([16, 16, 32], device),
+                r(48, seed=2), out), name="3Dx2D-rowwise-bias-tail"),
+        Sample((q(3, 48), q(48, 16, seed=1), s(9, seed=1), s(48, seed=2), _offsets([16, 16, 48], device), None, out),
+               name="2Dx2D-rowwise-empty-group"),
+        Sample((q(0, 32), q(2, 32, 16, seed=1), s(0, seed=1), s(2, 16, seed=2), _offsets([0, 0], device), None, out),
+               name="empty-m"),
+    ]
+
+
+def _scaled_grouped_out_samples(device, dtype):
+    out = dtype if dtype in _SCALED_OUT else torch.float32
+    args = (_fp8(7, 32, device=device), _fp8(3, 32, 16, seed=1, device=device), _scale(7, seed=1, device=device),
+            _scale(3, 16, seed=2, device=device), _offsets([2, 2, 7], device), None, None)  # out_dtype None: out's
+    return [
+        Sample(args, {"out": torch.empty(7, 16, dtype=out, device=device)}, "row"),
+        Sample(args, {"out": torch.empty(16, 7, dtype=out, device=device).t()}, "col"),
+        Sample(args, {"out": torch.empty(7, 32, dtype=out, device=device)[:, ::2]}, "strided"),
+    ]
+
+
+def scaled_grouped_reference(A, B, scale_a, scale_b, offs=None, bias=None, out_dtype=None, out=None):
+    """scaled_grouped_gemm's definition (ops/fp8.py), group by group: scaled_gemm_reference's formula (float32
+    dequantization of row-major copies, the product, the bias, one rounding); zero past the last end."""
+    device = A.device
+    A, B, scale_a, scale_b = A.cpu(), B.cpu(), scale_a.cpu(), scale_b.cpu()
+    bias = None if bias is None else bias.cpu().float()
+    out_dtype = out_dtype or (torch.bfloat16 if out is None else out.dtype)
+    M, N = A.shape[-2], B.shape[-1]
+
+    def formula(a, b, sa, sb, bias_g):
+        if sa.dim() == 1:  # rowwise
+            fa, fb = sa.reshape(-1, 1), sb.reshape(1, -1)
+        else:
+            fa, fb = expand_scale(sa, a.shape), expand_scale(sb, b.shape)
+        z = (a.float().contiguous() * fa) @ (b.float().contiguous() * fb)
+        return (z if bias_g is None else z + bias_g).to(out_dtype)
+
+    ends = [0] + ([] if offs is None else [int(e) for e in offs])
+    pick = (lambda g: None) if bias is None else (lambda g: bias[g])
+    if A.dim() == 3 and B.dim() == 3:
+        y = torch.stack([formula(A[g], B[g], scale_a[g], scale_b[g], pick(g)) for g in range(A.shape[0])]) \
+            if A.shape[0] else torch.zeros(0, M, N, dtype=out_dtype)
+    elif A.dim() == 2 and B.dim() == 3:
+        parts = [formula(A[ends[g]:ends[g + 1]], B[g], scale_a[ends[g]:ends[g + 1]], scale_b[g], pick(g))
+                 for g in range(B.shape[0])]
+        y = torch.cat(parts + [torch.zeros(M - ends[-1], N, dtype=out_dtype)])
+    elif A.dim() == 2:
+        y = torch.stack([formula(A[:, ends[g]:ends[g + 1]], B[ends[g]:ends[g + 1]], scale_a[g * M:(g + 1) * M],
+                                 scale_b[g * N:(g + 1) * N], pick(g)) for g in range(len(ends) - 1)])
+    else:
+        cols = (lambda g: None) if bias is None else (lambda g: bias[ends[g]:ends[g + 1]])
+        parts = [formula(A[g], B[:, ends[g]:ends[g + 1]], scale_a[g], scale_b[ends[g]:ends[g + 1]], cols(g))
+                 for g in range(A.shape[0])]
+        y = torch.cat(parts + [torch.zeros(M, N - ends[-1], dtype=out_dtype)], dim=1)
+    return y.to(device)
+
+
 def quantize_fp8_reference(input, granularity="row", dtype=None, scale=None, pow2_scale=False):
     """quantize_fp8's formula (fp8_support.quantize_reference: group by group); a given scale divides as it is."""
     dtype = E4 if dtype is None else dtype
@@ -607,6 +683,39 @@ class Fp8Projection(torch.nn.Module):
         x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 448
         xq = (x / x_scale).to(torch.float8_e4m3fn)
         return torch.ops.ops.scaled_gemm(xq, self.w.t(), x_scale, self.w_scale, self.b, torch.float32, "gelu", False)
+
+
+class Fp8MoE(torch.nn.Module):
+    """Top-1 routing, tokens sorted by expert, a gated MLP per expert in FP8 on ops.scaled_grouped_gemm: expert
+    weights quantized once per output channel, activations per row at each call."""
+
+    def __init__(self, hidden=16, width=16, experts=4):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("router", torch.randn(hidden, experts, generator=g))
+        for name, shape in (("gate_up", (experts, 2 * width, hidden)), ("down", (experts, hidden, width))):
+            w = torch.randn(*shape, generator=g) / shape[-1] ** 0.5
+            scale = w.abs().amax(-1) / 448  # (E, N)
+            self.register_buffer(name, (w / scale.unsqueeze(-1)).to(E4))
+            self.register_buffer(name + "_scale", scale)
+
+    @staticmethod
+    def _rows(x: torch.Tensor):
+        scale = x.abs().amax(1).clamp(min=1e-12) / 448
+        return (x / scale.unsqueeze(1)).to(torch.float8_e4m3fn), scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        expert = (x @ self.router).argmax(-1)
+        order = torch.argsort(expert, stable=True)
+        counts = (expert.unsqueeze(1) == torch.arange(self.router.shape[1], device=x.device)).sum(0)
+        offs = counts.cumsum(0).to(torch.int32)
+        xq, xs = self._rows(x[order])
+        h = torch.ops.ops.scaled_grouped_gemm(xq, self.gate_up.transpose(1, 2), xs, self.gate_up_scale, offs, None,
+                                              torch.float32)
+        hq, hs = self._rows(torch.ops.ops.silu_and_mul(h))
+        y = torch.ops.ops.scaled_grouped_gemm(hq, self.down.transpose(1, 2), hs, self.down_scale, offs, None,
+                                              torch.float32)
+        return torch.empty_like(y).index_copy(0, order, y)
 
 
 class FakeQuantize(torch.nn.Module):
@@ -753,6 +862,48 @@ FP8_NORM_ERRORS = {
     ],
 }
 
+def scaled_grouped_args(**change):
+    """Positional arguments of a valid scaled_grouped_gemm call (2D x 3D rowwise, 7 x 32 x 16, 3 experts) with
+    `change` applied."""
+    args = dict(A=_fp8(7, 32), B=_fp8(3, 32, 16, seed=1), scale_a=torch.ones(7), scale_b=torch.ones(3, 16),
+                offs=torch.tensor([2, 2, 7], dtype=torch.int32), bias=None, out_dtype=None)
+    args.update(change)
+    return tuple(args.values())
+
+
+SCALED_GROUPED_GEMM_ERRORS = [
+    _bad("A bfloat16", scaled_grouped_args(A=torch.randn(7, 32, dtype=torch.bfloat16)), RuntimeError,
+         r"scaled_grouped_gemm: expected A and B to be torch.float8_e4m3fn \(as torch._scaled_grouped_mm\), got A "
+         r"torch.bfloat16 and B torch.float8_e4m3fn"),
+    _bad("e5m2", scaled_grouped_args(B=_fp8(3, 32, 16, dtype=E5)), RuntimeError,
+         r"scaled_grouped_gemm: expected A and B to be torch.float8_e4m3fn"),
+    _bad("offs missing", scaled_grouped_args(offs=None), RuntimeError, r"scaled_grouped_gemm: offs is required"),
+    _bad("offs dtype", scaled_grouped_args(offs=torch.tensor([2, 2, 7])), RuntimeError,
+         r"scaled_grouped_gemm: expected offs to be torch.int32"),
+    _bad("scale_b per tensor", scaled_grouped_args(scale_b=torch.ones(3)), RuntimeError,
+         r"scaled_grouped_gemm: scale_a of shape \[7\] and scale_b of shape \[3\] are no recipe for A of shape "
+         r"\[7, 32\] and B of shape \[3, 32, 16\] \(2D x 3D\); expected rowwise: \[7\] and \[3, 16\]; blockwise "
+         r"1x128 x 128x128: \[7, 1\] and \[3, 1, 1\]"),
+    _bad("blockwise K % 128", scaled_grouped_args(scale_a=torch.ones(7, 1), scale_b=torch.ones(3, 1, 1)),
+         RuntimeError, r"scaled_grouped_gemm: the blockwise recipe takes K in whole 128-blocks, got K = 32"),
+    _bad("blockwise 2D x 2D", scaled_grouped_args(A=_fp8(4, 256), B=_fp8(256, 16), scale_a=torch.ones(4, 2),
+                                                 scale_b=torch.ones(2, 1), offs=torch.tensor([128, 256],
+                                                                                             dtype=torch.int32)),
+         RuntimeError, r"scaled_grouped_gemm: .*\(2D x 2D\); expected rowwise: \[8\] and \[32\] \(blockwise "
+                       r"scales take 2D x 3D and 3D x 3D\)"),
+    _bad("K % 16", scaled_grouped_args(A=_fp8(7, 24), B=_fp8(3, 24, 16)), RuntimeError,
+         r"scaled_grouped_gemm: expected K and N to be multiples of 16 .*got K = 24 and N = 16"),
+    _bad("scale dtype", scaled_grouped_args(scale_a=torch.ones(7, dtype=torch.float64)), RuntimeError,
+         r"scaled_grouped_gemm: expected scale_a to be torch.float32, got torch.float64"),
+    _bad("bias shape", scaled_grouped_args(bias=torch.ones(16, dtype=torch.bfloat16)), RuntimeError,
+         r"scaled_grouped_gemm: expected bias of shape \[3, 16\] \(G, N\), got \[16\]"),
+    _bad("bias dtype", scaled_grouped_args(bias=torch.ones(3, 16)), RuntimeError,
+         r"scaled_grouped_gemm: expected bias's dtype to be torch.bfloat16 \(out_dtype\), got torch.float32"),
+    _bad("out_dtype", scaled_grouped_args(out_dtype=torch.float64), RuntimeError,
+         r"scaled_grouped_gemm: expected out_dtype to be torch.bfloat16, torch.float16 or torch.float32, got "
+         r"torch.float64"),
+]
+
 ERRORS = {
     "cutlass_gemm": [
         _bad("K mismatch", (torch.randn(4, 8), torch.randn(7, 3)), RuntimeError,
@@ -789,6 +940,7 @@ ERRORS = {
                            r"got torch.float64"),
     ],
     "scaled_gemm": SCALED_GEMM_ERRORS,
+    "scaled_grouped_gemm": SCALED_GROUPED_GEMM_ERRORS,
     "quantize_fp8": QUANTIZE_FP8_ERRORS,
     **FP8_NORM_ERRORS,
 }
@@ -796,6 +948,13 @@ ERRORS = {
 _FP8_GRAD = r"not differentiable \(FP8 codes have no gradient\), but {arg} requires grad"
 _FP8_NOT_DIFFERENTIABLE = {"autograd": "not differentiable (FP8 codes have no gradient): an argument that requires "
                                        "grad raises (test_modes.py::test_non_differentiable_ops_refuse_grad)"}
+# The FP8 GEMMs: not differentiable, and opcheck's test_schema needs arithmetic FP8 lacks on CPU.
+_FP8_OPERANDS_GRAD = r"not differentiable \(FP8 operands have no gradient\), but {arg} requires grad"
+_FP8_OPERANDS_SKIPS = {
+    "autograd": "not differentiable (FP8 operands have no gradient): an argument that requires grad raises "
+                "(test_modes.py::test_non_differentiable_ops_refuse_grad)",
+    "test_schema": "opcheck's test_schema compares tensors with arithmetic FP8 lacks on CPU (\"mul_cpu_reduced_float\" "
+                   "not implemented for 'Float8_e4m3fn'); test_modes.py's opcheck test checks that no input is written"}
 _input16 = lambda n: torch.randn(n, 16, generator=torch.Generator().manual_seed(n))  # noqa: E731
 
 OPS = [
@@ -889,13 +1048,28 @@ OPS = [
         out_samples=_scaled_gemm_out_samples,
         exact=True,
         close=close_scaled_gemm,
-        grad_error=r"not differentiable \(FP8 operands have no gradient\), but {arg} requires grad",
+        grad_error=_FP8_OPERANDS_GRAD,
         opcheck_utils=OPCHECK_UTILS,
-        skips={"autograd": "not differentiable (FP8 operands have no gradient): an argument that requires grad raises "
-                           "(test_modes.py::test_non_differentiable_ops_refuse_grad)",
-               "test_schema": "opcheck's test_schema compares tensors with arithmetic FP8 lacks on CPU "
-                              "(\"mul_cpu_reduced_float\" not implemented for 'Float8_e4m3fn'); test_modes.py's "
-                              "opcheck test checks that no input is written"},
+        skips=_FP8_OPERANDS_SKIPS,
+    ),
+    OpSpec(
+        name="scaled_grouped_gemm",
+        overload=torch.ops.ops.scaled_grouped_gemm.default,
+        call=ops.scaled_grouped_gemm,
+        reference=scaled_grouped_reference,
+        samples=_scaled_grouped_samples,
+        dtypes=_SCALED_OUT,  # out_dtype
+        module=Fp8MoE,
+        module_input=_input16,
+        errors=ERRORS["scaled_grouped_gemm"],
+        out_overload=torch.ops.ops.scaled_grouped_gemm.out,
+        out_samples=_scaled_grouped_out_samples,
+        index_args=(4,),
+        exact=True,
+        close=close_scaled_gemm,
+        grad_error=_FP8_OPERANDS_GRAD,
+        opcheck_utils=OPCHECK_UTILS,
+        skips=_FP8_OPERANDS_SKIPS,
     ),
     OpSpec(
         name="quantize_fp8",

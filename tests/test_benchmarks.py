@@ -689,7 +689,12 @@ def test_fp8_benchmark_reports_every_recipe_and_what_torch_cannot_run(tmp_path):
 def test_grouped_benchmark_times_every_implementation_both_passes_and_the_layer(tmp_path):
     from benchmarks import grouped
 
-    assert grouped.main(["--models", "tiny", "--tokens", "3,20", "--out", str(tmp_path)]) == 0
+    assert grouped.main(["--models", "tiny", "--tokens", "3,20", "--fp8", "--out", str(tmp_path)]) == 0
+    fp8_rows = json.loads((tmp_path / "grouped_fp8.json").read_text())["results"]
+    assert len(fp8_rows) == 2 * 2 * 2  # proj x tokens x routing, forward
+    for r in fp8_rows:  # torch._scaled_grouped_mm runs on CUDA only
+        assert r["ops_tflops"] > 0 and r["vs_bf16"] > 0 and r["ops_path"] == "formula", r
+        assert ("vs_torch" in r) == torch.cuda.is_available(), r
     payload = json.loads((tmp_path / "grouped_gemm.json").read_text())
     rows = payload["results"]
     assert len(rows) == 2 * 2 * 2 * 2  # proj x tokens x routing x pass

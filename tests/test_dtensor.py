@@ -124,6 +124,29 @@ def test_clear_errors(mesh):
         ops.scaled_gemm(codes, codes.t(), scale, scale, out=d(torch.empty(16, 16, dtype=torch.bfloat16), Replicate()))
 
 
+def test_scaled_grouped_gemm_shards_experts_with_their_scales(mesh):
+    # Expert parallel in 3D x 3D: each rank its experts' tokens, weights, scales and bias; anything else whole.
+    # FP8 tensors cannot cross gloo: each is made from its local tensor (the whole one on this one-rank mesh).
+    def d(t, placement):
+        return DTensor.from_local(t, mesh, [placement])
+
+    A, B = torch.randn(4, 3, 32).to(torch.float8_e4m3fn), torch.randn(4, 32, 16).to(torch.float8_e4m3fn)
+    sa, sb, bias = torch.rand(4, 3) + 0.5, torch.rand(4, 16) + 0.5, torch.randn(4, 16)
+    expected = ops.scaled_grouped_gemm(A, B, sa, sb, bias=bias, out_dtype=torch.float32)
+    out = ops.scaled_grouped_gemm(d(A, Shard(0)), d(B, Shard(0)), d(sa, Shard(0)), d(sb, Shard(0)), bias=d(bias, Shard(0)),
+                                  out_dtype=torch.float32)
+    assert out.placements == (Shard(0),) and torch.equal(out.full_tensor(), expected)
+    offs = torch.tensor([1, 3], dtype=torch.int32)
+    tokens, experts = torch.randn(3, 32).to(torch.float8_e4m3fn), B[:2]
+    out = ops.scaled_grouped_gemm(d(tokens, Replicate()), d(experts, Replicate()), d(sa[0], Replicate()),
+                                  d(sb[:2], Replicate()), d(offs, Replicate()))
+    assert out.placements == (Replicate(),)
+    assert torch.equal(out.full_tensor(), ops.scaled_grouped_gemm(tokens, experts, sa[0], sb[:2], offs))
+    with pytest.raises(RuntimeError, match=r"scaled_grouped_gemm: the out variant does not take DTensors"):
+        ops.scaled_grouped_gemm(d(tokens, Replicate()), d(experts, Replicate()), d(sa[0], Replicate()),
+                                d(sb[:2], Replicate()), d(offs, Replicate()), out=d(torch.empty(3, 16), Replicate()))
+
+
 def test_convert_after_parallelize_says_it_must_run_first(mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 

@@ -11,7 +11,7 @@ from op_registry import OP_IDS, OPS
 pytestmark = pytest.mark.slow
 
 # The ops whose exported models hold FP8 tensors in Inductor's own kernels.
-FP8_MODELS = {"scaled_gemm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"}
+FP8_MODELS = {"scaled_gemm", "scaled_grouped_gemm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"}
 # AOTInductor's CPU wrapper of torch 2.11 does not declare at::Float8_e4m3fn (g++: "'Float8_e4m3fn' is not
 # a member of 'at'"); 2.13.0 and 2.14.1 compile these packages.
 AOTI_CPU_FP8 = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)

@@ -391,11 +391,14 @@ def _writes(device):
     codes, scale = ops.quantize_fp8(a, "tensor")
     wcodes, wscale = ops.quantize_fp8(b.t().contiguous(), "tensor")
     experts, offs = t(2, 32, 16), torch.tensor([1, 4], dtype=torch.int32, device=device)
+    expert_codes, expert_scales = ops.quantize_fp8(experts, "tensor")[0], t(2, 16).abs()
     return {
         "cutlass_gemm.out": ("out", lambda out: ops.cutlass_gemm(a, b, out=out), t(4, 16)),
         "scaled_gemm.out": ("out", lambda out: ops.scaled_gemm(codes, wcodes.t(), scale, wscale, out_dtype=torch.float32,
                                                                out=out), t(4, 16)),
         "grouped_gemm.out": ("out", lambda out: ops.grouped_gemm(a, experts, offs, out=out), t(4, 16)),
+        "scaled_grouped_gemm.out": ("out", lambda out: ops.scaled_grouped_gemm(
+            codes, expert_codes, scale.expand(4), expert_scales, offs, out_dtype=torch.float32, out=out), t(4, 16)),
         "fused_add_rms_norm": ("input", lambda inp: ops.fused_add_rms_norm(inp, r.clone(), w), x),
         "fused_add_rms_norm_fp8": ("residual", lambda res: ops.fused_add_rms_norm_fp8(x, res, w), r),
     }

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GEMM = os.path.join(ROOT, "cutlass_gemm")
-LAYERS = {"kernels": 0, "core": 1, "cuda": 2, "dense": 3, "scaled": 3, "grouped": 3, ".": 4}
+LAYERS = {"kernels": 0, "core": 1, "cuda": 2, "dense": 3, "scaled": 3, "grouped": 3, "scaled_grouped": 3, ".": 4}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -7,14 +7,21 @@
 namespace ops::cutlass_gemm {
 
 // The kinds of the GEMM family (DESIGN.md, "The GEMM family"): dense (cutlass_gemm, and linear as dense with
-// a bias-activation epilogue), FP8 scaled (scaled_gemm) and grouped (grouped_gemm). Each has its launch
-// arguments (kernels/launch_args.h, scaled_args.h, grouped_args.h) and shares the choice, the autotuner, the
-// kernel table, the plan JSON and the CPU replay.
-enum class GemmKind : int8_t { Dense, Scaled, Grouped };
-inline constexpr int kNumGemmKinds = 3;
+// a bias-activation epilogue), FP8 scaled (scaled_gemm), grouped (grouped_gemm) and FP8 scaled grouped
+// (scaled_grouped_gemm). Each kind with kernels has its launch arguments (kernels/launch_args.h,
+// scaled_args.h, grouped_args.h) and shares the choice, the autotuner, the kernel table, the plan JSON and
+// the CPU replay; scaled_grouped_gemm has no kernels yet and shares the plan JSON.
+enum class GemmKind : int8_t { Dense, Scaled, Grouped, ScaledGrouped };
+inline constexpr int kNumGemmKinds = 4;
 
 constexpr const char* gemm_kind_name(GemmKind kind) {
-  return kind == GemmKind::Dense ? "dense" : kind == GemmKind::Scaled ? "scaled" : "grouped";
+  switch (kind) {
+    case GemmKind::Dense: return "dense";
+    case GemmKind::Scaled: return "scaled";
+    case GemmKind::Grouped: return "grouped";
+    case GemmKind::ScaledGrouped: return "scaled_grouped";
+  }
+  return "?";
 }
 
 // Where a GEMM's kernel choice came from (choice.h): the shape heuristic, the tactic forced by

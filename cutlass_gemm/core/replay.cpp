@@ -133,7 +133,9 @@ void replay_launch(const GemmLaunch& launch) {
       return;
     case GemmKind::Scaled: replay_scaled(*static_cast<const ScaledGemmLaunchArgs*>(launch.args), launch.dtype); return;
     case GemmKind::Grouped: replay_grouped(*static_cast<const GroupedGemmLaunchArgs*>(launch.args), launch.dtype); return;
+    case GemmKind::ScaledGrouped: break;
   }
+  TORCH_INTERNAL_ASSERT(false, "replay_launch: the ", gemm_kind_name(launch.kind), " kind has no kernels");
 }
 
 }  // namespace ops::cutlass_gemm

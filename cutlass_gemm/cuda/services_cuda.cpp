@@ -82,11 +82,16 @@ static_assert(static_cast<int>(DType::Half) == 0 && static_cast<int>(DType::BFlo
               static_cast<int>(DType::Float) == 2, "kScaled and kGrouped are indexed by DType");
 
 const KernelEntry* find_entry(GemmKind kind, int index) {
-  const int count = kind == GemmKind::Dense ? kNumKernels : 3;
+  const KernelEntry* table = nullptr;
+  int count = 3;
+  switch (kind) {
+    case GemmKind::Dense: table = kDense, count = kNumKernels; break;
+    case GemmKind::Scaled: table = kScaled; break;
+    case GemmKind::Grouped: table = kGrouped; break;
+    case GemmKind::ScaledGrouped: return nullptr;  // no kernels
+  }
   if (index < 0 || index >= count) return nullptr;
-  const KernelEntry& e =
-      kind == GemmKind::Dense ? kDense[index] : kind == GemmKind::Scaled ? kScaled[index] : kGrouped[index];
-  return e.run != nullptr ? &e : nullptr;
+  return table[index].run != nullptr ? &table[index] : nullptr;
 }
 
 const std::vector<BuiltArch>& built_archs() {

@@ -12,6 +12,7 @@
 
 #include "../../csrc/checks.h"
 #include "../../csrc/json.h"
+#include "../core/group_ends.h"
 #include "../core/plan_json.h"
 #include "grouped_gemm.h"
 #include "../core/operands.h"  // tma_operand
@@ -20,14 +21,6 @@ namespace ops::cutlass_gemm {
 namespace {
 
 constexpr const char* kOp = "grouped_gemm";
-
-std::vector<int32_t> group_ends(const GroupedProblem& p, const c10::optional<at::Tensor>& offs) {
-  if (p.mode == GroupedMode::Batched) return {};
-  const at::Tensor host = offs->to(at::kCPU);  // on CUDA: a copy to the host, synchronizing with the stream
-  std::vector<int32_t> ends(host.data_ptr<int32_t>(), host.data_ptr<int32_t>() + p.groups);
-  check_group_offsets(kOp, p, ends.data());
-  return ends;
-}
 
 void grouped_gemm_into(const at::Tensor& A, const at::Tensor& B, const GroupedProblem& p,
                        const std::vector<int32_t>& ends, at::Tensor& out) {
@@ -154,7 +147,7 @@ at::Tensor grouped_gemm_torch(const at::Tensor& A, const at::Tensor& B, const c1
 
 at::Tensor grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& offs,
                              const GroupedProblem& p, at::ScalarType dtype) {
-  const std::vector<int32_t> ends = group_ends(p, offs);
+  const std::vector<int32_t> ends = group_ends(kOp, p, offs);
   at::Tensor out = at::empty(p.out_sizes, A.options().dtype(dtype));
   grouped_gemm_into(A, B, p, ends, out);
   return out;

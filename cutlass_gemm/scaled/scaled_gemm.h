@@ -11,17 +11,10 @@
 #include "../../csrc/activation_ops.h"
 #include "../../csrc/checks.h"
 #include "../core/kernel_names.h"
+#include "../core/scaled_formula.h"
 #include "../kernels/scaled_args.h"
 
 namespace ops::cutlass_gemm {
-
-at::ScalarType scaled_gemm_out_dtype(const c10::optional<at::ScalarType>& out_dtype);  // bfloat16 by default
-
-// The dequantized formula into out (any strides): act((A * scale_a) @ (B * scale_b) + bias) in float32,
-// rounded once.
-void scaled_gemm_formula_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
-                              const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, ScaleRecipe recipe,
-                              Activation act, at::Tensor& out);
 
 // A path of scaled_gemm: compute(A, B, scale_a, scale_b, bias, recipe, act, use_fast_accum, out) writes the
 // result into out (a fresh tensor, or the user's for .out: the result must be computed apart from it).

@@ -1,0 +1,35 @@
+// ops::scaled_grouped_gemm's paths (checks.h ScaledGroupedProblem), shared by its CPU kernel
+// (scaled_grouped_gemm.cpp) and its CUDA kernel (scaled_grouped_gemm_cuda.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "../../csrc/checks.h"
+
+namespace ops::cutlass_gemm {
+
+// The dequantized formula per group (core/scaled_formula.h) on slices of A, B, the scales, the bias and a
+// fresh output of the problem's shape and `dtype`; rows (2D x 3D) or columns (3D x 2D) past the last end
+// zeroed. The group ends are read on the host (on CUDA a copy of offs: a synchronization) and checked
+// (check_group_offsets).
+at::Tensor scaled_grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                    const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                    const c10::optional<at::Tensor>& bias, const ScaledGroupedProblem& p,
+                                    at::ScalarType dtype);
+
+at::Tensor scaled_grouped_gemm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                               const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                               const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype);
+void scaled_grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                             const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                             at::Tensor& out);
+
+// JSON of the path a call takes (mode, recipe, path, host_sync): ops.fp8.grouped_plan.
+std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                     const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                     const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype);
+
+}  // namespace ops::cutlass_gemm

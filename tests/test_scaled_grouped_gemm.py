@@ -1,0 +1,172 @@
+"""ops.scaled_grouped_gemm: torch._scaled_grouped_mm's modes and scales (rowwise, blockwise 1x128 x 128x128) against
+ops.scaled_gemm group by group (bit for bit on CPU) and the float64 product of the dequantized operands, the
+edges of mixture-of-experts routing (experts with no token, one expert, 256 experts), transformers' fine-grained
+FP8 layout of expert weights, errors on the offsets' values, the plan, and torch.compile with symbolic token
+counts. The shared modes (errors, opcheck, fake kernel, export, vmap, TorchScript) run from tests/op_registry.py."""
+
+import pytest
+import torch
+
+import ops
+from fp8_support import E4, fp8, scales
+from op_registry import Fp8MoE, scaled_grouped_reference
+
+# One rounding of the output dtype: the float32 formula against the float64 product of the dequantized operands.
+BOUND = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10}
+
+
+def offsets(ends):
+    return torch.tensor(ends, dtype=torch.int32)
+
+
+def ends_of(sizes):
+    return torch.tensor(sizes).cumsum(0).to(torch.int32)
+
+
+def expand_blocks(s, rows, cols):
+    return s.repeat_interleave(128, -2)[..., :rows, :].repeat_interleave(128, -1)[..., :cols]
+
+
+def dequantized_product(A, B, scale_a, scale_b, offs, recipe):
+    """2D x 3D in float64: each expert's rows of A (dequantized) times its dequantized B; zero past offs[-1]."""
+    M, K, N = A.shape[0], A.shape[1], B.shape[2]
+    out = torch.zeros(M, N, dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if recipe == "rowwise":
+            a = A[start:end].double() * scale_a[start:end].double().unsqueeze(1)
+            b = B[g].double() * scale_b[g].double().unsqueeze(0)
+        else:
+            a = A[start:end].double() * scale_a[start:end].double().repeat_interleave(128, 1)[:, :K]
+            b = B[g].double() * expand_blocks(scale_b[g].double(), K, N)
+        out[start:end] = a @ b
+        start = end
+    return out
+
+
+def moe_case(tokens, experts, K, N, recipe, sizes=None, seed=0):
+    """Tokens sorted by expert, experts' weights (G, N, K) passed transposed, scales of the recipe."""
+    if sizes is None:  # each token's expert drawn uniformly
+        g = torch.Generator().manual_seed(seed)
+        choice = torch.randint(0, experts, (tokens,), generator=g)
+        sizes = torch.bincount(choice, minlength=experts).tolist()
+    A = fp8(tokens, K, seed=seed)
+    B = fp8(experts, N, K, seed=seed + 1).transpose(1, 2)
+    if recipe == "rowwise":
+        sa, sb = scales(tokens, seed=seed), scales(experts, N, seed=seed + 1)
+    else:
+        sa, sb = scales(tokens, K // 128, seed=seed), scales(experts, K // 128, -(-N // 128), seed=seed + 1)
+    return A, B, sa, sb, ends_of(sizes)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_each_group_is_scaled_gemm_bit_for_bit(recipe, out_dtype):
+    A, B, sa, sb, offs = moe_case(40, 5, 256, 48, recipe, sizes=[7, 0, 20, 1, 9])  # an empty expert, a tail of 3
+    got = ops.scaled_grouped_gemm(A, B, sa, sb, offs, out_dtype=out_dtype)
+    assert got.shape == (40, 48) and got.dtype == out_dtype
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        a_scale = sa[start:end].unsqueeze(1) if recipe == "rowwise" else sa[start:end]
+        b_scale = sb[g].unsqueeze(0) if recipe == "rowwise" else sb[g]
+        expected = ops.scaled_gemm(A[start:end], B[g], a_scale, b_scale, out_dtype=out_dtype)
+        assert torch.equal(got[start:end], expected), g
+        start = end
+    assert not got[start:].any()
+    ref = dequantized_product(A, B, sa, sb, offs, recipe)
+    assert (got.double() - ref).abs().max() <= BOUND[out_dtype] * ref.abs().max()
+
+
+@pytest.mark.parametrize("experts, tokens", [(1, 33), (256, 300), (8, 0)], ids=["one expert", "256 experts", "no tokens"])
+def test_routing_edges(experts, tokens):
+    A, B, sa, sb, offs = moe_case(tokens, experts, 128, 32, "rowwise", seed=3)
+    got = ops.scaled_grouped_gemm(A, B, sa, sb, offs)
+    assert torch.equal(got, scaled_grouped_reference(A, B, sa, sb, offs))
+    if experts == 256:
+        assert (offs.diff(prepend=offs.new_zeros(1)) == 0).any()  # some experts got no token
+    if tokens:
+        ref = dequantized_product(A, B, sa, sb, offs, "rowwise")
+        assert (got.double() - ref).abs().max() <= BOUND[torch.bfloat16] * ref.abs().max()
+    else:
+        assert got.shape == (0, 32)
+
+
+def test_batched_blockwise_equals_scaled_gemm_per_batch_entry():
+    A, B = fp8(3, 5, 256), fp8(3, 256, 160, seed=1)
+    sa, sb = scales(3, 5, 2), scales(3, 2, 2, seed=1)
+    bias = torch.randn(3, 160, dtype=torch.float32)
+    got = ops.scaled_grouped_gemm(A, B, sa, sb, bias=bias, out_dtype=torch.float32)
+    for g in range(3):
+        assert torch.equal(got[g], ops.scaled_gemm(A[g], B[g], sa[g], sb[g], bias[g], torch.float32))
+
+
+def test_fine_grained_fp8_expert_weights_as_transformers_stores_them():
+    # FP8Experts' gate_up_proj (E, 2I, H) and gate_up_proj_scale_inv (E, 2I/128, H/128): B and scale_b are their
+    # transposes, no copy.
+    E, N, K, tokens = 4, 256, 384, 50
+    w = torch.randn(E, N, K)
+    codes, scale_inv = zip(*(ops.quantize_fp8(w[e], "block") for e in range(E)))
+    weight, weight_scale_inv = torch.stack(codes), torch.stack(scale_inv)  # (E, N, K), (E, N/128, K/128)
+    x = torch.randn(tokens, K)
+    xq, xs = ops.quantize_fp8(x, "group")  # (tokens, K), (tokens, K/128)
+    offs = ends_of([10, 0, 25, 15])
+    got = ops.scaled_grouped_gemm(xq, weight.transpose(1, 2), xs, weight_scale_inv.transpose(1, 2), offs,
+                                  out_dtype=torch.float32)
+    ref = dequantized_product(xq, weight.transpose(1, 2), xs, weight_scale_inv.transpose(1, 2), offs, "blockwise")
+    assert (got.double() - ref).abs().max() <= BOUND[torch.float32] * ref.abs().max()
+    # Against the unquantized layer: FP8's own error (e4m3: 3 mantissa bits, each operand).
+    exact = torch.cat([x[s:e].double() @ w[g].double().t() for g, (s, e) in
+                       enumerate(zip([0] + offs[:-1].tolist(), offs.tolist()))])
+    assert torch.nn.functional.cosine_similarity(got.double().flatten(), exact.flatten(), dim=0) > 0.998
+
+
+def test_k_not_a_multiple_of_128_runs_rowwise_and_refuses_blockwise():
+    # GPT-OSS's hidden size, 2880 = 22.5 blocks of 128.
+    A, B = fp8(6, 2880), fp8(2, 2880, 32, seed=1)
+    offs = offsets([2, 6])
+    got = ops.scaled_grouped_gemm(A, B, scales(6), scales(2, 32, seed=1), offs)
+    assert torch.equal(got, scaled_grouped_reference(A, B, scales(6), scales(2, 32, seed=1), offs))
+    with pytest.raises(RuntimeError, match=r"scaled_grouped_gemm: the blockwise recipe takes K in whole 128-blocks, "
+                                           r"got K = 2880 \(the rowwise recipe takes it\)"):
+        ops.scaled_grouped_gemm(A, B, scales(6, 23), scales(2, 23, 1, seed=1), offs)
+
+
+@pytest.mark.parametrize("ends, message", [
+    ([4, 2, 6], r"expected offs to be non-negative and non-decreasing \(cumulative ends of the groups along M\), got "
+                r"offs\[1\] = 2 after offs\[0\] = 4"),
+    ([-1, 2, 6], r"expected offs to be non-negative .*got offs\[0\] = -1$"),
+    ([2, 4, 7], r"offs's last end must be at most M = 6 \(in 2D x 3D\), got 7"),
+])
+def test_offsets_are_checked(ends, message):
+    with pytest.raises(RuntimeError, match="scaled_grouped_gemm: " + message):
+        ops.scaled_grouped_gemm(fp8(6, 32), fp8(3, 32, 16, seed=1), scales(6), scales(3, 16), offsets(ends))
+
+
+def test_out_variant_and_plan():
+    A, B, sa, sb, offs = moe_case(20, 3, 128, 32, "rowwise", sizes=[5, 5, 8])
+    out = torch.full((20, 32), float("nan"), dtype=torch.float16)
+    ops.scaled_grouped_gemm(A, B, sa, sb, offs, out=out)  # out_dtype None: out's
+    assert torch.equal(out, ops.scaled_grouped_gemm(A, B, sa, sb, offs, out_dtype=torch.float16))
+    plan = ops.fp8.grouped_plan(A, B, sa, sb, offs)
+    assert plan["kind"] == "scaled_grouped" and plan["mode"] == "2D x 3D" and plan["recipe"] == "rowwise"
+    assert plan["path"] == "formula" and plan["host_sync"] is False
+    with pytest.raises(RuntimeError, match="scaled_grouped_gemm: expected out of shape"):
+        ops.scaled_grouped_gemm(A, B, sa, sb, offs, out=torch.empty(20, 16, dtype=torch.float16))
+    buffer = torch.empty(20 * 32)
+    buffer[:20] = sa
+    with pytest.raises(RuntimeError, match="scaled_grouped_gemm: out overlaps scale_a in memory"):
+        ops.scaled_grouped_gemm(A, B, buffer[:20], sb, offs, out=buffer.view(20, 32))
+
+
+def test_compiled_moe_layer_takes_every_token_count_in_one_graph():
+    from torch._dynamo.utils import counters
+
+    model = Fp8MoE().eval()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        for tokens in (3, 17, 64):
+            x = torch.randn(tokens, 16, generator=torch.Generator().manual_seed(tokens))
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1
