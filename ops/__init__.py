@@ -9,7 +9,7 @@ import torch  # noqa: F401  (must be imported before the extension library is lo
 
 from . import _nested, _vmap, allocator, compile, fp8, grouped, moe, nn, recipes  # noqa: F401  (_vmap: the ops' batching rules)
 from ._library import build_info, kernels, library_path
-from .fp8 import fused_add_rms_norm_fp8, quantize_fp8, rms_norm_fp8, scaled_gemm, scaled_grouped_gemm, silu_and_mul_fp8
+from .fp8 import fp8_grouped_mm, fused_add_rms_norm_fp8, quantize_fp8, rms_norm_fp8, scaled_gemm, scaled_grouped_gemm, silu_and_mul_fp8
 from .fused import fused_add_rms_norm, rms_norm, silu_and_mul
 from .gemm import cutlass_gemm
 from .grouped import grouped_gemm
@@ -20,5 +20,5 @@ _nested.register()  # clear errors for jagged nested tensors, which never reach 
 if torch.distributed.is_available():
     from . import _dtensor  # noqa: F401  (the ops' DTensor sharding rules)
 
-__all__ = ["allocator", "compile", "fp8", "grouped", "moe", "nn", "recipes", "cutlass_gemm", "grouped_gemm", "scaled_gemm", "scaled_grouped_gemm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8", "linear", "rms_norm", "fused_add_rms_norm",
+__all__ = ["allocator", "compile", "fp8", "grouped", "moe", "nn", "recipes", "cutlass_gemm", "grouped_gemm", "scaled_gemm", "scaled_grouped_gemm", "fp8_grouped_mm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8", "linear", "rms_norm", "fused_add_rms_norm",
            "silu_and_mul", "build_info", "kernels", "library_path"]

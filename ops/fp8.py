@@ -14,7 +14,7 @@ from .gemm import _check_gemm_out, _check_gemm_shapes, _check_out_memory
 from .grouped import _check_out, _shapes
 from .linear import _check_activation
 
-__all__ = ["scaled_gemm", "plan", "scaled_grouped_gemm", "grouped_plan", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"]
+__all__ = ["scaled_gemm", "plan", "scaled_grouped_gemm", "grouped_plan", "fp8_grouped_mm", "quantize_fp8", "rms_norm_fp8", "fused_add_rms_norm_fp8", "silu_and_mul_fp8"]
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -300,6 +300,75 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
     ``path`` ("formula"), ``host_sync`` and ``reason``. Raises as ``scaled_grouped_gemm`` does for bad
     arguments."""
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
+
+
+_E4M3_MAX = 448.0
+
+
+def _quantize_over(t, dim, groups=None, group_of=None):
+    """float8_e4m3fn codes of t and float32 scales (amax / 448) over dimension `dim`; with `group_of` (each row's
+    group, `groups` of them: rows past the last group have group `groups`), one scale per group and column."""
+    a = t.detach().float().abs()
+    if group_of is None:
+        scale = a.amax(dim)
+        expanded = scale.unsqueeze(dim)
+    else:
+        index = group_of.unsqueeze(1).expand_as(a)
+        scale = a.new_zeros(groups + 1, t.shape[1]).scatter_reduce_(0, index, a, "amax")[:groups]
+        expanded = torch.cat([scale, scale.new_ones(1, t.shape[1])])[group_of]
+    scale = scale.clamp(min=torch.finfo(torch.float32).tiny) / _E4M3_MAX
+    expanded = expanded.clamp(min=torch.finfo(torch.float32).tiny) / _E4M3_MAX
+    codes = (t.detach().float() / expanded).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn)
+    return codes, scale
+
+
+class _Fp8GroupedMm(torch.autograd.Function):
+    """fp8_grouped_mm's forward and backward (torchao's float8 MoE training recipe, rowwise)."""
+
+    @staticmethod
+    def forward(ctx, x, w, offs):
+        xq, xs = _quantize_over(x, 1)  # (M, K), (M,)
+        wq, ws = _quantize_over(w, 2)  # (G, N, K), (G, N)
+        ctx.save_for_backward(x, w, offs)
+        return scaled_grouped_gemm(xq, wq.transpose(1, 2), xs, ws, offs, out_dtype=x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, w, offs = ctx.saved_tensors
+        grad_x = grad_w = None
+        gq, gs = _quantize_over(grad_out, 1)  # per token, over N
+        if ctx.needs_input_grad[0]:
+            wq, ws = _quantize_over(w, 1)  # per expert and column of w_g (N, K): over N
+            grad_x = scaled_grouped_gemm(gq, wq, gs, ws, offs, out_dtype=x.dtype)
+        if ctx.needs_input_grad[1]:
+            # Per expert: grad_out_g^T (N, M_g) @ x_g (M_g, K), the 2D x 2D form over M; each expert's own scales
+            # per channel of grad_out and of x. M padded with rows of no group to a multiple of 16.
+            G, M = w.shape[0], x.shape[0]
+            rows = torch.arange(M, device=x.device)
+            group_of = torch.searchsorted(offs, rows.to(offs.dtype), right=True)
+            pad = -M % 16
+            g_pad = torch.nn.functional.pad(grad_out, (0, 0, 0, pad))
+            x_pad = torch.nn.functional.pad(x, (0, 0, 0, pad))
+            group_of = torch.nn.functional.pad(group_of, (0, pad), value=G)
+            aq, a_s = _quantize_over(g_pad, 0, G, group_of)  # (M', N), (G, N)
+            bq, b_s = _quantize_over(x_pad, 0, G, group_of)  # (M', K), (G, K)
+            grad_w = scaled_grouped_gemm(aq.t(), bq, a_s.reshape(-1), b_s.reshape(-1), offs, out_dtype=w.dtype)
+        return grad_x, grad_w, None
+
+
+def fp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """The experts' projection of mixture-of-experts training in FP8: ``x_g @ w_g^T`` for each expert g, x (M, K)
+    of tokens sorted by expert (offs: int32 cumulative ends of the experts' rows), w (G, N, K) the experts'
+    weights, both high precision; returns (M, N) in x's dtype, rows past offs[-1] zero.
+
+    torchao's float8 MoE recipe, rowwise: x is quantized per token and w per expert and output channel
+    (float8_e4m3fn, dynamic scales amax / 448), then ``scaled_grouped_gemm``. The backward quantizes the
+    gradient the same way: grad_x = grad_out_g @ w_g (grad_out per token, w per expert and input channel),
+    grad_w = grad_out_g^T @ x_g in the 2D x 2D form over the tokens (each expert's own scale per channel of
+    grad_out and of x). K and N multiples of 16. Gradients match the float formula within FP8's rounding
+    (tests/test_scaled_grouped_gemm.py).
+    """
+    return _Fp8GroupedMm.apply(x, w, offs)
 
 
 _GRANULARITIES = ("tensor", "row", "group", "block")
