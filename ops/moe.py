@@ -8,7 +8,10 @@ Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) calls for its experts.
 The implementation computes what transformers' "grouped_mm" one does (tokens sorted by expert, one grouped
 GEMM up and one down, the routing weights, the tokens put back), on ``ops.grouped_gemm`` and, for the
 default gate with SiLU, ``ops.silu_and_mul``; other gates, activations, biases, post-expert norms and
-expert-parallel sentinels as the experts class defines them.
+expert-parallel sentinels as the experts class defines them. transformers' FP8 experts (``FP8Experts``, a
+fine-grained FP8 checkpoint: float8_e4m3fn weights with 128x128 block scales or one scale per expert, dynamic
+activation scales) run on ``ops.scaled_grouped_gemm``, the tokens quantized per 1x128 group (block scales)
+or per row; "ops" is registered in transformers' FP8 experts interface as well.
 """
 
 import importlib.abc
@@ -17,15 +20,15 @@ import sys
 
 import torch
 
-from . import fused as _fused
+from . import fp8 as _fp8, fused as _fused
 from .grouped import grouped_gemm
 from .recipes import activation_of
 
 __all__ = ["NAME", "experts_forward", "register"]
 
 NAME = "ops"
-FP8_EXPERTS = "FP8 experts (transformers' FP8Experts): ops has no FP8 grouped GEMM; left on transformers' implementation"
 _MOE_MODULE = "transformers.integrations.moe"
+_FP8_MODULE = "transformers.integrations.finegrained_fp8"
 
 
 def _default_gate(module) -> bool:
@@ -37,10 +40,51 @@ def _default_gate(module) -> bool:
             and activation_of(getattr(module, "act_fn", None)) == "silu")
 
 
-def _grouped_linear(x, weight, offs, bias, bias_index, transposed):
-    """x (S, in) times one weight per expert: (E, in, out) if `transposed`, else (E, out, in)."""
-    out = grouped_gemm(x.to(weight.dtype), weight if transposed else weight.transpose(-2, -1), offs)
+def _grouped_linear(x, weight, offs, bias, bias_index, transposed, scale_inv=None, block_size=None):
+    """x (S, in) times one weight per expert: (E, in, out) if `transposed`, else (E, out, in). FP8 weights
+    (E, out, in) with their scales (scale_inv: (E, ceil(out/128), ceil(in/128)) for 128x128 blocks, else one
+    per expert) run on scaled_grouped_gemm, x quantized per 1x128 group or per row, the result in x's dtype."""
+    if weight.dtype != torch.float8_e4m3fn:
+        out = grouped_gemm(x.to(weight.dtype), weight if transposed else weight.transpose(-2, -1), offs)
+    else:
+        experts, n, k = weight.shape
+        scale = scale_inv.float()
+        if block_size is None:  # (E, S, 1): S equal parts of the output rows (gate_up: its two halves)
+            codes, x_scale = _fp8.quantize_fp8(x, "row")
+            b_scale = scale[:, :, 0].repeat_interleave(n // scale.shape[1], dim=1)
+        else:
+            codes, x_scale = _fp8.quantize_fp8(x, "group")
+            # transformers allocates at least 2 block rows for gate_up_proj (min_sf_out): the first ceil(out/128).
+            b_scale = scale[:, :-(-n // 128), :-(-k // 128)].transpose(1, 2)
+        if block_size is None:
+            x_scale = x_scale.reshape(-1)
+        out = _fp8.scaled_grouped_gemm(codes, weight.transpose(1, 2), x_scale, b_scale, offs, out_dtype=x.dtype)
     return out if bias is None else out + bias[bias_index]
+
+
+def unsupported(module: torch.nn.Module):
+    """Why ``experts_forward`` does not run an experts module, or None: its weights in floating point, or
+    float8_e4m3fn (transformers' FP8Experts) with dynamic activation scales and 128x128 block scales (K in
+    whole blocks) or one scale per expert."""
+    weights = [w for w in (getattr(module, n, None) for n in ("gate_up_proj", "up_proj", "down_proj"))
+               if isinstance(w, torch.Tensor)]
+    dtypes = {w.dtype for w in weights}
+    if not any(d.is_floating_point and d.itemsize == 1 for d in dtypes) and all(d.is_floating_point for d in dtypes):
+        return None
+    if dtypes != {torch.float8_e4m3fn}:
+        return f"experts' weights of {sorted(map(str, dtypes))}: ops runs floating-point and float8_e4m3fn ones"
+    if getattr(module, "activation_scheme", "dynamic") != "dynamic":
+        return "FP8 experts with static activation scales: ops quantizes activations dynamically"
+    block = getattr(module, "block_size", None)
+    if block is not None and tuple(block) != (128, 128):
+        return f"FP8 experts with {tuple(block)} weight blocks: ops takes 128x128 blocks or one scale per expert"
+    if block is not None and any(w.shape[-1] % 128 for w in weights):
+        return "FP8 experts whose input features are not whole 128-blocks: ops's blockwise recipe needs them"
+    scales = [getattr(module, n + "_scale_inv", None) for n in ("gate_up_proj", "up_proj", "down_proj")
+              if isinstance(getattr(module, n, None), torch.Tensor)]
+    if block is None and any(s is None or s.shape[-1] != 1 or w.shape[1] % s.shape[1] for w, s in zip(weights, scales)):
+        return "FP8 experts whose scales are neither 128x128 blocks nor equal parts of each expert's rows"
+    return None
 
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -63,11 +107,11 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
         sentinel = (expert_ids >= self.num_experts).unsqueeze(-1)
         expert_ids = expert_ids.clamp(max=self.num_experts - 1)  # in bounds for the bias gather
     has_bias, transposed = getattr(self, "has_bias", False), getattr(self, "is_transposed", False)
-    if getattr(self, "has_gate", True):
-        up, up_bias = self.gate_up_proj, getattr(self, "gate_up_proj_bias", None) if has_bias else None
-    else:
-        up, up_bias = self.up_proj, getattr(self, "up_proj_bias", None) if has_bias else None
-    h = _grouped_linear(x, up, offs, up_bias, expert_ids, transposed)
+    block = getattr(self, "block_size", None)
+    up_name = "gate_up_proj" if getattr(self, "has_gate", True) else "up_proj"
+    up, up_bias = getattr(self, up_name), getattr(self, up_name + "_bias", None) if has_bias else None
+    h = _grouped_linear(x, up, offs, up_bias, expert_ids, transposed, getattr(self, up_name + "_scale_inv", None),
+                        block)
     if sentinel is not None and up_bias is not None:
         h = h.masked_fill(sentinel, 0.0)
     if not getattr(self, "has_gate", True):
@@ -77,7 +121,8 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     else:
         h = self._apply_gate(h)
     down_bias = getattr(self, "down_proj_bias", None) if has_bias else None
-    h = _grouped_linear(h, self.down_proj, offs, down_bias, expert_ids, transposed)
+    h = _grouped_linear(h, self.down_proj, offs, down_bias, expert_ids, transposed,
+                        getattr(self, "down_proj_scale_inv", None), block)
     if sentinel is not None:
         h = h.masked_fill(sentinel, 0.0)
     if getattr(self, "has_post_expert_norm", False):
@@ -91,10 +136,14 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
 
 
 def register() -> None:
-    """Registers ``experts_forward`` as transformers' experts implementation "ops" (idempotent)."""
+    """Registers ``experts_forward`` as transformers' experts implementation "ops" (idempotent), in its FP8
+    experts interface too where that module is loaded (an FP8 model's classes load it)."""
     from transformers.integrations.moe import ExpertsInterface
 
     ExpertsInterface.register(NAME, experts_forward)
+    fp8 = sys.modules.get(_FP8_MODULE)
+    if fp8 is not None and hasattr(fp8, "FP8ExpertsInterface"):
+        fp8.FP8ExpertsInterface.register(NAME, experts_forward)
 
 
 def is_experts(module: torch.nn.Module) -> bool:
@@ -104,19 +153,16 @@ def is_experts(module: torch.nn.Module) -> bool:
             and hasattr(getattr(module, "config", None), "_experts_implementation"))
 
 
-def has_fp8_weights(module: torch.nn.Module) -> bool:
-    """Whether an experts module holds FP8 weights (transformers' FP8Experts: fine-grained FP8 checkpoints),
-    which ``experts_forward`` (bf16/fp16/fp32 ``grouped_gemm``) does not take."""
-    return any(p.dtype.is_floating_point and p.dtype.itemsize == 1 for p in module.parameters(recurse=False))
-
-
 class _RegisterAfterImport(importlib.abc.MetaPathFinder):
     """Registers the implementation right after transformers' interface module is imported (a model class
     imports it), so ``import ops`` before transformers needs no ``register()`` call and ``import ops`` costs
     no transformers import."""
 
+    def __init__(self, name=_MOE_MODULE):
+        self.name = name
+
     def find_spec(self, name, path=None, target=None):
-        if name != _MOE_MODULE:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)  # once; the search below must not find this finder again
         spec = importlib.util.find_spec(name)
@@ -140,5 +186,7 @@ def _register_when_loaded():
     right after it is (importing it costs about 2 s, so it is not imported for that)."""
     if _MOE_MODULE in sys.modules:
         register()
-    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterAfterImport())
+    for module in (_MOE_MODULE, _FP8_MODULE):
+        if module not in sys.modules and not any(isinstance(f, _RegisterAfterImport) and f.name == module
+                                                 for f in sys.meta_path):
+            sys.meta_path.insert(0, _RegisterAfterImport(module))

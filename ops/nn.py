@@ -353,7 +353,7 @@ class ConversionReport:
                  f"{len(self.recipes)} block recipes, {len(self.skipped)} left alone"
                  + (f", {len(self.fp8)} FP8 Linear" if self.fp8 else "")
                  + (f", {len(self.experts)} MoE experts" if self.experts else "")]
-        lines += [f"  experts {name} on ops.grouped_gemm" for name in self.experts]
+        lines += [f"  experts {name} on ops.grouped_gemm or ops.scaled_grouped_gemm" for name in self.experts]
         lines += [f"  FP8 {name}" for name in self.fp8]
         if self.quantization_config:
             lines.append(f"  config.quantization_config: {self.quantization_config!r} (what save_pretrained writes)")
@@ -428,9 +428,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     MoE experts (transformers' experts modules: Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) run
     on ``ops.grouped_gemm``: their config's experts implementation becomes "ops" (``ops.moe``), listed in
     ``report.experts``. The config is the model's, shared by all its experts: converting a submodule
-    switches the experts outside it too (transformers dispatches on the config, not the module). Experts
-    with FP8 weights (transformers' ``FP8Experts``) are left alone, listed in ``report.skipped``: ops has no
-    FP8 grouped GEMM.
+    switches the experts outside it too (transformers dispatches on the config, not the module).
+    transformers' FP8 experts (``FP8Experts``: float8_e4m3fn weights, 128x128 block scales or one per expert,
+    dynamic activation scales) run on ``ops.scaled_grouped_gemm``; experts ops cannot run (FP4 weights, static
+    activation scales, other blocks) are left alone, with their config, and listed in ``report.skipped``.
 
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
@@ -527,14 +528,15 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
                 continue
             _recipes.apply(block, recipe)
             report.recipes.append((name or "(model)", recipe.name))
-    experts = [(name or "(model)", m) for name, m in model.named_modules() if _moe.is_experts(m)]
-    # The experts dispatch on their config, which FP8 experts share: those configs are left as they are.
-    fp8_configs = [m.config for _, m in experts if _moe.has_fp8_weights(m)]
-    for name, module in experts:
-        if _moe.has_fp8_weights(module):
-            report.skipped.append((name, _moe.FP8_EXPERTS))
-        elif any(module.config is c for c in fp8_configs):
-            report.skipped.append((name, "its config's experts implementation is also FP8 experts', left as it is"))
+    experts = [(name or "(model)", m, _moe.unsupported(m)) for name, m in model.named_modules() if _moe.is_experts(m)]
+    # The experts dispatch on their config, which experts ops cannot run may share: such configs stay as they are.
+    kept = [m.config for _, m, why in experts if why is not None]
+    for name, module, why in experts:
+        if why is not None:
+            report.skipped.append((name, why))
+        elif any(module.config is c for c in kept):
+            report.skipped.append((name, "its config's experts implementation is also that of experts ops cannot "
+                                         "run, left as it is"))
         else:
             _moe.register()
             module.config._experts_implementation = _moe.NAME

@@ -4,11 +4,13 @@ generated tokens, and the experts module alone against transformers' "grouped_mm
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ops
 
 from conftest import run_python
+from fp8_support import E4
 
 transformers = pytest.importorskip("transformers")
 moe = pytest.importorskip("transformers.integrations.moe")
@@ -111,6 +113,9 @@ model.set_experts_implementation("ops")
 torch.testing.assert_close(model(ids).logits, ref, atol=2e-6, rtol=1e-5)
 from transformers.integrations.moe import ExpertsInterface
 assert ExpertsInterface._global_mapping["ops"] is ops.moe.experts_forward
+# transformers' FP8 experts interface too, whenever its module is loaded.
+from transformers.integrations.finegrained_fp8 import FP8ExpertsInterface
+assert FP8ExpertsInterface._global_mapping["ops"] is ops.moe.experts_forward
 print("ok")
 """
     result = run_python(code)
@@ -181,18 +186,76 @@ def test_dense_models_report_no_experts():
     assert ops.nn.convert(model).experts == []
 
 
-def test_fp8_experts_are_left_to_transformers():
-    # transformers' FP8Experts (a fine-grained FP8 checkpoint) hold float8 weights, which ops.grouped_gemm does
-    # not take: convert leaves them and their config's experts implementation alone, and says so.
+def fp8_experts_model(block_size, seed=0):
+    """(a tiny Qwen3-MoE whose experts are transformers' FP8Experts, its float reference with the experts'
+    dequantized weights): hidden and expert width 128, 4 experts; the attention and routers stay float."""
+    import copy
+
     fg = pytest.importorskip("transformers.integrations.finegrained_fp8")
-    model = fg.replace_with_fp8_linear(tiny("Qwen3Moe"), modules_to_not_convert=["lm_head"], pre_quantized=True,
-                                       quantization_config=transformers.FineGrainedFP8Config(weight_block_size=(128, 128)))
+    config = transformers.Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                         moe_intermediate_size=128, num_experts=4, num_experts_per_tok=2)
+    torch.manual_seed(seed)
+    reference = transformers.Qwen3MoeForCausalLM(config).eval()
+    reference.set_experts_implementation("eager")
+    model = fg.replace_with_fp8_linear(copy.deepcopy(reference), modules_to_not_convert=["lm_head", "q_proj", "k_proj", "v_proj", "o_proj", "gate"],
+                                       quantization_config=transformers.FineGrainedFP8Config(weight_block_size=block_size),
+                                       pre_quantized=True)
+    with torch.no_grad():
+        for name in experts_names(model):
+            fp8, stock = model.get_submodule(name), reference.get_submodule(name)
+            fp8.to_empty(device="cpu")
+            for proj in ("gate_up_proj", "down_proj"):
+                w = getattr(stock, proj)  # (E, N, K)
+                if block_size is None:  # one scale per expert
+                    scale = w.abs().amax((1, 2), keepdim=True) / 448
+                    codes, expanded = (w / scale).to(E4), scale
+                else:
+                    codes, scale = zip(*(ops.quantize_fp8(w[e], "block") for e in range(w.shape[0])))
+                    codes, scale = torch.stack(codes), torch.stack(scale)
+                    expanded = scale.repeat_interleave(128, 1)[:, :w.shape[1]].repeat_interleave(128, 2)[..., :w.shape[2]]
+                getattr(fp8, proj).copy_(codes)
+                # Per expert, gate_up's scales have 2 rows (its halves): each the expert's one scale.
+                getattr(fp8, proj + "_scale_inv").copy_(scale.expand_as(getattr(fp8, proj + "_scale_inv")))
+                w.copy_(codes.float() * expanded)
+    return model, reference
+
+
+@pytest.mark.parametrize("block_size", [(128, 128), None], ids=["128x128 blocks", "per expert"])
+def test_fp8_experts_run_on_scaled_grouped_gemm(block_size):
+    # transformers' FP8Experts of a fine-grained FP8 checkpoint: convert switches them to "ops", registered in
+    # transformers' FP8 experts interface; the codes and scales are the model's own (no float copy).
+    model, reference = fp8_experts_model(block_size)
     names = experts_names(model)
     assert len(names) == 2 and all(type(model.get_submodule(n)).__name__ == "FP8Experts" for n in names)
+    weights = [model.get_submodule(n).down_proj.data_ptr() for n in names]
+    report = ops.nn.convert(model)
+    assert report.experts == names and model.config._experts_implementation == ops.moe.NAME
+    assert [model.get_submodule(n).down_proj.data_ptr() for n in names] == weights
+    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    with CountOps() as counts, torch.no_grad():
+        got = model(ids).logits
+    assert counts.counts.get("ops.scaled_grouped_gemm") == 2 * 2  # up and down, 2 layers
+    with torch.no_grad():
+        expected = reference(ids).logits
+    # Against the dequantized float model, the tokens quantized per 1x128 group or per row: measured 0.999994.
+    assert F.cosine_similarity(got.flatten(), expected.flatten(), dim=0) > 0.9999
+    # Greedy generate() gives the reference's tokens (measured: 8 prompts of 8, both scale layouts).
+    same = sum(torch.equal(model.generate(p, max_new_tokens=6, do_sample=False),
+                           reference.generate(p, max_new_tokens=6, do_sample=False))
+               for p in torch.randint(0, VOCAB, (8, 1, 4), generator=torch.Generator().manual_seed(1)))
+    assert same >= 6, same
+
+
+def test_experts_ops_cannot_run_are_left_to_transformers():
+    model, _ = fp8_experts_model((128, 128))
+    names = experts_names(model)
+    model.get_submodule(names[0]).activation_scheme = "static"
     report = ops.nn.convert(model)
     assert report.experts == [] and model.config._experts_implementation != ops.moe.NAME
-    assert [(n, why) for n, why in report.skipped if n in names] == [(n, ops.moe.FP8_EXPERTS) for n in names]
-    assert f"left {names[0]} alone: FP8 experts" in str(report)
+    assert dict(report.skipped)[names[0]] == "FP8 experts with static activation scales: ops quantizes activations " \
+                                            "dynamically"
+    assert "its config's experts implementation is also that of experts ops cannot run" in dict(report.skipped)[names[1]]
 
 
 def test_import_ops_registers_the_implementation_where_transformers_interface_is_loaded():
