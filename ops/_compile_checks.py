@@ -21,10 +21,26 @@ def val(node):
 
 
 def known(condition) -> bool:
-    """Whether a condition on (possibly symbolic) sizes holds for every size the graph admits."""
+    """Whether a condition on (possibly symbolic) sizes holds for every size the graph admits: as the shape
+    environment knows it, or once the sizes its guards fix to a number are put in (a guard Eq(s - (s + 1) // 2,
+    8) that a broadcast or a split made: such an expression is no symbol, so it is not replaced by 8)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    return bool(statically_known_true(condition))
+    if statically_known_true(condition):
+        return True
+    if not isinstance(condition, torch.SymBool):
+        return False
+    import sympy
+
+    fixed = {}
+    for guard in getattr(condition.node.shape_env, "guards", ()):
+        if isinstance(guard.expr, sympy.Eq):
+            lhs, rhs = guard.expr.args
+            if rhs.is_number and not lhs.is_number:
+                fixed[lhs] = rhs
+            elif lhs.is_number and not rhs.is_number:
+                fixed[rhs] = lhs
+    return bool(fixed) and condition.node.expr.xreplace(fixed) is sympy.true
 
 
 def decide(condition) -> bool:

@@ -135,6 +135,18 @@ FOUND = [
              inputs=[Input("i1", (1, 8), False), Input("i5", (8, 4), False)],
              dtype=torch.float32, dynamic="dynamic", training=True),
      {"silu_and_mul": 1, "linear_act": 1}),
+    # split([4, 4]) of a norm of a chunk half s - (s + 1) // 2, which a broadcast with an (1, 8) input guards
+    # equal to 8: the sizes a guard fixes to a number are put in when a condition is checked.
+    (Program(source="def program(i1, i4, i7, i9, i14, i16):\n    t2, t3 = i1.chunk(2, dim=-1)\n"
+                    "    t5 = i4.expand([1, 8])\n    t6 = torch.add(t3, t5, alpha=2.0)\n    t8 = 1.0 + i7\n"
+                    "    t10 = F.rms_norm(t6, (8,), t8, i9)\n    t11, t12 = t10.split([4, 4], dim=-1)\n"
+                    "    t13 = t12 * F.silu(t11)\n    t15 = i14 * 0.5\n    t17 = F.linear(t13, t15, i16)\n"
+                    "    t18 = F.gelu(t17)\n    return (t18,)",
+             inputs=[Input("i1", (1, 16), True), Input("i4", (1, 8), False), Input("i7", (8,), False, "positive"),
+                     Input("i9", (), False, "scalar", 9.5367431640625e-07), Input("i14", (24, 4), True),
+                     Input("i16", (24,), False)],
+             dtype=torch.float32, dynamic="dynamic", training=True),
+     {"rms_norm": 1, "silu_and_mul": 1}),
 ]
 
 
