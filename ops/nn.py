@@ -343,7 +343,7 @@ class ConversionReport:
     fp8: List[str] = dataclasses.field(default_factory=list)  # Fp8Linears: put in now, or already of the recipe
     # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
     kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
-    experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops.grouped_gemm (ops.moe)
+    experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops (ops.moe): grouped or FP8
     # The quant_method convert(fp8=...) wrote to a transformers model's config.quantization_config, or None.
     quantization_config: Optional[str] = None
     quantized: List[str] = dataclasses.field(default_factory=list, repr=False)  # the part of fp8 quantized now
