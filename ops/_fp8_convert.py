@@ -134,8 +134,8 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
                           "checkpoint would misread them", stacklevel=3)
         return
     kept = sorted(name for name, m in model.named_modules() if name and not isinstance(m, fp8_linear) and any(
-        t is not None and t.is_floating_point() and t.dim() >= 2
-        for t in [*m._parameters.values(), *m._buffers.values()]))
+        t is not None and t.is_floating_point() and t.dtype.itemsize > 1 and t.dim() >= 2 and not key.endswith("_scale_inv")
+        for key, t in [*m._parameters.items(), *m._buffers.items()]))
     config_class = getattr(transformers, "FineGrainedFP8Config" if recipe == "blockwise" else "FbgemmFp8Config", None)
     if config_class is None:
         warnings.warn(f"ops.nn.convert: transformers {transformers.__version__} has no config for the {method!r} "
@@ -144,6 +144,14 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
     extra = {"activation_scheme": "dynamic", "weight_block_size": (128, 128)} if recipe == "blockwise" else {}
     config.quantization_config = config_class(modules_to_not_convert=kept, **extra)
     report.quantization_config = method
+    unread = [name for name, m in model.named_modules() if _moe.is_experts(m) and _moe.is_fp8(m) and not (
+        recipe == "blockwise" and m.block_size is not None and not getattr(m, "is_transposed", False)
+        and not getattr(m, "has_bias", False))]
+    if unread:
+        warnings.warn(f"ops.nn.convert: {len(unread)} FP8 experts modules (e.g. {unread[0]}) are in no format "
+                      "transformers' from_pretrained reads (its FP8Experts: 128x128 blocks, weights (E, out, in), no "
+                      "bias): load a save_pretrained checkpoint of this model with ops (convert, then "
+                      "load_state_dict)", stacklevel=3)
     partial = [name for name, m in model.named_modules() if isinstance(m, fp8_linear) and m.recipe == "blockwise"
                and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
     if partial:
@@ -171,6 +179,14 @@ def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, st
     except ImportError:  # a transformers release without conversion mappings saves the model's own keys
         return
     transforms = get_model_conversion_mapping(module)
+    # FP8 experts hold their scales as parameters: each converter of weights converts their "_scale_inv" too, as
+    # transformers' quantizers extend it (HfQuantizer.update_weight_conversions).
+    for converter in [t for t in transforms if isinstance(t, WeightConverter)]:
+        sources, targets = list(converter.source_patterns), list(converter.target_patterns)
+        if all(p.endswith(".weight") for p in sources) and any(
+                key.endswith(targets[0] + "_scale_inv") for key in own):
+            transforms.append(converter.copy([p + "_scale_inv" for p in sources], [t + "_scale_inv" for t in targets],
+                                             operations=list(converter.operations)))
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}

@@ -14,6 +14,7 @@ activation scales) run on ``ops.scaled_grouped_gemm``, the tokens quantized per 
 or per row; "ops" is registered in transformers' FP8 experts interface as well.
 """
 
+import functools
 import importlib.abc
 import importlib.util
 import sys
@@ -24,7 +25,7 @@ from . import fp8 as _fp8, fused as _fused
 from .grouped import grouped_gemm
 from .recipes import activation_of
 
-__all__ = ["NAME", "experts_forward", "register"]
+__all__ = ["NAME", "experts_forward", "quantize", "register"]
 
 NAME = "ops"
 _MOE_MODULE = "transformers.integrations.moe"
@@ -41,33 +42,53 @@ def _default_gate(module) -> bool:
 
 
 def _grouped_linear(x, weight, offs, bias, bias_index, transposed, scale_inv=None, block_size=None):
-    """x (S, in) times one weight per expert: (E, in, out) if `transposed`, else (E, out, in). FP8 weights
-    (E, out, in) with their scales (scale_inv: (E, ceil(out/128), ceil(in/128)) for 128x128 blocks, else one
-    per expert) run on scaled_grouped_gemm, x quantized per 1x128 group or per row, the result in x's dtype."""
+    """x (S, in) times one weight per expert: (E, in, out) if `transposed`, else (E, out, in). FP8 weights run on
+    scaled_grouped_gemm with their scales (layouts below), x quantized per 1x128 group (128x128 blocks) or
+    per row (scales per part of the output features), the result in x's dtype."""
+    b = weight if transposed else weight.transpose(1, 2)  # (E, K, N)
     if weight.dtype != torch.float8_e4m3fn:
-        out = grouped_gemm(x.to(weight.dtype), weight if transposed else weight.transpose(-2, -1), offs)
+        out = grouped_gemm(x.to(weight.dtype), b, offs)
     else:
-        experts, n, k = weight.shape
+        experts, k, n = b.shape
         scale = scale_inv.float()
-        if block_size is None:  # (E, S, 1): S equal parts of the output rows (gate_up: its two halves)
+        if block_size is None:
             codes, x_scale = _fp8.quantize_fp8(x, "row")
-            b_scale = scale[:, :, 0].repeat_interleave(n // scale.shape[1], dim=1)
+            x_scale = x_scale.reshape(-1)
+            parts = scale.reshape(experts, -1)  # (E, S): S equal parts of the output features
+            b_scale = parts if parts.shape[1] == n else parts.repeat_interleave(n // parts.shape[1], dim=1)
         else:
             codes, x_scale = _fp8.quantize_fp8(x, "group")
             # transformers allocates at least 2 block rows for gate_up_proj (min_sf_out): the first ceil(out/128).
-            b_scale = scale[:, :-(-n // 128), :-(-k // 128)].transpose(1, 2)
-        if block_size is None:
-            x_scale = x_scale.reshape(-1)
-        out = _fp8.scaled_grouped_gemm(codes, weight.transpose(1, 2), x_scale, b_scale, offs, out_dtype=x.dtype)
+            b_scale = (scale[:, :k // 128, :-(-n // 128)] if transposed
+                       else scale[:, :-(-n // 128), :k // 128].transpose(1, 2))
+        out = _fp8.scaled_grouped_gemm(codes, b, x_scale, b_scale, offs, out_dtype=x.dtype)
     return out if bias is None else out + bias[bias_index]
+
+
+# The scales of FP8 experts' weights (E experts, N output and K input features; a weight (E, N, K), or
+# (E, K, N) where the module stores it transposed); each multiplies the codes of its part of the weight:
+#   128x128 blocks: (E, ceil(N/128), ceil(K/128)) (transformers' FP8Experts; at least 2 rows for gate_up_proj),
+#                   (E, K/128, ceil(N/128)) transposed
+#   rows:           (E, S, 1), S dividing N (S = N: per output feature; FP8Experts' block_size None: S = 1, or 2
+#                   for gate_up_proj's halves), (E, 1, S) transposed
+
+
+def _projections(module):
+    return [n for n in ("gate_up_proj", "up_proj", "down_proj") if isinstance(getattr(module, n, None), torch.Tensor)]
+
+
+def _out_in(weight, transposed):
+    """(N, K) of one expert's weight."""
+    return (weight.shape[2], weight.shape[1]) if transposed else (weight.shape[1], weight.shape[2])
 
 
 def unsupported(module: torch.nn.Module):
     """Why ``experts_forward`` does not run an experts module, or None: its weights in floating point, or
-    float8_e4m3fn (transformers' FP8Experts) with dynamic activation scales and 128x128 block scales (K in
-    whole blocks) or one scale per expert."""
-    weights = [w for w in (getattr(module, n, None) for n in ("gate_up_proj", "up_proj", "down_proj"))
-               if isinstance(w, torch.Tensor)]
+    float8_e4m3fn (transformers' FP8Experts, or quantized by ``quantize``) with dynamic activation scales,
+    features multiples of 16 and scales of a layout ``_grouped_linear`` takes (128x128 blocks, K in whole
+    blocks, or equal parts of each expert's output features)."""
+    names = _projections(module)
+    weights = [getattr(module, n) for n in names]
     dtypes = {w.dtype for w in weights}
     if not any(d.is_floating_point and d.itemsize == 1 for d in dtypes) and all(d.is_floating_point for d in dtypes):
         return None
@@ -78,13 +99,115 @@ def unsupported(module: torch.nn.Module):
     block = getattr(module, "block_size", None)
     if block is not None and tuple(block) != (128, 128):
         return f"FP8 experts with {tuple(block)} weight blocks: ops takes 128x128 blocks or one scale per expert"
-    if block is not None and any(w.shape[-1] % 128 for w in weights):
+    transposed = getattr(module, "is_transposed", False)
+    sizes = [_out_in(w, transposed) for w in weights]
+    if any(n % 16 or k % 16 for n, k in sizes):
+        return "FP8 experts whose features are not multiples of 16 (the FP8 grouped GEMM's K and N)"
+    if block is not None and any(k % 128 for _, k in sizes):
         return "FP8 experts whose input features are not whole 128-blocks: ops's blockwise recipe needs them"
-    scales = [getattr(module, n + "_scale_inv", None) for n in ("gate_up_proj", "up_proj", "down_proj")
-              if isinstance(getattr(module, n, None), torch.Tensor)]
-    if block is None and any(s is None or s.shape[-1] != 1 or w.shape[1] % s.shape[1] for w, s in zip(weights, scales)):
+    scales = [getattr(module, n + "_scale_inv", None) for n in names]
+    parts_dim = 1 if transposed else 2  # the dimension of size 1 in a rows layout
+
+    def rows(w, s, n):
+        return (isinstance(s, torch.Tensor) and s.dim() == 3 and s.shape[0] == w.shape[0]
+                and s.shape[parts_dim] == 1 and n % s.shape[3 - parts_dim] == 0)
+
+    if block is None and not all(rows(w, s, n) for w, s, (n, _) in zip(weights, scales, sizes)):
         return "FP8 experts whose scales are neither 128x128 blocks nor equal parts of each expert's rows"
     return None
+
+
+def is_fp8(module: torch.nn.Module) -> bool:
+    """Whether an experts module's weights are float8_e4m3fn."""
+    return any(getattr(module, n).dtype == torch.float8_e4m3fn for n in _projections(module))
+
+
+def why_not_fp8(module: torch.nn.Module):
+    """Why ``quantize`` keeps a floating-point experts module's weights as they are, or None."""
+    transposed = getattr(module, "is_transposed", False)
+    weights = [getattr(module, n) for n in _projections(module)]
+    if any(_out_in(w, transposed)[0] % 16 or _out_in(w, transposed)[1] % 16 for w in weights):
+        return "experts whose features are not multiples of 16 (the FP8 grouped GEMM's K and N)"
+    if any(w.dtype not in (torch.float32, torch.bfloat16, torch.float16) for w in weights):
+        return f"experts of {weights[0].dtype}: no FP8 GEMM output dtype"
+    return None
+
+
+def quantize(module: torch.nn.Module, recipe: str) -> str:
+    """Quantizes a floating-point experts module's weights to float8_e4m3fn in place (``why_not_fp8`` None), the
+    module's class and layout kept: each weight becomes its codes (a parameter that does not require grad, stored
+    K-major, the layout the FP8 grouped GEMM reads) beside ``<name>_scale_inv`` (float32, the layouts above
+    ``_projections``), with ``block_size`` and ``activation_scheme`` "dynamic" as transformers' FP8Experts.
+    "blockwise": 128x128 blocks where every input feature count is whole blocks, else (GPT-OSS's 2880) one
+    scale per output feature, as "rowwise". Then ``module.to(dtype)`` and the like keep the codes and scales (a
+    device move applies), and ``load_state_dict`` of floating-point weights without scales quantizes them.
+    Returns the recipe applied."""
+    transposed = getattr(module, "is_transposed", False)
+    names = _projections(module)
+    blockwise = recipe == "blockwise" and all(_out_in(getattr(module, n), transposed)[1] % 128 == 0 for n in names)
+    with torch.no_grad():
+        for name in names:
+            codes, scale = _quantized(getattr(module, name).detach(), name, transposed, blockwise)
+            setattr(module, name, torch.nn.Parameter(codes, requires_grad=False))
+            module.register_parameter(name + "_scale_inv", torch.nn.Parameter(scale, requires_grad=False))
+    module.block_size = (128, 128) if blockwise else None
+    module.activation_scheme = "dynamic"
+    keep_fp8_through_casts(module)
+    module.register_load_state_dict_pre_hook(_quantize_on_load)
+    return "blockwise" if blockwise else "rowwise"
+
+
+def _quantized(weight, name, transposed, blockwise):
+    """(codes, scale) of one experts weight, in the module's layout (codes K-major)."""
+    w = weight.transpose(1, 2) if transposed else weight  # (E, N, K)
+    if blockwise:
+        codes, scale = (torch.stack(t) for t in zip(*(_fp8.quantize_fp8(e, "block") for e in w)))
+        if name == "gate_up_proj" and scale.shape[1] < 2 and not transposed:  # FP8Experts' min_sf_out
+            scale = torch.cat([scale, scale], dim=1)
+    else:
+        codes, scale = _fp8.quantize_fp8(w, "row")
+    if transposed:
+        codes, scale = codes.transpose(1, 2), scale.transpose(1, 2).contiguous()
+    return codes, scale
+
+
+def _quantize_on_load(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    # A floating-point checkpoint's weights (the model's before convert(fp8=...)) load quantized as ``quantize``
+    # quantizes them, instead of their values copied into the codes.
+    transposed = getattr(module, "is_transposed", False)
+    for name in _projections(module):
+        key, scale_key = prefix + name, prefix + name + "_scale_inv"
+        weight = state_dict.get(key)
+        if not isinstance(weight, torch.Tensor) or weight.dtype == torch.float8_e4m3fn:
+            continue
+        if weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64) or scale_key in state_dict:
+            error_msgs.append(f"ops.moe: {key} is {weight.dtype}" + (f" beside a {scale_key}" if scale_key in state_dict
+                              else "") + ": expected the FP8 codes (torch.float8_e4m3fn) of that scale, or a "
+                              "floating-point weight without one to quantize")
+            continue
+        if weight.shape == getattr(module, name).shape:  # else load_state_dict reports the size mismatch
+            with torch.no_grad():
+                state_dict[key], state_dict[scale_key] = _quantized(weight, name, transposed,
+                                                                    module.block_size is not None)
+
+
+def _apply_keeping_fp8(module, fn, recurse=True):
+    # Module.to(dtype) casts every floating-point tensor, FP8 codes and float32 scales included: those keep their
+    # dtypes, and follow a device move.
+    kept = {name: p.data for name, p in module._parameters.items()
+            if p is not None and (p.dtype == torch.float8_e4m3fn or name.endswith("_scale_inv"))}
+    type(module)._apply(module, fn, recurse)
+    for name, old in kept.items():
+        new = module._parameters[name]
+        if new is not None and new.dtype != old.dtype:
+            new.data = old.to(new.device)
+    return module
+
+
+def keep_fp8_through_casts(module: torch.nn.Module) -> None:
+    """Gives an FP8 experts module (its class is the model's) an ``_apply`` that keeps its codes and scales."""
+    if not isinstance(module.__dict__.get("_apply"), functools.partial):
+        module.__dict__["_apply"] = functools.partial(_apply_keeping_fp8, module)
 
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,

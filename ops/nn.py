@@ -344,6 +344,9 @@ class ConversionReport:
     # Linears convert(fp8=...) kept in high precision (as ops.nn.Linear), and why.
     kept_high_precision: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     experts: List[str] = dataclasses.field(default_factory=list)  # MoE experts run on ops (ops.moe): grouped or FP8
+    fp8_experts: List[str] = dataclasses.field(default_factory=list)  # the experts among them with FP8 weights
+    # FP8 experts convert(fp8="blockwise") quantized rowwise, and why.
+    experts_rowwise: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     # The quant_method convert(fp8=...) wrote to a transformers model's config.quantization_config, or None.
     quantization_config: Optional[str] = None
     quantized: List[str] = dataclasses.field(default_factory=list, repr=False)  # the part of fp8 quantized now
@@ -352,9 +355,13 @@ class ConversionReport:
         lines = [f"ops.nn.convert: {len(self.linear)} Linear, {len(self.rms_norm)} RMSNorm, "
                  f"{len(self.recipes)} block recipes, {len(self.skipped)} left alone"
                  + (f", {len(self.fp8)} FP8 Linear" if self.fp8 else "")
-                 + (f", {len(self.experts)} MoE experts" if self.experts else "")]
+                 + (f", {len(self.experts)} MoE experts" if self.experts else "")
+                 + (f" ({len(self.fp8_experts)} FP8)" if self.fp8_experts else "")]
         lines += [f"  experts {name} on ops.grouped_gemm or ops.scaled_grouped_gemm" for name in self.experts]
         lines += [f"  FP8 {name}" for name in self.fp8]
+        rowwise = dict(self.experts_rowwise)
+        lines += [f"  FP8 experts {name}" + (f" rowwise: {rowwise[name]}" if name in rowwise else "")
+                  for name in self.fp8_experts]
         if self.quantization_config:
             lines.append(f"  config.quantization_config: {self.quantization_config!r} (what save_pretrained writes)")
         lines += [f"  kept {name} in high precision: {why}" for name, why in self.kept_high_precision]
@@ -432,6 +439,12 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     transformers' FP8 experts (``FP8Experts``: float8_e4m3fn weights, 128x128 block scales or one per expert,
     dynamic activation scales) run on ``ops.scaled_grouped_gemm``; experts ops cannot run (FP4 weights, static
     activation scales, other blocks) are left alone, with their config, and listed in ``report.skipped``.
+    With ``fp8``, floating-point experts are quantized in place (``ops.moe.quantize``: the class kept, the
+    weights FP8 codes beside ``<name>_scale_inv``) and run on ``ops.scaled_grouped_gemm``; experts whose
+    features are not multiples of 16 stay in floating point (``report.kept_high_precision``). Blockwise
+    quantizes experts whose input features are not whole 128-blocks (GPT-OSS: 2880) rowwise
+    (``report.experts_rowwise``). ``report.fp8_experts`` lists the experts with FP8 weights. The routers stay
+    in high precision (above).
 
     Returns:
         A ConversionReport naming every replaced module, every recipe applied and every module left alone.
@@ -541,6 +554,16 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             _moe.register()
             module.config._experts_implementation = _moe.NAME
             report.experts.append(name)
+            fp8_weights = _moe.is_fp8(module)  # transformers' FP8Experts, or quantized before
+            if fp8 and not fp8_weights and (keep := _moe.why_not_fp8(module)) is not None:
+                report.kept_high_precision.append((name, keep))
+            elif fp8 and not fp8_weights:
+                if _moe.quantize(module, fp8) != fp8:
+                    report.experts_rowwise.append((name, "input features not whole 128-blocks (blockwise's K)"))
+                report.quantized.append(name)
+            if _moe.is_fp8(module):
+                _moe.keep_fp8_through_casts(module)
+                report.fp8_experts.append(name)
     if fp8:
         _fp8_convert.record_format(model, fp8, report, Fp8Linear)
         _fp8_convert.load_checkpoint_keys_from_now_on(model)

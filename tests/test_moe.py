@@ -277,3 +277,170 @@ def test_expert_parallel_layer_on_two_gloo_ranks_equals_one_process(tmp_path):
         torch.testing.assert_close(r["x_grad"], r["expected_x_grad"], atol=1e-6, rtol=1e-5)
         for got, full in zip(r["expert_grads"], r["expected_expert_grads"]):
             torch.testing.assert_close(got, full[r["first"]:r["first"] + r["count"]], atol=1e-6, rtol=1e-5)
+
+
+fp8_models = pytest.importorskip("benchmarks.fp8_models")
+
+
+def fp8_tiny(family):
+    model = fp8_models.tiny(family)
+    if model is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {family}")
+    return model
+
+
+def routers(model):
+    """The routers of the model's MoE blocks: children named gate or router beside an experts module."""
+    return [child for block in model.modules() if any(ops.moe.is_experts(c) for c in block.children())
+            for name, child in block.named_children() if name in ("gate", "router")]
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+@pytest.mark.parametrize("family", list(fp8_models.MOE))
+def test_convert_fp8_quantizes_the_experts_and_keeps_the_routers(family, recipe):
+    import warnings
+
+    model = fp8_tiny(family)
+    fp8_model = __import__("copy").deepcopy(model)
+    with warnings.catch_warnings(record=True):
+        report = ops.nn.convert(fp8_model, fp8=recipe)
+    names = experts_names(fp8_model)
+    assert report.experts == names and report.fp8_experts == names and report.quantized[-len(names):] == names
+    # GPT-OSS's input features (144 here, 2880 in the released model) are no whole 128-blocks: rowwise.
+    assert [n for n, _ in report.experts_rowwise] == (names if recipe == "blockwise" and family == "GptOss" else [])
+    assert routers(fp8_model) and all(p.dtype == torch.float32 for r in routers(fp8_model) for p in r.parameters())
+    for name in names:
+        experts = fp8_model.get_submodule(name)
+        transposed = getattr(experts, "is_transposed", False)
+        for proj in ops.moe._projections(experts):
+            codes, scale = getattr(experts, proj), getattr(experts, proj + "_scale_inv")
+            assert codes.dtype == E4 and not codes.requires_grad and scale.dtype == torch.float32
+            assert codes.shape == getattr(model.get_submodule(name), proj).shape  # the module's own layout
+            assert codes.stride(1 if transposed else 2) == 1  # K-major: the B operand the FP8 GEMM reads
+    reference = fp8_models.dequantized(model, fp8_model)
+    ids = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(0))
+    with CountOps() as counts, torch.no_grad():
+        got = fp8_model(ids).logits
+    assert counts.counts.get("ops.scaled_grouped_gemm") == 2 * len(names)
+    with torch.no_grad():
+        want = reference(ids).logits
+    # Measured 0.995-0.9994 here, top-1 tokens 0.92-0.97 (benchmarks/results/2026-12-07-cpu/fp8_models.md).
+    assert F.cosine_similarity(got.flatten(), want.flatten(), dim=0) > 0.99
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.85
+
+
+def test_fp8_experts_hold_their_weights_in_about_half_the_bytes_of_bfloat16():
+    model = fp8_tiny("Qwen3Moe")
+    bf16 = fp8_models.expert_bytes(__import__("copy").deepcopy(model).to(torch.bfloat16))
+    for recipe, measured in (("blockwise", 0.5002), ("rowwise", 0.5156)):
+        fp8_model = __import__("copy").deepcopy(model)
+        ops.nn.convert(fp8_model, fp8=recipe)
+        ratio = fp8_models.expert_bytes(fp8_model) / bf16
+        assert ratio < 0.55 and ratio == pytest.approx(measured, abs=1e-4), (recipe, ratio)
+
+
+def test_fp8_experts_keep_codes_and_scales_through_dtype_casts():
+    model = fp8_tiny("Qwen3Moe")
+    ops.nn.convert(model, fp8="blockwise")
+    experts = [model.get_submodule(n) for n in experts_names(model)]
+    kept = [(e.gate_up_proj.detach().clone(), e.gate_up_proj_scale_inv.detach().clone()) for e in experts]
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(ids).logits
+        model.to(torch.bfloat16)
+        model.half().float()
+        for e, (codes, scale) in zip(experts, kept):
+            assert e.gate_up_proj.dtype == E4 and torch.equal(e.gate_up_proj.view(torch.uint8), codes.view(torch.uint8))
+            assert e.gate_up_proj_scale_inv.dtype == torch.float32 and torch.equal(e.gate_up_proj_scale_inv, scale)
+        # The other weights went through bfloat16: close, not equal (measured 0.9988).
+        assert F.cosine_similarity(model(ids).logits.flatten(), before.flatten(), dim=0) > 0.99
+        copied = __import__("copy").deepcopy(model)
+        copied.half()
+        assert copied.get_submodule(experts_names(model)[0]).gate_up_proj.dtype == E4
+
+
+class FloatCopies(TorchDispatchMode):
+    """Records the ops that make a floating-point tensor of 2 or more bytes per element and at least `numel`
+    elements."""
+
+    def __init__(self, numel):
+        super().__init__()
+        self.numel, self.seen = numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else [out]):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.element_size() >= 2 and t.numel() >= self.numel:
+                self.seen.append((str(func), tuple(t.shape), t.dtype))
+        return out
+
+
+def test_a_fine_grained_fp8_moe_checkpoint_loads_into_fp8_experts_without_a_float_copy(tmp_path):
+    # DeepSeek-V3's format: per expert and projection, float8_e4m3fn codes and a 128x128-block weight_scale_inv.
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = fp8_tiny("Qwen3Moe")
+    checkpoint = {}
+    for key, value in model.state_dict().items():
+        if ".experts." not in key:
+            checkpoint[key] = value
+            continue
+        prefix, proj = key.rsplit(".", 1)
+        halves = value.chunk(2, dim=1) if proj == "gate_up_proj" else [value]
+        for part, w in zip(["gate_proj", "up_proj"] if proj == "gate_up_proj" else ["down_proj"], halves):
+            for e in range(w.shape[0]):
+                codes, scale = ops.quantize_fp8(w[e], "block")
+                checkpoint[f"{prefix}.{e}.{part}.weight"] = codes
+                checkpoint[f"{prefix}.{e}.{part}.weight_scale_inv"] = scale
+    path = tmp_path / "model.safetensors"
+    safetensors.save_file(checkpoint, str(path))
+
+    accelerate = pytest.importorskip("accelerate")
+    with accelerate.init_empty_weights():  # parameters on the meta device, buffers (rotary frequencies) computed
+        loaded = type(model)(model.config)
+    loaded.eval()
+    report = ops.nn.convert(loaded, fp8="blockwise")
+    assert report.fp8_experts == experts_names(loaded)
+    smallest = min(getattr(e, p).numel() for e in map(loaded.get_submodule, report.fp8_experts)
+                   for p in ops.moe._projections(e))
+    state = safetensors.load_file(str(path))
+    with FloatCopies(smallest) as copies:
+        result = loaded.load_state_dict(state, strict=True, assign=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    assert copies.seen == []  # no float tensor of an expert weight's size was made
+    with FloatCopies(smallest) as probe:  # as a dequantization would
+        codes = state["model.layers.0.mlp.experts.0.down_proj.weight"]
+        codes.repeat(-(-smallest // codes.numel()), 1).to(torch.bfloat16)
+    assert probe.seen
+    # The same codes and scales as the float model converted in memory (its experts' widths are whole blocks).
+    converted = __import__("copy").deepcopy(model)
+    ops.nn.convert(converted, fp8="blockwise")
+    for name in report.fp8_experts:
+        for key, value in converted.get_submodule(name).state_dict().items():
+            got = loaded.get_submodule(name).state_dict()[key]
+            assert got.dtype == value.dtype and torch.equal(got.view(torch.uint8) if got.dtype == E4 else got,
+                                                            value.view(torch.uint8) if value.dtype == E4 else value)
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, converted(ids).logits)
+
+
+def test_fp8_experts_load_a_floating_point_state_dict_quantized():
+    model = fp8_tiny("Qwen3Moe")
+    floats = {k: v.clone() for k, v in model.state_dict().items()}
+    expected = __import__("copy").deepcopy(model)
+    ops.nn.convert(expected, fp8="rowwise")
+    other = fp8_tiny("Qwen3Moe")
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    ops.nn.convert(other, fp8="rowwise")
+    assert not other.load_state_dict(floats, strict=True).missing_keys
+    name = experts_names(other)[0]
+    for key, value in expected.get_submodule(name).state_dict().items():
+        got = other.get_submodule(name).state_dict()[key]
+        assert torch.equal(got.view(torch.uint8) if got.dtype == E4 else got,
+                           value.view(torch.uint8) if value.dtype == E4 else value), key
+    bad = dict(floats, **{f"{name}.down_proj_scale_inv": expected.get_submodule(name).down_proj_scale_inv})
+    with pytest.raises(RuntimeError, match=rf"ops.moe: {name}.down_proj is torch.float32 beside a "
+                                           rf"{name}.down_proj_scale_inv: expected the FP8 codes"):
+        other.load_state_dict(bad)

@@ -1,0 +1,152 @@
+"""FP8 models against their dequantized float reference: tiny transformers models (random weights, nothing
+downloaded), dense and mixture-of-experts, each converted with ``ops.nn.convert(model, fp8=recipe)`` and
+compared with the same float model holding the dequantized FP8 weights (so that only the activations' dynamic
+quantization and the FP8 GEMMs differ): logits cosine, the share of positions whose top-1 token agrees, and
+how many greedy ``generate()`` continuations are equal. The MoE rows also give the experts' weight bytes
+against bfloat16.
+
+    python -m benchmarks.fp8_models [--prompts 64] [--new-tokens 6] [--out DIR]
+"""
+
+import argparse
+import copy
+import os
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import ops
+from benchmarks.common import RESULTS, machine_facts, markdown_table, write_report
+
+VOCAB = 96
+COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32)
+DENSE = {"Llama": {}, "Qwen3": {}, "Qwen2": {}, "Olmo": {}, "Phi3": dict(pad_token_id=0)}
+# Expert widths of whole 128-blocks; GPT-OSS with hidden 144 (its real 2880 is no whole number of 128-blocks
+# either): blockwise quantizes its experts rowwise.
+MOE = {
+    "Qwen3Moe": dict(moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2),
+    "Mixtral": dict(intermediate_size=128, num_local_experts=4, num_experts_per_tok=2),
+    "Olmoe": dict(intermediate_size=128, num_experts=8, num_experts_per_tok=2),
+    "DeepseekV3": dict(moe_intermediate_size=128, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                       first_k_dense_replace=1, n_group=2, topk_group=1, q_lora_rank=32, kv_lora_rank=32, head_dim=16,
+                       qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=32, num_key_value_heads=4),
+    "GptOss": dict(hidden_size=144, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+                   layer_types=["sliding_attention", "full_attention"]),
+}
+
+
+def tiny(family, dtype=torch.float32):
+    """A tiny `<family>ForCausalLM` of seed 0 (experts on transformers' "eager" loop), or None where the
+    installed transformers has no such family."""
+    import transformers
+
+    if not hasattr(transformers, f"{family}ForCausalLM"):
+        return None
+    config = getattr(transformers, f"{family}Config")(**{**COMMON, **DENSE.get(family, {}), **MOE.get(family, {})})
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
+    if family in MOE:
+        model.set_experts_implementation("eager")
+    return model
+
+
+def _expand_scale(scale, shape, blocks):
+    """`scale` spread over a weight of `shape` (one matrix, or one per expert): 128x128 blocks (a partial last
+    one cut), or equal parts of each dimension where the scale has more than one."""
+    for d in range(scale.dim() - 2, scale.dim()):
+        if scale.shape[d] == 1:
+            continue
+        if blocks:
+            scale = scale.narrow(d, 0, -(-shape[d] // 128)).repeat_interleave(128, d).narrow(d, 0, shape[d])
+        else:
+            scale = scale.repeat_interleave(shape[d] // scale.shape[d], d)
+    return scale
+
+
+def dequantized(model, fp8_model):
+    """A copy of the floating-point `model` holding `fp8_model`'s weights (the same model after
+    ``ops.nn.convert(..., fp8=...)``) dequantized: its FP8 Linears' and FP8 experts' codes times their scales."""
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, module in fp8_model.named_modules():
+            if isinstance(module, ops.nn.Fp8Linear):
+                blocks = module.recipe == "blockwise"
+                scale = module.weight_scale_inv if blocks else module.weight_scale
+                values = module.weight.float() * _expand_scale(scale, module.weight.shape, blocks)
+                reference.get_submodule(name).weight.copy_(values)
+            elif ops.moe.is_experts(module) and ops.moe.is_fp8(module):
+                for proj in ops.moe._projections(module):
+                    codes, scale = getattr(module, proj), getattr(module, proj + "_scale_inv")
+                    values = codes.float() * _expand_scale(scale, codes.shape, module.block_size is not None)
+                    getattr(reference.get_submodule(name), proj).copy_(values)
+    return reference
+
+
+def expert_bytes(model):
+    """Bytes of the experts modules' parameters and buffers."""
+    return sum(t.numel() * t.element_size() for name, m in model.named_modules() if ops.moe.is_experts(m)
+               for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)])
+
+
+def agreement(model, recipe, prompts=64, new_tokens=6):
+    """One row: ``model`` converted with fp8=recipe against its dequantized reference."""
+    fp8_model = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the checkpoint-format warnings
+        report = ops.nn.convert(fp8_model, fp8=recipe)
+    reference = dequantized(model, fp8_model)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (8, 16), generator=g)
+    starts = torch.randint(0, VOCAB, (prompts, 1, 4), generator=g)
+    with torch.no_grad():
+        got, want = fp8_model(ids).logits, reference(ids).logits
+        same = sum(torch.equal(fp8_model.generate(p, max_new_tokens=new_tokens, do_sample=False),
+                               reference.generate(p, max_new_tokens=new_tokens, do_sample=False)) for p in starts)
+    bf16 = expert_bytes(copy.deepcopy(model).to(torch.bfloat16))
+    return {"recipe": recipe, "cosine": F.cosine_similarity(got.flatten(), want.flatten(), dim=0).item(),
+            "top1": (got.argmax(-1) == want.argmax(-1)).float().mean().item(), "same": int(same), "prompts": prompts,
+            "fp8_linear": len(report.fp8), "fp8_experts": len(report.fp8_experts),
+            "experts_rowwise": len(report.experts_rowwise),
+            "expert_bytes_vs_bf16": expert_bytes(fp8_model) / bf16 if bf16 else None}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=6)
+    parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
+    args = parser.parse_args(argv)
+    rows, table = [], []
+    for kind, families in (("dense", DENSE), ("MoE", MOE)):
+        for family in families:
+            model = tiny(family)
+            if model is None:
+                print(f"{family}: not in this transformers release, skipped")
+                continue
+            for recipe in ("rowwise", "blockwise"):
+                row = {"family": family, "kind": kind, **agreement(model, recipe, args.prompts, args.new_tokens)}
+                rows.append(row)
+                memory = "" if row["expert_bytes_vs_bf16"] is None else f"{row['expert_bytes_vs_bf16']:.3f}"
+                table.append([family, kind, recipe, f"{row['cosine']:.6f}", f"{row['top1']:.4f}",
+                              f"{row['same']}/{row['prompts']}", memory])
+                print(" | ".join(table[-1]), flush=True)
+    totals = {}
+    for kind in ("dense", "MoE"):
+        for recipe in ("rowwise", "blockwise"):
+            part = [r for r in rows if r["kind"] == kind and r["recipe"] == recipe]
+            if part:
+                same, prompts = sum(r["same"] for r in part), sum(r["prompts"] for r in part)
+                totals[f"{kind} {recipe}"] = {"same": same, "prompts": prompts, "share": same / prompts}
+                table.append([f"all {kind}", kind, recipe, "", "", f"{same}/{prompts} ({same / prompts:.1%})", ""])
+    headers = ["model", "kind", "recipe", "logits cosine", "top-1 agreement", "equal generate()",
+               "expert bytes / bf16"]
+    write_report(args.out, "fp8_models", {"machine": machine_facts(torch.device("cpu")), "rows": rows,
+                                          "totals": totals, "new_tokens": args.new_tokens},
+                 "FP8 models against their dequantized float reference", markdown_table(headers, table))
+    print(markdown_table(headers, table[-len(totals):]))
+
+
+if __name__ == "__main__":
+    main()
