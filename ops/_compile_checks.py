@@ -23,7 +23,9 @@ def val(node):
 def known(condition) -> bool:
     """Whether a condition on (possibly symbolic) sizes holds for every size the graph admits: as the shape
     environment knows it, or once the sizes its guards fix to a number are put in (a guard Eq(s - (s + 1) // 2,
-    8) that a broadcast or a split made: such an expression is no symbol, so it is not replaced by 8)."""
+    8) that a broadcast or a split made: such an expression is no symbol, so it is not replaced by 8). A guard
+    Eq(e + c, n) of a constant c also fixes e to n - c (a split's second piece s - (s + 1) // 2 - 4 equal to 4
+    fixes the chunk half it cuts); sums that hold e take its value too."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     if statically_known_true(condition):
@@ -36,11 +38,13 @@ def known(condition) -> bool:
     for guard in getattr(condition.node.shape_env, "guards", ()):
         if isinstance(guard.expr, sympy.Eq):
             lhs, rhs = guard.expr.args
-            if rhs.is_number and not lhs.is_number:
-                fixed[lhs] = rhs
-            elif lhs.is_number and not rhs.is_number:
-                fixed[rhs] = lhs
-    return bool(fixed) and condition.node.expr.xreplace(fixed) is sympy.true
+            expr, value = (lhs, rhs) if rhs.is_number else (rhs, lhs)
+            if value.is_number and not expr.is_number:
+                fixed[expr] = value
+                constant, rest = expr.as_coeff_Add()
+                if constant != 0 and not rest.is_number:
+                    fixed[rest] = value - constant
+    return bool(fixed) and condition.node.expr.subs(fixed) is sympy.true
 
 
 def decide(condition) -> bool:

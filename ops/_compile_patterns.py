@@ -334,7 +334,7 @@ def unshare_symbolic_sizes(graph: torch.fx.Graph) -> None:
     """Gives each user of a computed symbolic size (``2 * s0``, a view's row count) a copy of its own. A
     match may not take a node with users outside it: two Linears reading one input with a symbolic row
     count share that count, and neither matched. The copies are pure integer expressions; Inductor's own
-    passes merge them again. The formulas traced to check a match get the same treatment."""
+    passes merge them again."""
     for node in reversed(list(graph.nodes)):  # users first: a copied expression's own inputs gain users
         if node.op != "call_function" or not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat,
                                                                               torch.SymBool)):

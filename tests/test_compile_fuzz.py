@@ -147,6 +147,12 @@ FOUND = [
                      Input("i16", (24,), False)],
              dtype=torch.float32, dynamic="dynamic", training=True),
      {"rms_norm": 1, "silu_and_mul": 1}),
+    # split(4) of a chunk half s - (s + 1) // 2, whose second piece a broadcast guards equal to 4: the guard
+    # Eq(s - (s + 1) // 2 - 4, 4) fixes the half to 8 as well, which makes it even with halves of 4.
+    (Program(source="def program(i1):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4, t5 = t3.split(4, dim=-1)\n"
+                    "    t6 = F.silu(t4) * t5\n    return (t6,)",
+             inputs=[Input("i1", (1, 16), False)], dtype=torch.float32, dynamic="dynamic", training=True),
+     {"silu_and_mul": 1}),
 ]
 
 
