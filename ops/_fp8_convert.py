@@ -133,9 +133,13 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
                           f"{recipe!r} stored scales in the {method!r} format: from_pretrained of a save_pretrained "
                           "checkpoint would misread them", stacklevel=3)
         return
+    def tensors(m):
+        return [t for t in [*m._parameters.values(), *m._buffers.values()] if t is not None]
+
+    # Modules that keep floating-point weights; FP8 experts hold float32 scales and may hold float biases.
     kept = sorted(name for name, m in model.named_modules() if name and not isinstance(m, fp8_linear) and any(
-        t is not None and t.is_floating_point() and t.dtype.itemsize > 1 and t.dim() >= 2 and not key.endswith("_scale_inv")
-        for key, t in [*m._parameters.items(), *m._buffers.items()]))
+        t.is_floating_point() and t.dim() >= 2 for t in tensors(m)) and not any(
+        t.dtype == torch.float8_e4m3fn for t in tensors(m)))
     config_class = getattr(transformers, "FineGrainedFP8Config" if recipe == "blockwise" else "FbgemmFp8Config", None)
     if config_class is None:
         warnings.warn(f"ops.nn.convert: transformers {transformers.__version__} has no config for the {method!r} "
@@ -144,14 +148,12 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
     extra = {"activation_scheme": "dynamic", "weight_block_size": (128, 128)} if recipe == "blockwise" else {}
     config.quantization_config = config_class(modules_to_not_convert=kept, **extra)
     report.quantization_config = method
-    unread = [name for name, m in model.named_modules() if _moe.is_experts(m) and _moe.is_fp8(m) and not (
-        recipe == "blockwise" and m.block_size is not None and not getattr(m, "is_transposed", False)
-        and not getattr(m, "has_bias", False))]
+    unread = [name for name, m in model.named_modules() if _moe.is_experts(m) and _moe.is_fp8(m)]
     if unread:
-        warnings.warn(f"ops.nn.convert: {len(unread)} FP8 experts modules (e.g. {unread[0]}) are in no format "
-                      "transformers' from_pretrained reads (its FP8Experts: 128x128 blocks, weights (E, out, in), no "
-                      "bias): load a save_pretrained checkpoint of this model with ops (convert, then "
-                      "load_state_dict)", stacklevel=3)
+        warnings.warn(f"ops.nn.convert: {len(unread)} FP8 experts modules (e.g. {unread[0]}): save_pretrained "
+                      "writes their codes one per expert and their scales as the model holds them, which "
+                      "transformers' from_pretrained does not read: load a save_pretrained checkpoint of this model "
+                      "with ops (convert, then load_state_dict)", stacklevel=3)
     partial = [name for name, m in model.named_modules() if isinstance(m, fp8_linear) and m.recipe == "blockwise"
                and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
     if partial:
@@ -229,6 +231,14 @@ def check_recipes(model: torch.nn.Module, recipe: str, fp8_linear: type) -> None
     """Raises before convert(fp8=recipe) changes anything where the model holds FP8 Linears of another recipe:
     quantizing their codes again would round the weights twice."""
     for name, module in model.named_modules():
+        if _moe.is_experts(module) and _moe.is_fp8(module):
+            held, asked = _moe.held_recipe(module), _moe.recipe_for(module, recipe)
+            if held != asked:
+                raise ValueError(f"ops.nn.convert: fp8={recipe!r}, but {name or '(model)'} holds FP8 experts "
+                                 f"({type(module).__name__}, {held}): quantizing their codes again would round the "
+                                 f"weights twice. Pass fp8={held!r} to keep them, or convert a model holding the "
+                                 f"high-precision weights")
+            continue
         if isinstance(module, fp8_linear):
             held = module.recipe
         elif _hf_classes.class_key(module) == HF_FP8_LINEAR and why_not_hf_fp8(module) is None:

@@ -141,10 +141,22 @@ def quantize(module: torch.nn.Module, recipe: str) -> str:
     "blockwise": 128x128 blocks where every input feature count is whole blocks, else (GPT-OSS's 2880) one
     scale per output feature, as "rowwise". Then ``module.to(dtype)`` and the like keep the codes and scales (a
     device move applies), and ``load_state_dict`` of floating-point weights without scales quantizes them.
-    Returns the recipe applied."""
+    Returns the recipe applied.
+
+    Raises:
+        ValueError: ``recipe`` is not "rowwise" or "blockwise", or the module is not a floating-point experts module
+            ``why_not_fp8`` accepts (FP8 weights already: quantizing their codes again would round them twice).
+    """
+    if recipe not in ("rowwise", "blockwise"):
+        raise ValueError(f'ops.moe.quantize: recipe must be "rowwise" or "blockwise", got {recipe!r}')
+    if not is_experts(module) or is_fp8(module) or (why := why_not_fp8(module)) is not None:
+        why = ("not a transformers experts module" if not is_experts(module) else
+               "its weights are FP8 already" if is_fp8(module) else why)
+        raise ValueError(f"ops.moe.quantize: expected an experts module with floating-point weights, got "
+                         f"{type(module).__name__}: {why}")
     transposed = getattr(module, "is_transposed", False)
     names = _projections(module)
-    blockwise = recipe == "blockwise" and all(_out_in(getattr(module, n), transposed)[1] % 128 == 0 for n in names)
+    blockwise = recipe_for(module, recipe) == "blockwise"
     with torch.no_grad():
         for name in names:
             codes, scale = _quantized(getattr(module, name).detach(), name, transposed, blockwise)
@@ -155,6 +167,20 @@ def quantize(module: torch.nn.Module, recipe: str) -> str:
     keep_fp8_through_casts(module)
     module.register_load_state_dict_pre_hook(_quantize_on_load)
     return "blockwise" if blockwise else "rowwise"
+
+
+def recipe_for(module: torch.nn.Module, asked: str) -> str:
+    """The recipe ``quantize(module, asked)`` applies: "blockwise" where asked and every input feature count is
+    whole 128-blocks, else "rowwise"."""
+    transposed = getattr(module, "is_transposed", False)
+    whole = all(_out_in(getattr(module, n), transposed)[1] % 128 == 0 for n in _projections(module))
+    return "blockwise" if asked == "blockwise" and whole else "rowwise"
+
+
+def held_recipe(module: torch.nn.Module) -> str:
+    """The recipe of an FP8 experts module's weights: "blockwise" (128x128 blocks) or "rowwise" (scales per
+    part of each expert's output features, transformers' per-expert ones included)."""
+    return "rowwise" if getattr(module, "block_size", None) is None else "blockwise"
 
 
 def _quantized(weight, name, transposed, blockwise):
@@ -214,6 +240,9 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """The experts of a transformers MoE layer on ``ops.grouped_gemm``: hidden_states (T, H), the top-k
     experts of each token and their routing weights (T, k); returns (T, H)."""
+    if hidden_states.requires_grad and torch.is_grad_enabled() and is_fp8(self):
+        raise RuntimeError("ops.moe: FP8 experts are inference only (FP8 operands have no gradient), and the hidden "
+                           "states require grad: run the model under torch.no_grad() or torch.inference_mode()")
     num_tokens, hidden = hidden_states.shape[0], hidden_states.shape[-1]
     k = top_k_index.shape[-1]
     expert_ids, order = torch.sort(top_k_index.reshape(-1))

@@ -558,12 +558,13 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
             if fp8 and not fp8_weights and (keep := _moe.why_not_fp8(module)) is not None:
                 report.kept_high_precision.append((name, keep))
             elif fp8 and not fp8_weights:
-                if _moe.quantize(module, fp8) != fp8:
-                    report.experts_rowwise.append((name, "input features not whole 128-blocks (blockwise's K)"))
+                _moe.quantize(module, fp8)
                 report.quantized.append(name)
             if _moe.is_fp8(module):
                 _moe.keep_fp8_through_casts(module)
                 report.fp8_experts.append(name)
+                if fp8 == "blockwise" and _moe.held_recipe(module) == "rowwise":  # (check_recipes: K not whole)
+                    report.experts_rowwise.append((name, "input features not whole 128-blocks (blockwise's K)"))
     if fp8:
         _fp8_convert.record_format(model, fp8, report, Fp8Linear)
         _fp8_convert.load_checkpoint_keys_from_now_on(model)

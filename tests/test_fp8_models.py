@@ -241,15 +241,15 @@ def test_convert_warns_where_transformers_cpu_load_of_a_blockwise_checkpoint_is_
 
 
 def test_convert_lists_every_module_it_keeps_in_floating_point_for_transformers():
-    # An MoE model: its router keeps float weights, so modules_to_not_convert names it; its experts become FP8,
-    # rowwise (hidden 64 is no whole 128-block), a layout transformers' FP8Experts does not read: convert warns.
+    # An MoE model: its router keeps float weights, so modules_to_not_convert names it; its experts become FP8
+    # (rowwise: hidden 64 is no whole 128-block), which transformers does not read back: convert warns.
     transformers = pytest.importorskip("transformers")
     config = transformers.Qwen3MoeConfig(vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                                          num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16)
     model = transformers.Qwen3MoeForCausalLM(config)
-    with pytest.warns(UserWarning, match=r"ops.nn.convert: 1 FP8 experts modules \(e.g. model.layers.0.mlp.experts\) "
-                                         r"are in no format transformers' from_pretrained reads"):
+    with pytest.warns(UserWarning, match=r"ops.nn.convert: 1 FP8 experts modules \(e.g. model.layers.0.mlp.experts\): "
+                                         r"save_pretrained .* which transformers' from_pretrained does not read"):
         ops.nn.convert(model, fp8="blockwise")
     assert model.config.quantization_config.modules_to_not_convert == [
         "lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"]
@@ -400,7 +400,7 @@ def test_convert_fp8_keeps_every_moe_router_in_high_precision(family, tmp_path):
         return  # their experts cast activations to wo's / fc2's weight dtype, FP8's: no FP8 forward
     assert torch.isfinite(_fp8_logits(model, inputs)).all()
     if report.fp8_experts:  # FP8 rowwise (hidden 64 is no whole 128-block): no format transformers reads
-        assert report.experts_rowwise and any("are in no format transformers' from_pretrained reads" in str(w.message)
+        assert report.experts_rowwise and any("transformers' from_pretrained does not read" in str(w.message)
                                               for w in caught)
         return
     _reloads_in_transformers(model, dequantized, report, inputs, tmp_path)

@@ -444,3 +444,40 @@ def test_fp8_experts_load_a_floating_point_state_dict_quantized():
     with pytest.raises(RuntimeError, match=rf"ops.moe: {name}.down_proj is torch.float32 beside a "
                                            rf"{name}.down_proj_scale_inv: expected the FP8 codes"):
         other.load_state_dict(bad)
+
+
+def test_fp8_experts_refuse_a_second_quantization_and_training():
+    import warnings
+
+    # Linears of no FP8 shape (head_dim 24): only the experts are FP8, so they are what convert checks.
+    config = transformers.Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=1, num_attention_heads=3,
+                                         num_key_value_heads=1, head_dim=24, moe_intermediate_size=128, num_experts=4,
+                                         num_experts_per_tok=2)
+    model = transformers.Qwen3MoeForCausalLM(config)
+    with warnings.catch_warnings(record=True):
+        assert ops.nn.convert(model, fp8="rowwise").fp8_experts == ["model.layers.0.mlp.experts"]
+        with pytest.raises(ValueError, match=r"ops.nn.convert: fp8='blockwise', but model.layers.0.mlp.experts holds "
+                                             r"FP8 experts \(Qwen3MoeExperts, rowwise\): quantizing their codes again"):
+            ops.nn.convert(model, fp8="blockwise")
+        assert ops.nn.convert(model, fp8="rowwise").fp8_experts == ["model.layers.0.mlp.experts"]
+    experts = model.model.layers[0].mlp.experts
+    with pytest.raises(ValueError, match=r"ops.moe.quantize: expected an experts module with floating-point weights, "
+                                         r"got Qwen3MoeExperts: its weights are FP8 already"):
+        ops.moe.quantize(experts, "rowwise")
+    with pytest.raises(ValueError, match=r'ops.moe.quantize: recipe must be "rowwise" or "blockwise", got \'block\''):
+        ops.moe.quantize(experts, "block")
+    ids = torch.randint(0, VOCAB, (1, 4))
+    with pytest.raises(RuntimeError, match=r"ops.moe: FP8 experts are inference only .* torch.no_grad\(\)"):
+        model(ids, labels=ids)
+
+
+def test_gpt_oss_blockwise_experts_stay_rowwise_through_a_second_convert_and_are_never_left_unconverted():
+    import warnings
+
+    model = fp8_tiny("GptOss")
+    for _ in range(2):  # the second convert finds them FP8 (rowwise: K 144 is no whole block) and says so again
+        with warnings.catch_warnings(record=True):
+            report = ops.nn.convert(model, fp8="blockwise")
+        assert [n for n, _ in report.experts_rowwise] == report.fp8_experts == experts_names(model)
+    # Their biases are floating-point matrices; FP8 experts are still not listed as kept in floating point.
+    assert not set(experts_names(model)) & set(model.config.quantization_config.modules_to_not_convert)
