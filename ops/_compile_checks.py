@@ -44,7 +44,42 @@ def known(condition) -> bool:
                 constant, rest = expr.as_coeff_Add()
                 if constant != 0 and not rest.is_number:
                     fixed[rest] = value - constant
-    return bool(fixed) and condition.node.expr.subs(fixed) is sympy.true
+    if not fixed:
+        return False
+    expr = condition.node.expr
+    return expr.subs(fixed) is sympy.true or _holds_for_every_solution(expr, fixed)
+
+
+def _holds_for_every_solution(expr, fixed, most=64) -> bool:
+    """Whether `expr` holds at every integer value of its one symbol that the guards fixing a linear expression
+    a * s + b, or its floor division by a constant, to a number admit (at most `most` of them). sympy writes
+    nested floor divisions as one ((s + 1) // 2 // 2 is (s + 1) // 4), which substitution then misses."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    if len(expr.free_symbols) != 1:
+        return False
+    (symbol,) = expr.free_symbols
+    low, high = None, None
+    for fixed_expr, value in fixed.items():
+        if fixed_expr.free_symbols != {symbol} or not value.is_integer:
+            continue
+        divisor, inner = 1, fixed_expr
+        if isinstance(fixed_expr, FloorDiv) and fixed_expr.args[1].is_Integer and fixed_expr.args[1] > 0:
+            inner, divisor = fixed_expr.args[0], int(fixed_expr.args[1])
+        try:
+            poly = sympy.Poly(inner, symbol)
+        except sympy.PolynomialError:
+            continue
+        if poly.degree() != 1 or not all(c.is_Integer for c in poly.all_coeffs()) or poly.all_coeffs()[0] <= 0:
+            continue
+        a, b = (int(c) for c in poly.all_coeffs())
+        # value * divisor <= a * s + b <= value * divisor + divisor - 1
+        lo, hi = -((b - int(value) * divisor) // a), (int(value) * divisor + divisor - 1 - b) // a
+        low, high = lo if low is None else max(low, lo), hi if high is None else min(high, hi)
+    if low is None or not 0 <= high - low < most:
+        return False
+    return all(expr.subs({symbol: v}) is sympy.true for v in range(low, high + 1))
 
 
 def decide(condition) -> bool:

@@ -153,6 +153,12 @@ FOUND = [
                     "    t6 = F.silu(t4) * t5\n    return (t6,)",
              inputs=[Input("i1", (1, 16), False)], dtype=torch.float32, dynamic="dynamic", training=True),
      {"silu_and_mul": 1}),
+    # split([4, 4]) of the first chunk half (s + 1) // 2, guarded equal to 8: the halves' size (s + 1) // 2 // 2,
+    # which sympy writes (s + 1) // 4, is 4 at each s the guard admits (15 and 16).
+    (Program(source="def program(i1):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4, t5 = t2.split([4, 4], dim=-1)\n"
+                    "    t6 = F.silu(t4) * t5\n    return (t6,)",
+             inputs=[Input("i1", (1, 16), False)], dtype=torch.float32, dynamic="dynamic", training=False),
+     {"silu_and_mul": 1}),
 ]
 
 
