@@ -35,6 +35,7 @@ def known(condition) -> bool:
     import sympy
 
     fixed = {}
+    guards = [guard.expr for guard in getattr(condition.node.shape_env, "guards", ())]
     for guard in getattr(condition.node.shape_env, "guards", ()):
         if isinstance(guard.expr, sympy.Eq):
             lhs, rhs = guard.expr.args
@@ -44,10 +45,23 @@ def known(condition) -> bool:
                 constant, rest = expr.as_coeff_Add()
                 if constant != 0 and not rest.is_number:
                     fixed[rest] = value - constant
-    if not fixed:
-        return False
     expr = condition.node.expr
-    return expr.subs(fixed) is sympy.true or _holds_for_every_solution(expr, fixed)
+    if fixed and (expr.subs(fixed) is sympy.true or _holds_for_every_solution(expr, fixed)):
+        return True
+    return _holds_for_the_even_sizes_admitted(expr, guards)
+
+
+def _holds_for_the_even_sizes_admitted(expr, guards) -> bool:
+    """Whether `expr` holds once each of its symbols that a guard admits no odd value of (halves guarded equal:
+    s - (s + 1) // 2 == (s + 1) // 2 is false at every s = 2k + 1) is written 2k: the halves' sizes (s + 1) // 2,
+    s // 2 and s - (s + 1) // 2 are then all k."""
+    import sympy
+
+    odd = sympy.Symbol("ops_half", integer=True, nonnegative=True)
+    even = [symbol for symbol in expr.free_symbols
+            if any(guard.xreplace({symbol: 2 * odd + 1}) is sympy.false for guard in guards)]
+    halves = {symbol: 2 * sympy.Symbol(f"ops_half_{i}", integer=True, positive=True) for i, symbol in enumerate(even)}
+    return bool(halves) and expr.xreplace(halves) is sympy.true
 
 
 def _holds_for_every_solution(expr, fixed, most=64) -> bool:

@@ -159,6 +159,14 @@ FOUND = [
                     "    t6 = F.silu(t4) * t5\n    return (t6,)",
              inputs=[Input("i1", (1, 16), False)], dtype=torch.float32, dynamic="dynamic", training=False),
      {"silu_and_mul": 1}),
+    # F.linear of a rewritten silu_and_mul over 3-D activations: the graph flattens the product to
+    # (rows, (s + 1) // 2), the op's result has s // 2 columns; the halves' guard admits no odd s, and at every
+    # even s both are s / 2.
+    (Program(source="def program(i1, i5):\n    t2, t3 = i1.chunk(2, dim=-1)\n    t4 = F.silu(t2) * t3\n"
+                    "    t6 = i5 * 0.5\n    t7 = F.linear(t4, t6)\n    t8 = F.relu(t7)\n    return (t8,)",
+             inputs=[Input("i1", (2, 3, 8), False), Input("i5", (8, 4), False)],
+             dtype=torch.float32, dynamic="dynamic", training=True),
+     {"silu_and_mul": 1, "linear_act": 1}),
 ]
 
 
