@@ -157,6 +157,22 @@ def test_gemm_decode_suite_reports_bandwidth_and_fused_linears(tmp_path):
 
 
 @pytest.mark.slow
+def test_fp8_models_benchmark_cli(tmp_path):
+    pytest.importorskip("transformers")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.fp8_models", "--prompts", "1", "--new-tokens", "2",
+                             "--out", str(tmp_path)],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads((tmp_path / "fp8_models.json").read_text())
+    rows = {(r["family"], r["recipe"]): r for r in report["rows"]}
+    assert {k for k, _ in rows} >= {"Llama", "Qwen3Moe", "GptOss"} and len(report["totals"]) == 4
+    assert all(r["cosine"] > 0.99 for r in rows.values())
+    moe = rows["Qwen3Moe", "blockwise"]
+    assert moe["fp8_experts"] == 2 and moe["expert_bytes_vs_bf16"] < 0.55
+    assert rows["GptOss", "blockwise"]["experts_rowwise"] == 2 and rows["Llama", "rowwise"]["fp8_experts"] == 0
+    assert "| all MoE | MoE | blockwise |" in (tmp_path / "fp8_models.md").read_text()
+
+
 def test_model_benchmark_cli_on_cpu(tmp_path):
     pytest.importorskip("transformers")
     result = subprocess.run(
