@@ -25,7 +25,8 @@ def known(condition) -> bool:
     environment knows it, or once the sizes its guards fix to a number are put in (a guard Eq(s - (s + 1) // 2,
     8) that a broadcast or a split made: such an expression is no symbol, so it is not replaced by 8). A guard
     Eq(e + c, n) of a constant c also fixes e to n - c (a split's second piece s - (s + 1) // 2 - 4 equal to 4
-    fixes the chunk half it cuts); sums that hold e take its value too."""
+    fixes the chunk half it cuts); sums that hold e take its value too. Failing that, the condition is checked at
+    every value of its one symbol such guards admit, and with the sizes the guards admit no odd value of halved."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     if statically_known_true(condition):
@@ -36,9 +37,9 @@ def known(condition) -> bool:
 
     fixed = {}
     guards = [guard.expr for guard in getattr(condition.node.shape_env, "guards", ())]
-    for guard in getattr(condition.node.shape_env, "guards", ()):
-        if isinstance(guard.expr, sympy.Eq):
-            lhs, rhs = guard.expr.args
+    for guard in guards:
+        if isinstance(guard, sympy.Eq):
+            lhs, rhs = guard.args
             expr, value = (lhs, rhs) if rhs.is_number else (rhs, lhs)
             if value.is_number and not expr.is_number:
                 fixed[expr] = value
