@@ -82,6 +82,12 @@ def _out_in(weight, transposed):
     return (weight.shape[2], weight.shape[1]) if transposed else (weight.shape[1], weight.shape[2])
 
 
+def _sizes(module):
+    """(N, K) of one expert's weight, per projection."""
+    transposed = getattr(module, "is_transposed", False)
+    return [_out_in(getattr(module, n), transposed) for n in _projections(module)]
+
+
 def unsupported(module: torch.nn.Module):
     """Why ``experts_forward`` does not run an experts module, or None: its weights in floating point, or
     float8_e4m3fn (transformers' FP8Experts, or quantized by ``quantize``) with dynamic activation scales,
@@ -100,7 +106,7 @@ def unsupported(module: torch.nn.Module):
     if block is not None and tuple(block) != (128, 128):
         return f"FP8 experts with {tuple(block)} weight blocks: ops takes 128x128 blocks or one scale per expert"
     transposed = getattr(module, "is_transposed", False)
-    sizes = [_out_in(w, transposed) for w in weights]
+    sizes = _sizes(module)
     if any(n % 16 or k % 16 for n, k in sizes):
         return "FP8 experts whose features are not multiples of 16 (the FP8 grouped GEMM's K and N)"
     if block is not None and any(k % 128 for _, k in sizes):
@@ -124,9 +130,8 @@ def is_fp8(module: torch.nn.Module) -> bool:
 
 def why_not_fp8(module: torch.nn.Module):
     """Why ``quantize`` keeps a floating-point experts module's weights as they are, or None."""
-    transposed = getattr(module, "is_transposed", False)
     weights = [getattr(module, n) for n in _projections(module)]
-    if any(_out_in(w, transposed)[0] % 16 or _out_in(w, transposed)[1] % 16 for w in weights):
+    if any(n % 16 or k % 16 for n, k in _sizes(module)):
         return "experts whose features are not multiples of 16 (the FP8 grouped GEMM's K and N)"
     if any(w.dtype not in (torch.float32, torch.bfloat16, torch.float16) for w in weights):
         return f"experts of {weights[0].dtype}: no FP8 GEMM output dtype"
@@ -172,8 +177,7 @@ def quantize(module: torch.nn.Module, recipe: str) -> str:
 def recipe_for(module: torch.nn.Module, asked: str) -> str:
     """The recipe ``quantize(module, asked)`` applies: "blockwise" where asked and every input feature count is
     whole 128-blocks, else "rowwise"."""
-    transposed = getattr(module, "is_transposed", False)
-    whole = all(_out_in(getattr(module, n), transposed)[1] % 128 == 0 for n in _projections(module))
+    whole = all(k % 128 == 0 for _, k in _sizes(module))
     return "blockwise" if asked == "blockwise" and whole else "rowwise"
 
 
