@@ -345,6 +345,20 @@ def unshare_symbolic_sizes(graph: torch.fx.Graph) -> None:
             user.replace_input_with(node, copy)
 
 
+def constant_sizes(graph: torch.fx.Graph) -> None:
+    """Puts the number in place of each computed size that the guards fix to it. A formula traced at the
+    graph's shapes has that number: F.rms_norm(t, (4,), w) of a chunk half whose size (s + 1) // 2 a guard fixes
+    to 4 divides by 4 in the re-trace and by the half's size in the backward of the graph, which never match."""
+    for node in list(graph.nodes):
+        v = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(v, torch.SymInt) or not v.node.has_hint():
+            continue
+        number = int(v.node.hint)
+        if known(v == number):  # a graph's output stays as it is
+            node.replace_all_uses_with(number, delete_user_cb=lambda user: user.op != "output")
+    graph.eliminate_dead_code()
+
+
 def sizes_from_inputs(graph: torch.fx.Graph) -> None:
     """Computes each size that a ``sym_size`` node reads from an intermediate tensor from the graph's
     symbolic inputs instead. Such a read is a user outside any match of the tensor: the second half of a

@@ -142,6 +142,7 @@ class FusionPass(_CustomGraphPass):
         kinds = ("training", "inference") if _is_training_graph(graph) else ("inference",)
         passes = [_patterns.passes(kind) for kind in kinds]
         remove_noop_ops(graph)  # the joint graph still has aliases here; the patterns were traced without
+        _patterns.constant_sizes(graph)
         _patterns.sizes_from_inputs(graph)
         _patterns.unshare_symbolic_sizes(graph)
         _checks.ENABLED.fn = self.enabled
