@@ -27,6 +27,8 @@ namespace ops::cutlass_gemm {
 template <typename Element_, typename LayoutA, typename LayoutB, bool kSwapAB_>
 struct Sm90GroupedGemmConfig {
   using Element = Element_;
+  using ElementAB = Element;  // GroupedArrays' pointer types
+  using ElementD = Element;
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kAlignment = 16 / sizeof(Element);
   // Swapped: 128 rows of the weight by 32 tokens, K 128 deep (grouped_args.h kGroupedGemmSwapTile).
@@ -71,11 +73,12 @@ CUTLASS_HOST_DEVICE Stride grouped_stride(int64_t ld) {
 // descriptors from the pointer arrays' own addresses, which must be 16-byte aligned).
 template <typename Config>
 struct GroupedArrays {
-  using Element = typename Config::Element;
+  using ElementAB = typename Config::ElementAB;
+  using ElementD = typename Config::ElementD;
   typename Config::Shape* shapes = nullptr;
-  const Element** a = nullptr;
-  const Element** b = nullptr;
-  Element** d = nullptr;
+  const ElementAB** a = nullptr;
+  const ElementAB** b = nullptr;
+  ElementD** d = nullptr;
   typename Config::StrideA* stride_a = nullptr;
   typename Config::StrideB* stride_b = nullptr;
   typename Config::StrideD* stride_d = nullptr;
@@ -106,11 +109,10 @@ struct GroupedArrays {
   }
 };
 
-// One warp: the groups' ends (clamped, running maximum: a warp-wide max scan per 32 groups, carried across),
-// then each group's shape, pointers and strides (swapped: the problem n x m x k, B's as the kernel's A).
-template <typename Config>
-__global__ void __launch_bounds__(32) grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays<Config> arrays) {
-  using Element = typename Config::Element;
+// One warp: fn(g, start, end) for every group, its end clamped and the running maximum of those (a warp-wide
+// max scan per 32 groups, carried across), its start the previous group's end.
+template <typename Fn>
+__device__ void for_each_group(const GroupedGemmLaunchArgs& args, Fn&& fn) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x;
   const int64_t extent = grouped_extent(args);
@@ -127,25 +129,38 @@ __global__ void __launch_bounds__(32) grouped_prepare_kernel(GroupedGemmLaunchAr
     int32_t start = __shfl_up_sync(kAll, end, 1);
     if (lane == 0) start = carry;
     carry = __shfl_sync(kAll, end, 31);
-    if (g >= args.groups) continue;
-    const GroupedKernelGroup k = grouped_kernel_group(args, group_shape(args, g, start, end));
-    arrays.shapes[g] = typename Config::Shape{k.m, k.n, k.k};
-    arrays.a[g] = static_cast<const Element*>(k.a) + k.a_offset;
-    arrays.b[g] = static_cast<const Element*>(k.b) + k.b_offset;
-    arrays.d[g] = static_cast<Element*>(args.d) + k.d_offset;
-    arrays.stride_a[g] = grouped_stride<typename Config::StrideA>(k.lda);
-    arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(k.ldb);
-    arrays.stride_d[g] = grouped_stride<typename Config::StrideD>(args.ldd);
-    arrays.ends[g] = end;
+    if (g < args.groups) fn(g, start, end);
   }
+}
+
+// Group g's shape, pointers and strides (swapped: the problem n x m x k, B's as the kernel's A) and its end.
+template <typename Config>
+__device__ void fill_group(const GroupedGemmLaunchArgs& args, const GroupedArrays<Config>& arrays, int g,
+                           int32_t start, int32_t end) {
+  using ElementAB = typename Config::ElementAB;
+  const GroupedKernelGroup k = grouped_kernel_group(args, group_shape(args, g, start, end));
+  arrays.shapes[g] = typename Config::Shape{k.m, k.n, k.k};
+  arrays.a[g] = static_cast<const ElementAB*>(k.a) + k.a_offset;
+  arrays.b[g] = static_cast<const ElementAB*>(k.b) + k.b_offset;
+  arrays.d[g] = static_cast<typename Config::ElementD*>(args.d) + k.d_offset;
+  arrays.stride_a[g] = grouped_stride<typename Config::StrideA>(k.lda);
+  arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(k.ldb);
+  arrays.stride_d[g] = grouped_stride<typename Config::StrideD>(args.ldd);
+  arrays.ends[g] = end;
+}
+
+template <typename Config>
+__global__ void __launch_bounds__(32) grouped_prepare_kernel(GroupedGemmLaunchArgs args, GroupedArrays<Config> arrays) {
+  for_each_group(args, [&](int g, int32_t start, int32_t end) { fill_group(args, arrays, g, start, end); });
 }
 
 // Zeros what the kernel leaves unwritten: RaggedM, D's rows from the last end (blockIdx.y = 0); RaggedK,
 // the m x n output of each group of no K (blockIdx.y = the group). Grid-stride over those elements.
 template <typename Element>
 __global__ void __launch_bounds__(256) grouped_zero_kernel(GroupedGemmLaunchArgs args, const int32_t* ends) {
-  static_assert(sizeof(Element) == 2);
-  uint16_t* d = static_cast<uint16_t*>(args.d);
+  static_assert(sizeof(Element) == 2 || sizeof(Element) == 4);
+  using Bits = std::conditional_t<sizeof(Element) == 2, uint16_t, uint32_t>;  // zero bits are 0 in each dtype
+  Bits* d = static_cast<Bits*>(args.d);
   int64_t first_row = 0, rows = 0;
   if (args.mode == GroupedKernelMode::RaggedM) {
     first_row = args.groups > 0 ? ends[args.groups - 1] : 0;
@@ -162,6 +177,18 @@ __global__ void __launch_bounds__(256) grouped_zero_kernel(GroupedGemmLaunchArgs
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     d[(first_row + i / args.n) * args.ldd + i % args.n] = 0;
   }
+}
+
+// grouped_zero_kernel for the modes that leave output unwritten (RaggedM, RaggedK), after the prepare kernel.
+template <typename ElementD>
+LaunchStatus launch_grouped_zero(const GroupedGemmLaunchArgs& args, const int32_t* ends, cudaStream_t stream) {
+  const bool ragged_m = args.mode == GroupedKernelMode::RaggedM;
+  if (!ragged_m && args.mode != GroupedKernelMode::RaggedK) return {true, ""};
+  const int64_t blocks = std::min<int64_t>((args.m * args.n + 255) / 256, ragged_m ? 4 * args.sm_count : 16);
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), ragged_m ? 1u : static_cast<unsigned>(args.groups));
+  grouped_zero_kernel<ElementD><<<grid, 256, 0, stream>>>(args, ends);
+  if (cudaGetLastError() != cudaSuccess) return {false, "the grouped zero-fill kernel failed to launch"};
+  return {true, ""};
 }
 
 template <typename Config>
@@ -221,13 +248,8 @@ LaunchStatus grouped_run(const GroupedGemmLaunchArgs& args, void* workspace, siz
   const GroupedArrays<Config> arrays(workspace, args.groups);
   grouped_prepare_kernel<Config><<<1, 32, 0, stream>>>(args, arrays);
   if (cudaGetLastError() != cudaSuccess) return {false, "the grouped arguments' kernel failed to launch"};
-  const bool ragged_m = args.mode == GroupedKernelMode::RaggedM;
-  if (ragged_m || args.mode == GroupedKernelMode::RaggedK) {
-    const int64_t blocks = std::min<int64_t>((args.m * args.n + 255) / 256, ragged_m ? 4 * args.sm_count : 16);
-    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), ragged_m ? 1u : static_cast<unsigned>(args.groups));
-    grouped_zero_kernel<typename Config::Element><<<grid, 256, 0, stream>>>(args, arrays.ends);
-    if (cudaGetLastError() != cudaSuccess) return {false, "the grouped zero-fill kernel failed to launch"};
-  }
+  const LaunchStatus zeroed = launch_grouped_zero<typename Config::ElementD>(args, arrays.ends, stream);
+  if (!zeroed.ok) return zeroed;
   char* cutlass_workspace = static_cast<char*>(workspace) + GroupedArrays<Config>::bytes(args.groups);
   return run_adapter<typename Config::Gemm>(grouped_arguments(args, arrays), cutlass_workspace,
                                             workspace_bytes - GroupedArrays<Config>::bytes(args.groups), stream);
