@@ -151,7 +151,8 @@ class Kernel:
     instructions: int  # all but NOP
     no_body: bool  # at most 4 instructions: compiled out of this arch (a trap: OnlyOnSm90a, OnlyOnSm80Family; or empty)
     demangled: str = ""
-    family: str = "other"  # "sm90_gemm", "sm80_gemm", "hand_written", "sm90_scaled_gemm", "sm90_grouped_gemm", "other"
+    family: str = "other"  # "sm90_gemm", "sm80_gemm", "hand_written", "sm90_scaled_gemm", "sm90_grouped_gemm",
+    # "sm90_scaled_grouped_gemm", "other"
     name: str = ""  # ops.kernels()'s name for a GEMM kernel; else the template id without namespaces
     threads: int | None = None  # threads per block of its launches (the most)
     tile_threads: int | None = None  # CUTLASS 2.x: 32 per warp tile of the threadblock tile
@@ -296,7 +297,7 @@ def declared_kernels(root=ROOT, candidates=False):
     the CUTLASS kernels come from ops.kernels())."""
     files = sorted(glob.glob(os.path.join(root, "csrc", "*.cu")) + glob.glob(os.path.join(root, "csrc", "*.cuh")))
     if candidates:
-        files += sorted(glob.glob(os.path.join(root, "cutlass_gemm", "*.cuh")))
+        files += sorted(glob.glob(os.path.join(root, "cutlass_gemm", "**", "*.cuh"), recursive=True))
     texts = {f: open(f, encoding="utf-8").read() for f in files}
     macros = {m.group(1) for text in texts.values()
               for m in re.finditer(r"#define\s+(\w+)\((?:\w+|\.\.\.)\)\s+__global__\s+void\s+__launch_bounds__", text)}
@@ -530,9 +531,12 @@ def read(so_path=None, jobs=None):
         k.name = template_id(k.demangled)
         if "cutlass::gemm::kernel::GemmUniversal<" in k.demangled and "device_kernel<" in k.demangled:
             key = sm90_gemm_key(k.demangled, activations)
-            # The candidate grouped (pointer-array problem shape) and FP8 kernels: listed under other ops
-            # (ops.kernels("grouped_gemm"), ("scaled_gemm")) that this reader does not match yet.
-            k.family = ("sm90_grouped_gemm" if "GroupProblemShape" in k.demangled else
+            # The candidate grouped (pointer-array problem shape), FP8 and FP8 grouped kernels: listed under other
+            # ops (ops.kernels("grouped_gemm"), ("scaled_gemm"), ("scaled_grouped_gemm")) that this reader does
+            # not match yet.
+            grouped = "GroupProblemShape" in k.demangled
+            fp8 = "float_e4m3_t" in k.demangled
+            k.family = ("sm90_scaled_grouped_gemm" if grouped and fp8 else "sm90_grouped_gemm" if grouped else
                         "sm90_scaled_gemm" if key and key[1].startswith("float8") else "sm90_gemm")
         elif "cutlass::gemm::kernel::DefaultGemmUniversal<" in k.demangled:
             k.family = "sm80_gemm"

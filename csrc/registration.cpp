@@ -157,6 +157,10 @@ TORCH_LIBRARY(ops, m) {
   // grouped_gemm's SM90 grouped kernel launch as its CUDA kernel prepares it, replayed on CPU tensors (the
   // output poisoned with NaN first). cutlass_gemm/grouped/grouped_gemm_launch.cpp
   m.def("_grouped_gemm_emulate(Tensor A, Tensor B, Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor");
+  // scaled_grouped_gemm's SM90 FP8 grouped kernel launch as its CUDA kernel prepares it, replayed on CPU tensors
+  // (the output poisoned with NaN first). cutlass_gemm/scaled_grouped/scaled_grouped_gemm_launch.cpp
+  m.def("_scaled_grouped_gemm_emulate(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
+        "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor");
 #if OPS_WITH_CUDA
   // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/dense/gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");

@@ -101,7 +101,7 @@ def compiled_build_info():
     return json.loads(torch.ops.ops._build_info())
 
 
-_KERNEL_OPS = ("cutlass_gemm", "scaled_gemm", "grouped_gemm")
+_KERNEL_OPS = ("cutlass_gemm", "scaled_gemm", "grouped_gemm", "scaled_grouped_gemm")
 
 
 def built_archs():
@@ -118,7 +118,8 @@ def kernels(op=None):
     """The GEMM family's kernels, as a list of dicts, each with its ``name`` (as ``plan()`` and
     ``ops.gemm.set_tactic`` spell it) and the ``op`` it serves: ``"cutlass_gemm"`` (and ops.linear:
     cutlass_gemm/kernels/kernel_list.h, the CUTLASS instantiations and the SIMT GEMV kernels), ``"scaled_gemm"``
-    (the SM90 FP8 kernels) and ``"grouped_gemm"`` (the SM90 grouped kernels); ``op``: that op's only.
+    (the SM90 FP8 kernels), ``"grouped_gemm"`` (the SM90 grouped kernels) and ``"scaled_grouped_gemm"`` (the SM90
+    FP8 grouped kernels); ``op``: that op's only.
     ``candidate_only`` ones are compiled only with OPS_CANDIDATE_KERNELS=1
     (``ops.build_info.CANDIDATE_KERNELS``). ``built``: whether this library holds the kernel's machine code
     (a CUDA build, the kernel's build switch, and an arch of ``ops.build_info.CUDA_ARCH_LIST`` whose image

@@ -29,8 +29,8 @@ LOCAL_MEMORY_ALLOWED = {
 # What each launch needs: at least one block per SM (0 is a launch that fails). The SM90 CUTLASS kernels are
 # persistent with one CTA per SM (MinBlocksPerMultiprocessor 1, stages filling the shared memory); the SM80
 # ones and the hand-written kernels size their grids from the problem.
-ASSUMED_BLOCKS_PER_SM = {"sm90_gemm": 1, "sm90_scaled_gemm": 1, "sm90_grouped_gemm": 1, "sm80_gemm": 1,
-                         "hand_written": 1}
+ASSUMED_BLOCKS_PER_SM = {"sm90_gemm": 1, "sm90_scaled_gemm": 1, "sm90_grouped_gemm": 1, "sm90_scaled_grouped_gemm": 1,
+                         "sm80_gemm": 1, "hand_written": 1}
 
 
 @pytest.fixture(scope="module")

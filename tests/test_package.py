@@ -55,12 +55,14 @@ def test_kernel_list():
 
 
 def test_kernel_list_names_the_fp8_and_grouped_kernels():
-    # As sm90_scaled_gemm.cuh and sm90_grouped_gemm.cuh instantiate them, under the names plan() reports.
+    # As sm90_scaled_gemm.cuh, sm90_grouped_gemm.cuh and sm90_scaled_grouped_gemm.cuh instantiate them, under the
+    # names plan() reports.
     everything = ops.kernels()
-    assert {k["op"] for k in everything} == {"cutlass_gemm", "scaled_gemm", "grouped_gemm"}
+    kinds = ("cutlass_gemm", "scaled_gemm", "grouped_gemm", "scaled_grouped_gemm")
+    assert {k["op"] for k in everything} == set(kinds)
     assert len({k["name"] for k in everything}) == len(everything)
     assert sorted(everything, key=lambda k: k["name"]) == sorted(
-        ops.kernels("cutlass_gemm") + ops.kernels("scaled_gemm") + ops.kernels("grouped_gemm"), key=lambda k: k["name"])
+        [k for op in kinds for k in ops.kernels(op)], key=lambda k: k["name"])
     scaled = ops.kernels("scaled_gemm")
     # Per output dtype and activation: fast and two-level and the two blockwise kernels, each also swapped.
     assert len(scaled) == 3 * 5 * 8 and all(k["sm"] == 90 and k["candidate_only"] for k in scaled)
@@ -81,7 +83,8 @@ def test_kernel_list_names_the_fp8_and_grouped_kernels():
         ("col", "row", False)}
     assert ("sm90_bf16_128x32x128_1x1x1_nnn_align8_warpspecialized_cooperative_ptr_array"
             in {k["name"] for k in grouped})  # swapped, row-major B: the kernel's A is B^T, column-major
-    with pytest.raises(ValueError, match="ops.kernels: op must be None or one of cutlass_gemm, scaled_gemm"):
+    with pytest.raises(ValueError, match="ops.kernels: op must be None or one of cutlass_gemm, scaled_gemm, "
+                                         "grouped_gemm, scaled_grouped_gemm"):
         ops.kernels("linear")
 
 

@@ -213,3 +213,123 @@ def test_fp8_grouped_mm_compiles():
     expected = torch.autograd.grad(ops.fp8_grouped_mm(x, w, offs).sum(), (x, w))
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b)
+
+
+# ---- The SM90 FP8 grouped kernels' launch, replayed on CPU (_scaled_grouped_gemm_emulate) ----------------------
+
+def emulate(A, B, sa, sb, offs=None, bias=None, out_dtype=None):
+    """The CUDA path's launch as prepared there (scales laid out for the blockwise mainloop, offs read on the
+    device), computed by the CPU replay of the kernels; their output poisoned with NaN first."""
+    return torch.ops.ops._scaled_grouped_gemm_emulate(A, B, sa, sb, offs, bias, out_dtype)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_kernels_launch_replays_to_the_formula(recipe, out_dtype):
+    # An empty expert, one of a single token, and 3 rows past the last end (zeroed, not left unwritten).
+    A, B, sa, sb, offs = moe_case(40, 5, 384, 272, recipe, sizes=[7, 0, 20, 1, 9])
+    got = emulate(A, B, sa, sb, offs, out_dtype=out_dtype)
+    assert got.dtype == out_dtype and not got.isnan().any()
+    assert not got[37:].any()
+    ref = dequantized_product(A, B, sa, sb, offs, recipe)
+    # The mainloop promotes each 128-deep K block into float32 (the formula sums K in one product): float32's
+    # rounding of 3 partial sums more, then the output's one rounding.
+    assert (got.double() - ref).abs().max() <= (BOUND[out_dtype] + 2.0 ** -20) * ref.abs().max()
+
+
+def test_the_kernels_launch_takes_k_in_part_blocks_and_3d_x_3d():
+    # Rowwise at GPT-OSS's K = 2880 (22.5 blocks of 128: the last block's scale covers its 64 columns).
+    A, B, sa, sb, offs = moe_case(24, 3, 2880, 64, "rowwise", sizes=[10, 6, 8])
+    ref = dequantized_product(A, B, sa, sb, offs, "rowwise")
+    got = emulate(A, B, sa, sb, offs, out_dtype=torch.float32)
+    assert (got.double() - ref).abs().max() <= 2.0 ** -19 * ref.abs().max()
+    # 3D x 3D: every group m x n x k, both recipes.
+    A3, B3 = fp8(3, 5, 256), fp8(3, 48, 256, seed=1).transpose(1, 2)
+    for sa3, sb3 in ((scales(3, 5), scales(3, 48, seed=1)), (scales(3, 5, 2), scales(3, 2, 1, seed=1))):
+        got = emulate(A3, B3, sa3, sb3, out_dtype=torch.float32)
+        expected = ops.scaled_grouped_gemm(A3, B3, sa3, sb3, out_dtype=torch.float32)
+        assert (got - expected).abs().max() <= 2.0 ** -19 * expected.abs().max()
+
+
+def test_the_kernels_clamp_offsets_they_read_on_the_device():
+    # The CUDA path reads offs on the device only: a decreasing end makes an empty group, an end past M stops at
+    # M, as the grouped kernels clamp them (grouped_args.h), never a read or write out of bounds.
+    A, B, sa, sb, _ = moe_case(6, 3, 128, 16, "rowwise", sizes=[2, 2, 2])
+    got = emulate(A, B, sa, sb, offsets([4, 2, 9]), out_dtype=torch.float32)
+    expected = ops.scaled_grouped_gemm(A, B, sa, sb, offsets([4, 4, 6]), out_dtype=torch.float32)
+    assert (got - expected).abs().max() <= 2.0 ** -20 * expected.abs().max()
+
+
+def test_the_kernels_refuse_what_they_do_not_run():
+    A, B, sa, sb, offs = moe_case(8, 2, 128, 16, "rowwise", sizes=[3, 5])
+    refused = "_scaled_grouped_gemm_emulate: the SM90 FP8 grouped kernels do not take this problem: "
+    with pytest.raises(RuntimeError, match=refused + "the FP8 grouped kernels take no bias"):
+        emulate(A, B, sa, sb, offs, bias=torch.zeros(2, 16, dtype=torch.bfloat16))
+    # 2D x 2D (the weight gradient's K-offsets) runs the formula.
+    with pytest.raises(RuntimeError, match=refused + "the FP8 grouped kernels run 2D x 3D and 3D x 3D"):
+        emulate(fp8(3, 48), fp8(48, 16, seed=1), scales(9), scales(48, seed=1), offsets([16, 16, 48]))
+
+
+def test_the_kernels_are_listed_by_output_dtype_and_recipe():
+    listed = [k for k in ops.kernels() if k["op"] == "scaled_grouped_gemm"]
+    assert sorted((k["out_dtype"], k["recipes"][0]) for k in listed) == sorted(
+        (dtype, recipe) for dtype in ("bfloat16", "float16", "float32")
+        for recipe in ("rowwise", "blockwise 1x128 x 128x128"))
+    assert all(k["candidate_only"] and k["modes"] == ["2D x 3D", "3D x 3D"] and k["name"].startswith("sm90_e4m3_")
+               for k in listed)
+    assert len({k["name"] for k in listed}) == 6
+
+
+def sm90_kernels_built():
+    """Whether this device runs the SM90 FP8 grouped kernels: sm_90a, a build with OPS_CANDIDATE_KERNELS=1."""
+    return torch.cuda.get_device_capability() == (9, 0) and ops.build_info.CANDIDATE_KERNELS
+
+
+# Several tiles per group, groups that end inside a tile, empty experts and a tail; K in part blocks (rowwise);
+# decode's few tokens per expert.
+GPU_CASES = [(1000, 8, 512, 384, [100, 0, 257, 143, 1, 299, 129, 61]), (300, 4, 2880, 256, None),
+             (7, 16, 1024, 512, None)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", GPU_CASES, ids=["large", "K 2880", "decode"])
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_the_sm90_kernels_equal_their_cpu_replay(case, recipe, out_dtype):
+    tokens, experts, K, N, sizes = case
+    if recipe == "blockwise" and K % 128:
+        pytest.skip("the blockwise recipe takes K in whole 128-blocks")
+    A, B, sa, sb, offs = moe_case(tokens, experts, K, N, recipe, sizes=sizes)
+    cuda = [t.cuda() for t in (A, B, sa, sb, offs)]
+    plan = ops.fp8.grouped_plan(*cuda, out_dtype=out_dtype)
+    if not sm90_kernels_built():
+        assert plan["path"] == "formula", plan
+        pytest.skip(plan["reason"])
+    assert plan["path"] == "cutlass" and plan["host_sync"] is False, plan
+    got = ops.scaled_grouped_gemm(*cuda, out_dtype=out_dtype).cpu()
+    expected = emulate(A, B, sa, sb, offs, out_dtype=out_dtype)  # the same K blocks, wgmma's order within each
+    torch.testing.assert_close(got.float(), expected.float(), atol=1e-2 * expected.float().abs().max().item(),
+                               rtol=1e-2)
+
+
+@pytest.mark.cuda
+def test_the_sm90_kernels_clamp_bad_offsets_and_capture_in_a_graph():
+    if not sm90_kernels_built():
+        pytest.skip("the SM90 FP8 grouped kernels run on sm_90a in a build with OPS_CANDIDATE_KERNELS=1")
+    A, B, sa, sb, offs = moe_case(1000, 8, 512, 384, "blockwise", sizes=[100, 0, 257, 143, 1, 299, 129, 61])
+    a, b, s_a, s_b = A.cuda(), B.cuda(), sa.cuda(), sb.cuda()
+    for bad in ([5, 2, -1, 40, 1200, 0, 7, 9], [-5] * 8, [2000] * 8):
+        got = ops.scaled_grouped_gemm(a, b, s_a, s_b, offsets(bad).cuda(), out_dtype=torch.float32).cpu()
+        clamped = torch.cummax(offsets(bad).clamp(0, 1000), 0).values.to(torch.int32)
+        expected = emulate(A, B, sa, sb, clamped, out_dtype=torch.float32)
+        torch.testing.assert_close(got, expected, atol=1e-2 * expected.abs().max().item(), rtol=1e-2)
+    o = offs.cuda()
+    ops.scaled_grouped_gemm(a, b, s_a, s_b, o)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.scaled_grouped_gemm(a, b, s_a, s_b, o)
+    o.copy_(offsets([0, 0, 600, 600, 601, 700, 1000, 1000]).cuda())  # new routing, same graph
+    graph.replay()
+    expected = emulate(A, B, sa, sb, o.cpu())
+    torch.testing.assert_close(out.cpu().float(), expected.float(), atol=1e-2 * expected.float().abs().max().item(),
+                               rtol=1e-2)

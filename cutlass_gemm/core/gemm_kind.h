@@ -8,9 +8,9 @@ namespace ops::cutlass_gemm {
 
 // The kinds of the GEMM family (DESIGN.md, "The GEMM family"): dense (cutlass_gemm, and linear as dense with
 // a bias-activation epilogue), FP8 scaled (scaled_gemm), grouped (grouped_gemm) and FP8 scaled grouped
-// (scaled_grouped_gemm). Each kind with kernels has its launch arguments (kernels/launch_args.h,
-// scaled_args.h, grouped_args.h) and shares the choice, the autotuner, the kernel table, the plan JSON and
-// the CPU replay; scaled_grouped_gemm has no kernels yet and shares the plan JSON.
+// (scaled_grouped_gemm). Each kind has its launch arguments (kernels/launch_args.h, scaled_args.h,
+// grouped_args.h, scaled_grouped_args.h) and shares the choice, the autotuner, the kernel table, the plan JSON
+// and the CPU replay.
 enum class GemmKind : int8_t { Dense, Scaled, Grouped, ScaledGrouped };
 inline constexpr int kNumGemmKinds = 4;
 

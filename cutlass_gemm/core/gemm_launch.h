@@ -12,11 +12,11 @@ namespace ops::cutlass_gemm {
 
 struct GemmLaunch {
   GemmKind kind = GemmKind::Dense;
-  // The kind's launch arguments: GemmLaunchArgs (kernels/launch_args.h), ScaledGemmLaunchArgs (scaled_args.h)
-  // or GroupedGemmLaunchArgs (grouped_args.h).
+  // The kind's launch arguments: GemmLaunchArgs (kernels/launch_args.h), ScaledGemmLaunchArgs (scaled_args.h),
+  // GroupedGemmLaunchArgs (grouped_args.h) or ScaledGroupedGemmLaunchArgs (scaled_grouped_args.h).
   const void* args = nullptr;
   at::ScalarType dtype = at::kFloat;  // D's
-  // Its entry in the kernel table (cuda/services.h, kernel_entry): dense, the KernelId; scaled and grouped, the
+  // Its entry in the kernel table (cuda/services.h, kernel_entry): dense, the KernelId; the others, the
   // DType of D or of the elements (one entry point serves every configuration of that dtype).
   int kernel = 0;
   const GemmPlan* plan = nullptr;  // dense: the plan (the replay applies its kernel's epilogue)

@@ -11,6 +11,7 @@
 
 #include "../../csrc/json.h"
 #include "../kernels/scaled_args.h"
+#include "../kernels/scaled_grouped_args.h"
 #include "choice.h"  // json_names
 #include "tactic.h"  // config_name
 
@@ -236,6 +237,45 @@ std::vector<std::string> grouped_kernels_json() {
 
 }  // namespace
 
+// ---- Scaled grouped (kernels/scaled_grouped_args.h, OPS_SCALED_GROUPED_GEMM_KERNELS) --------------------
+
+std::string scaled_grouped_kernel_name(at::ScalarType out, int block_n) {
+  return std::string("sm90_e4m3_") + kScaledGroupedGemmConfig + "_" + out_name(out) +
+         (block_n == 1 ? "_sfa1x128_sfb1x128" : "_sfa1x128_sfb128x128");
+}
+
+namespace {
+
+// Every row of OPS_SCALED_GROUPED_GEMM_KERNELS, per output dtype: block_n 1 serves the rowwise recipe (its
+// scales repeated along K), 128 the blockwise one.
+std::vector<std::string> scaled_grouped_kernels_json() {
+  const std::string modes =
+      json_names({grouped_mode_name(GroupedMode::RaggedM), grouped_mode_name(GroupedMode::Batched)});
+  std::vector<std::string> kernels;
+  for (const at::ScalarType out : {at::kBFloat16, at::kHalf, at::kFloat}) {
+#define OPS_SCALED_GROUPED_ROW(block_n)                                                                     \
+    {                                                                                                     \
+      JsonObject o;                                                                                       \
+      o.add("name", scaled_grouped_kernel_name(out, block_n))                                             \
+          .add("op", "scaled_grouped_gemm")                                                               \
+          .add("sm", 90)                                                                                  \
+          .add("dtype", std::string(c10::getDtypeNames(at::kFloat8_e4m3fn).first))                        \
+          .add("out_dtype", std::string(c10::getDtypeNames(out).first))                                   \
+          .raw("recipes", json_names({scale_recipe_name(block_n == 1 ? ScaleRecipe::Rowwise : ScaleRecipe::Block128)})) \
+          .raw("modes", modes)                                                                            \
+          .add("accumulation", "blockwise promotion")                                                     \
+          .add("swap_ab", false)                                                                          \
+          .add("candidate_only", true);                                                                   \
+      kernels.push_back(o.str());                                                                         \
+    }
+    OPS_SCALED_GROUPED_GEMM_KERNELS(OPS_SCALED_GROUPED_ROW)
+#undef OPS_SCALED_GROUPED_ROW
+  }
+  return kernels;
+}
+
+}  // namespace
+
 // ---- Every kind --------------------------------------------------------------------------------------
 
 std::string kernels_json() {
@@ -268,7 +308,8 @@ std::string kernels_json() {
         .add("candidate_only", candidate_only(info.config));
     out += (i ? "," : "") + o.str();
   }
-  for (const std::vector<std::string>& family : {scaled_kernels_json(), grouped_kernels_json()}) {
+  for (const std::vector<std::string>& family :
+       {scaled_kernels_json(), grouped_kernels_json(), scaled_grouped_kernels_json()}) {
     for (const std::string& o : family) out += "," + o;
   }
   return out + "]";

@@ -21,6 +21,10 @@ std::string scaled_kernel_name(at::ScalarType out, ScaleRecipe recipe, Activatio
 // An SM90 grouped kernel: its row of OPS_GROUPED_GEMM_KERNELS (the layouts and swap of args) and element type.
 std::string grouped_kernel_name(const GroupedGemmLaunchArgs& args, at::ScalarType dtype);
 
+// An SM90 FP8 grouped kernel: its row of OPS_SCALED_GROUPED_GEMM_KERNELS (block_n: 1 rowwise, 128 blockwise)
+// and output dtype, e.g. sm90_e4m3_128x128x128_1x1x1_tnt_align16_warpspecialized_cooperative_ptr_array_fp8_blockwise_bf16_sfa1x128_sfb128x128.
+std::string scaled_grouped_kernel_name(at::ScalarType out, int block_n);
+
 // ops.kernels(): every kernel of every kind, built or candidate-only, as a JSON array of objects.
 std::string kernels_json();
 

@@ -35,6 +35,36 @@ void emulate_launch(const GemmPlan& plan, const GemmLaunchArgs& args, at::Scalar
 
 namespace {
 
+// z (m x n, float32) = A (m x k, row-major, lda) @ B (k x n, column-major, ldb) of e4m3 codes: each 128-deep
+// K block's partial product times sfa[kb * sfa_ld + i / ga] and sfb[kb * sfb_ld + j / gb] (CUTLASS's blockwise
+// mainloop), or with no scales (sfa null) one running sum over K.
+at::Tensor fp8_product(const void* a, int64_t lda, const void* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                       const float* sfa = nullptr, int64_t sfa_ld = 0, int ga = 1, const float* sfb = nullptr,
+                       int64_t sfb_ld = 0, int gb = 1) {
+  const auto* A = static_cast<const c10::Float8_e4m3fn*>(a);
+  const auto* B = static_cast<const c10::Float8_e4m3fn*>(b);
+  const int64_t k_blocks = (k + kScaleBlock - 1) / kScaleBlock;
+  at::Tensor z = at::empty({m, n}, at::kFloat);
+  float* zp = z.data_ptr<float>();
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      if (sfa == nullptr) {  // one running sum
+        for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<float>(A[i * lda + kk]) * static_cast<float>(B[j * ldb + kk]);
+      }
+      for (int64_t kb = 0; sfa != nullptr && kb < k_blocks; ++kb) {
+        float part = 0;
+        for (int64_t kk = kb * kScaleBlock; kk < std::min(k, (kb + 1) * kScaleBlock); ++kk) {
+          part += static_cast<float>(A[i * lda + kk]) * static_cast<float>(B[j * ldb + kk]);
+        }
+        acc += part * sfa[kb * sfa_ld + i / ga] * sfb[kb * sfb_ld + j / gb];
+      }
+      zp[i * n + j] = acc;
+    }
+  }
+  return z;
+}
+
 // The kernel's own problem (scaled_kernel_problem: swapped, D^T = B^T A^T with the scales and the bias
 // along the other mode of D^T and the blockwise scales in each other's place), computed from the raw
 // pointers, leading dimensions and scale layouts, each K block's partial product scaled as the blockwise
@@ -47,35 +77,18 @@ void replay_scaled(const ScaledGemmLaunchArgs& args, at::ScalarType out_dtype) {
               "_scaled_gemm_emulate: CUTLASS's can_implement would refuse the leading dimensions lda = ", p.lda,
               ", ldb = ", p.ldb, " (FP8 elements), ldd = ", args.ldd, ": each must be 16 bytes");
   const bool swap = args.swap_ab;
-  const auto* A = static_cast<const c10::Float8_e4m3fn*>(p.a);
-  const auto* B = static_cast<const c10::Float8_e4m3fn*>(p.b);
-  const int64_t k_blocks = (p.k + kScaleBlock - 1) / kScaleBlock;
   // CUTLASS's blockwise scale layouts: (ceil(extent / granularity), K blocks), the first mode fastest.
   const int ga = sfa_granularity(swap, args.block_n), gb = sfb_granularity(swap, args.block_n);
-  const int64_t sfa_ld = (p.sfa_extent + ga - 1) / ga, sfb_ld = (p.sfb_extent + gb - 1) / gb;
-  const auto scale = [](const float* s, bool vector, bool along_columns, int64_t i, int64_t j) {
-    return s[vector ? (along_columns ? j : i) : 0];
-  };
-  at::Tensor z = at::empty({p.m, p.n}, at::kFloat);
-  float* zp = z.data_ptr<float>();
-  for (int64_t i = 0; i < p.m; ++i) {
-    for (int64_t j = 0; j < p.n; ++j) {
-      float acc = 0;
-      if (args.block_scaled) {
-        for (int64_t kb = 0; kb < k_blocks; ++kb) {
-          float part = 0;
-          for (int64_t k = kb * kScaleBlock; k < std::min(p.k, (kb + 1) * kScaleBlock); ++k) {
-            part += static_cast<float>(A[i * p.lda + k]) * static_cast<float>(B[j * p.ldb + k]);
-          }
-          acc += part * p.sfa[kb * sfa_ld + i / ga] * p.sfb[kb * sfb_ld + j / gb];
-        }
-      } else {
-        for (int64_t k = 0; k < p.k; ++k) acc += static_cast<float>(A[i * p.lda + k]) * static_cast<float>(B[j * p.ldb + k]);
-        acc = scale(args.scale_a, args.scale_a_per_row, scale_a_along_columns(swap), i, j) *
-              (scale(args.scale_b, args.scale_b_per_column, scale_b_along_columns(swap), i, j) * acc);
-      }
-      zp[i * p.n + j] = acc;
-    }
+  at::Tensor z = args.block_scaled
+                     ? fp8_product(p.a, p.lda, p.b, p.ldb, p.m, p.n, p.k, p.sfa, (p.sfa_extent + ga - 1) / ga, ga,
+                                   p.sfb, (p.sfb_extent + gb - 1) / gb, gb)
+                     : fp8_product(p.a, p.lda, p.b, p.ldb, p.m, p.n, p.k);
+  if (!args.block_scaled) {
+    const at::Tensor sa = at::from_blob(const_cast<float*>(args.scale_a), {args.scale_a_per_row ? (swap ? p.n : p.m) : 1});
+    const at::Tensor sb = at::from_blob(const_cast<float*>(args.scale_b), {args.scale_b_per_column ? (swap ? p.m : p.n) : 1});
+    // scale_a * (scale_b * acc), each a vector along the kernel's rows or columns, or a scalar.
+    const auto along = [&](const at::Tensor& s, bool columns) { return columns ? s.reshape({1, -1}) : s.reshape({-1, 1}); };
+    z = along(sa, scale_a_along_columns(swap)) * (along(sb, scale_b_along_columns(swap)) * z);
   }
   if (args.bias != nullptr) {
     const bool columns = bias_along_columns(swap);
@@ -123,6 +136,32 @@ void replay_grouped(const GroupedGemmLaunchArgs& args, at::ScalarType dtype) {
   }
 }
 
+// Group by group as the FP8 grouped kernels run it: the ends clamped (grouped_args.h), each group's operands
+// and scales where the device code points them (grouped_kernel_group, scaled_group_scales), rows past the
+// last end zeroed.
+void replay_scaled_grouped(const ScaledGroupedGemmLaunchArgs& args, at::ScalarType dtype) {
+  const GroupedGemmLaunchArgs& grouped = args.grouped;
+  const int64_t bytes = c10::elementSize(dtype), extent = grouped_extent(grouped);
+  auto* d = static_cast<char*>(grouped.d);
+  const auto rows = [&](int64_t first, int64_t count) {
+    return at::from_blob(d + first * grouped.ldd * bytes, {count, grouped.n}, {grouped.ldd, 1},
+                         at::TensorOptions().dtype(dtype));
+  };
+  int32_t end = 0;
+  for (int g = 0; g < grouped.groups; ++g) {
+    const int32_t start = end;
+    if (grouped.offs != nullptr) end = std::max(end, clamped_offset(grouped.offs[g], extent));
+    const GroupedKernelGroup k = grouped_kernel_group(grouped, group_shape(grouped, g, start, end));
+    if (k.m == 0) continue;
+    const ScaledGroupScales s = scaled_group_scales(args, g, start);
+    const at::Tensor z = fp8_product(static_cast<const char*>(k.a) + k.a_offset, k.lda,
+                                     static_cast<const char*>(k.b) + k.b_offset, k.ldb, k.m, k.n, k.k,
+                                     args.scale_a + s.sfa, s.sfa_ld, 1, args.scale_b + s.sfb, s.sfb_ld, args.block_n);
+    rows(k.d_offset / grouped.ldd, k.m).copy_(z);
+  }
+  if (grouped.mode == GroupedKernelMode::RaggedM && end < grouped.m) rows(end, grouped.m - end).zero_();
+}
+
 }  // namespace
 
 void replay_launch(const GemmLaunch& launch) {
@@ -133,9 +172,11 @@ void replay_launch(const GemmLaunch& launch) {
       return;
     case GemmKind::Scaled: replay_scaled(*static_cast<const ScaledGemmLaunchArgs*>(launch.args), launch.dtype); return;
     case GemmKind::Grouped: replay_grouped(*static_cast<const GroupedGemmLaunchArgs*>(launch.args), launch.dtype); return;
-    case GemmKind::ScaledGrouped: break;
+    case GemmKind::ScaledGrouped:
+      replay_scaled_grouped(*static_cast<const ScaledGroupedGemmLaunchArgs*>(launch.args), launch.dtype);
+      return;
   }
-  TORCH_INTERNAL_ASSERT(false, "replay_launch: the ", gemm_kind_name(launch.kind), " kind has no kernels");
+  TORCH_INTERNAL_ASSERT(false, "replay_launch: an unknown kind");
 }
 
 }  // namespace ops::cutlass_gemm

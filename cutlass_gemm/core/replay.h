@@ -8,6 +8,7 @@
 
 #include "../kernels/grouped_args.h"
 #include "../kernels/scaled_args.h"
+#include "../kernels/scaled_grouped_args.h"
 #include "gemm_launch.h"
 
 namespace ops::cutlass_gemm {
@@ -16,7 +17,7 @@ namespace ops::cutlass_gemm {
 // kernels do, then the epilogue. Scaled: each K block's partial product scaled as the blockwise mainloop
 // scales it, or the tensorwise/rowwise epilogue; the scales and bias along the kernel's own modes (swapped:
 // D^T = B^T A^T). Grouped: group by group in float64, the ends clamped and unwritten output zeroed as the
-// device code does. A scaled launch whose leading dimensions CUTLASS's can_implement would refuse raises.
+// device code does; FP8 grouped, per group as the blockwise mainloop scales it. A scaled launch whose leading dimensions CUTLASS's can_implement would refuse raises.
 void replay_launch(const GemmLaunch& launch);
 
 // The dense replay alone (replay_launch's Dense case).

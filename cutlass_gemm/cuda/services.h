@@ -35,8 +35,8 @@ struct KernelEntry {
   KernelProblem (*kernel_problem)(const void* args) = nullptr;
 };
 
-// The one kernel table: the entry of `kind` at `index` (Dense: a kernel_list.h id; Scaled: the output DType,
-// bf16/f16/f32; Grouped: the element DType, bf16/f16). One not in this build raises, naming it.
+// The one kernel table: the entry of `kind` at `index` (Dense: a kernel_list.h id; Scaled and ScaledGrouped:
+// the output DType, bf16/f16/f32; Grouped: the element DType, bf16/f16). One not in this build raises, naming it.
 const KernelEntry& kernel_entry(GemmKind kind, int index);
 // Whether that entry is in this build (the candidate-only kernels need OPS_CANDIDATE_KERNELS=1).
 bool kernel_built(GemmKind kind, int index);

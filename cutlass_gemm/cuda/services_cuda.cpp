@@ -21,6 +21,7 @@
 #include "../kernels/grouped_args.h"
 #if OPS_WITH_CANDIDATE_KERNELS
 #include "../kernels/grouped_launch.h"
+#include "../kernels/scaled_grouped_launch.h"
 #include "../kernels/scaled_launch.h"
 #endif
 
@@ -64,22 +65,27 @@ const KernelEntry kDense[] = {
 };
 static_assert(sizeof(kDense) / sizeof(kDense[0]) == kNumKernels, "one dense entry per kernel_list.h line");
 
-// Scaled, by output DType; grouped, by element DType (Half, BFloat16, Float: kernel_list.h).
+// Scaled and scaled grouped, by output DType; grouped, by element DType (Half, BFloat16, Float: kernel_list.h).
 #if OPS_WITH_CANDIDATE_KERNELS
 const KernelEntry kScaled[] = {OPS_ENTRY(Scaled, ScaledGemmLaunchArgs, scaled_gemm_sm90_f16),
                                OPS_ENTRY(Scaled, ScaledGemmLaunchArgs, scaled_gemm_sm90_bf16),
                                OPS_ENTRY(Scaled, ScaledGemmLaunchArgs, scaled_gemm_sm90_f32)};
 const KernelEntry kGrouped[] = {OPS_ENTRY(Grouped, GroupedGemmLaunchArgs, grouped_gemm_sm90_f16),
                                 OPS_ENTRY(Grouped, GroupedGemmLaunchArgs, grouped_gemm_sm90_bf16), {}};
+const KernelEntry kScaledGrouped[] = {
+    OPS_ENTRY(ScaledGrouped, ScaledGroupedGemmLaunchArgs, scaled_grouped_gemm_sm90_f16),
+    OPS_ENTRY(ScaledGrouped, ScaledGroupedGemmLaunchArgs, scaled_grouped_gemm_sm90_bf16),
+    OPS_ENTRY(ScaledGrouped, ScaledGroupedGemmLaunchArgs, scaled_grouped_gemm_sm90_f32)};
 #else
 const KernelEntry kScaled[3] = {};
 const KernelEntry kGrouped[3] = {};
+const KernelEntry kScaledGrouped[3] = {};
 #endif
 #undef OPS_NO_ENTRY
 #undef OPS_DENSE_ENTRY
 #undef OPS_ENTRY
 static_assert(static_cast<int>(DType::Half) == 0 && static_cast<int>(DType::BFloat16) == 1 &&
-              static_cast<int>(DType::Float) == 2, "kScaled and kGrouped are indexed by DType");
+              static_cast<int>(DType::Float) == 2, "kScaled, kGrouped and kScaledGrouped are indexed by DType");
 
 const KernelEntry* find_entry(GemmKind kind, int index) {
   const KernelEntry* table = nullptr;
@@ -88,7 +94,7 @@ const KernelEntry* find_entry(GemmKind kind, int index) {
     case GemmKind::Dense: table = kDense, count = kNumKernels; break;
     case GemmKind::Scaled: table = kScaled; break;
     case GemmKind::Grouped: table = kGrouped; break;
-    case GemmKind::ScaledGrouped: return nullptr;  // no kernels
+    case GemmKind::ScaledGrouped: table = kScaledGrouped; break;
   }
   if (index < 0 || index >= count) return nullptr;
   return table[index].run != nullptr ? &table[index] : nullptr;

@@ -1,6 +1,7 @@
 // ops::scaled_grouped_gemm (FP8 grouped GEMM, torch._scaled_grouped_mm's modes and scales) on CPU, and on CUDA
-// (scaled_grouped_gemm_cuda.cpp): the dequantized formula of scaled_gemm (core/scaled_formula.h) on each
-// group's slices: codes times scales, product and bias in float32, one rounding to out_dtype.
+// where the SM90 kernels do not take the call (scaled_grouped_gemm_cuda.cpp): the dequantized formula of
+// scaled_gemm (core/scaled_formula.h) on each group's slices: codes times scales, product and bias in float32,
+// one rounding to out_dtype.
 #include "scaled_grouped_gemm.h"
 
 #include <ATen/ATen.h>
@@ -103,13 +104,16 @@ void scaled_grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const at:
 std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                      const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                      const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype) {
-  const ScaledGroupedProblem p =
-      check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, scaled_gemm_out_dtype(out_dtype));
+  const at::ScalarType dtype = scaled_gemm_out_dtype(out_dtype);
+#if OPS_WITH_CUDA
+  if (A.is_cuda()) return scaled_grouped_gemm_cuda_plan(A, B, scale_a, scale_b, offs, bias, dtype);
+#endif
+  const ScaledGroupedProblem p = check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, dtype);
   PlanHead head;
   head.kind = GemmKind::ScaledGrouped;
   head.path = "formula";
-  head.reason = A.is_cuda() ? "no FP8 grouped kernel is built: the dequantized ATen formula per group, the group "
-                              "ends copied to the host"
+  head.reason = A.is_cuda() ? "a CPU-only build: the dequantized ATen formula per group, the group ends copied to "
+                              "the host"
                             : "the CPU runs the dequantized ATen formula per group";
   return plan_json(head, [&](JsonObject& o) {
     o.add("mode", grouped_mode_name(p.grouped.mode))

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../../csrc/checks.h"
+#include "../kernels/scaled_grouped_args.h"
 
 namespace ops::cutlass_gemm {
 
@@ -26,6 +27,25 @@ void scaled_grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const at:
                              const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                              const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
                              at::Tensor& out);
+
+// Why the SM90 FP8 grouped kernels do not take a call (mode, bias, extents), "" where they do
+// (scaled_grouped_gemm_launch.cpp); the build and the device are the caller's to check.
+std::string scaled_grouped_kernel_refusal(const at::Tensor& A, const at::Tensor& B,
+                                          const c10::optional<at::Tensor>& bias, const ScaledGroupedProblem& p);
+
+// One launch's arguments (device and sm_count left to the caller) and the tensors they point into.
+struct ScaledGroupedLaunch {
+  ScaledGroupedGemmLaunchArgs args;
+  at::Tensor a, b, d, offs, scale_a, scale_b;
+};
+ScaledGroupedLaunch prepare_scaled_grouped_launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                                  const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                                  const ScaledGroupedProblem& p, at::ScalarType dtype);
+
+// The plan of a call on a CUDA tensor (scaled_grouped_gemm_cuda.cpp; CUDA builds).
+std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                          const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                          const c10::optional<at::Tensor>& bias, at::ScalarType dtype);
 
 // JSON of the path a call takes (mode, recipe, path, host_sync): ops.fp8.grouped_plan.
 std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
