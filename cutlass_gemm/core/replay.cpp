@@ -151,9 +151,10 @@ void replay_scaled_grouped(const ScaledGroupedGemmLaunchArgs& args, at::ScalarTy
   for (int g = 0; g < grouped.groups; ++g) {
     const int32_t start = end;
     if (grouped.offs != nullptr) end = std::max(end, clamped_offset(grouped.offs[g], extent));
-    const GroupedKernelGroup k = grouped_kernel_group(grouped, group_shape(grouped, g, start, end));
+    const GroupShape shape = group_shape(grouped, g, start, end);
+    const GroupedKernelGroup k = grouped_kernel_group(grouped, shape);
     if (k.m == 0) continue;
-    const ScaledGroupScales s = scaled_group_scales(args, g, start);
+    const ScaledGroupScales s = scaled_group_scales(args, g, start, shape.m);
     const at::Tensor z = fp8_product(static_cast<const char*>(k.a) + k.a_offset, k.lda,
                                      static_cast<const char*>(k.b) + k.b_offset, k.ldb, k.m, k.n, k.k,
                                      args.scale_a + s.sfa, s.sfa_ld, 1, args.scale_b + s.sfb, s.sfb_ld, args.block_n);

@@ -18,11 +18,10 @@ namespace ops::cutlass_gemm {
 // into float32 every 128 of K.
 struct ScaledGroupedGemmLaunchArgs {
   GroupedGemmLaunchArgs grouped;
-  // scale_a: one per row of A and 128-block of K, stored M-major: (ceil(K/128), scale_a_ld) per group of
-  // Batched (scale_a_group_stride apart), one (ceil(K/128), scale_a_ld) for all rows of RaggedM.
+  // scale_a: one per row of A and 128-block of K, each group's (ceil(K/128), its rows) M-major, one group after
+  // the other: the FP8 mainloop of a pointer-array kernel builds each group's scale layout from the group's own
+  // rows (CUTLASS 4.2, sm90_mma_array_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp: load_init).
   const float* scale_a = nullptr;
-  int64_t scale_a_ld = 0;
-  int64_t scale_a_group_stride = 0;
   // scale_b: one per 128-block of K and block_n columns (128, or 1 for the rowwise recipe), stored
   // (ceil(K/128), ceil(N/block_n)) row-major per group, one group after the other.
   const float* scale_b = nullptr;
@@ -43,19 +42,20 @@ OPS_HOST_DEVICE inline int64_t scaled_grouped_k_blocks(const ScaledGroupedGemmLa
   return (args.grouped.k + 127) / 128;
 }
 
-// Group g's scales (its rows from `start`): the element offsets of its first scale_a and scale_b entries and
-// the elements between consecutive K blocks of each.
+// Group g's scales: the element offsets of its first scale_a and scale_b entries and the elements between
+// consecutive K blocks of each; `start`, `rows`: its first row and row count (group_shape's m).
 struct ScaledGroupScales {
   int64_t sfa = 0, sfb = 0;
   int64_t sfa_ld = 0, sfb_ld = 0;
 };
 OPS_HOST_DEVICE inline ScaledGroupScales scaled_group_scales(const ScaledGroupedGemmLaunchArgs& args, int g,
-                                                             int64_t start) {
+                                                             int64_t start, int64_t rows) {
+  const int64_t k_blocks = scaled_grouped_k_blocks(args);
   const int64_t n_blocks = (args.grouped.n + args.block_n - 1) / args.block_n;
   ScaledGroupScales s;
-  s.sfa = args.grouped.mode == GroupedKernelMode::RaggedM ? start : g * args.scale_a_group_stride;
-  s.sfa_ld = args.scale_a_ld;
-  s.sfb = g * scaled_grouped_k_blocks(args) * n_blocks;
+  s.sfa = k_blocks * (args.grouped.mode == GroupedKernelMode::RaggedM ? start : g * args.grouped.m);
+  s.sfa_ld = rows;
+  s.sfb = g * k_blocks * n_blocks;
   s.sfb_ld = n_blocks;
   return s;
 }

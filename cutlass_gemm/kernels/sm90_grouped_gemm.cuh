@@ -255,35 +255,56 @@ LaunchStatus grouped_run(const GroupedGemmLaunchArgs& args, void* workspace, siz
                                             workspace_bytes - GroupedArrays<Config>::bytes(args.groups), stream);
 }
 
-// with_grouped_config's callables (function objects with a template operator(): C++17, which a lambda with
-// template parameters is not; torch 2.11's extension builder compiles with -std=c++17).
-struct GroupedWorkspaceSize {
-  const GroupedGemmLaunchArgs& args;
+// A grouped kind (GroupedKind below; ScaledGroupedKind, sm90_scaled_grouped_gemm.cuh): its launch arguments, one
+// configuration's workspace and launch, and with_config, which calls fn.template operator()<Config>() for the
+// configuration that serves a launch, else none().
+// with_config's callables: function objects with a template operator() (C++17, which a lambda with template
+// parameters is not; torch 2.11's extension builder compiles with -std=c++17).
+template <typename Kind>
+struct KindWorkspaceSize {
+  const typename Kind::Args& args;
   template <typename Config>
-  size_t operator()() const { return grouped_workspace_size<Config>(args); }
+  size_t operator()() const { return Kind::template workspace_size<Config>(args); }
 };
 
-struct GroupedRun {
-  const GroupedGemmLaunchArgs& args;
+template <typename Kind>
+struct KindRun {
+  const typename Kind::Args& args;
   void* workspace;
   size_t workspace_bytes;
   cudaStream_t stream;
   template <typename Config>
-  LaunchStatus operator()() const { return grouped_run<Config>(args, workspace, workspace_bytes, stream); }
+  LaunchStatus operator()() const { return Kind::template run<Config>(args, workspace, workspace_bytes, stream); }
+};
+
+struct GroupedKind {
+  using Args = GroupedGemmLaunchArgs;
+  template <typename Config>
+  static size_t workspace_size(const Args& args) { return grouped_workspace_size<Config>(args); }
+  template <typename Config>
+  static LaunchStatus run(const Args& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    return grouped_run<Config>(args, workspace, workspace_bytes, stream);
+  }
+  template <typename Element, typename Fn, typename None>
+  static auto with_config(const Args& args, Fn&& fn, None&& none) { return with_grouped_config<Element>(args, fn, none); }
 };
 
 }  // namespace ops::cutlass_gemm
 
-// Defines grouped_gemm_sm90_<dtype>_{workspace_size,run} (grouped_launch.h) for `Element`.
-#define OPS_DEFINE_SM90_GROUPED_GEMM(dtype, Element)                                                     \
-  namespace ops::cutlass_gemm {                                                                        \
-  size_t grouped_gemm_sm90_##dtype##_workspace_size(const GroupedGemmLaunchArgs& args) {               \
-    return with_grouped_config<Element>(args, GroupedWorkspaceSize{args}, [] { return size_t{0}; });   \
-  }                                                                                                    \
-  LaunchStatus grouped_gemm_sm90_##dtype##_run(const GroupedGemmLaunchArgs& args, void* workspace,     \
-                                               size_t workspace_bytes, cudaStream_t stream) {          \
-    return with_grouped_config<Element>(                                                               \
-        args, GroupedRun{args, workspace, workspace_bytes, stream},                                    \
-        [] { return LaunchStatus{false, "no grouped kernel is built for these operand layouts"}; });   \
-  }                                                                                                    \
+// Defines <name>_{workspace_size,run} (the kernel interface, launcher.h's OPS_DECLARE_KERNEL) over Kind's
+// configurations of `Element`; `refusal`: the launch's error where none serves the arguments.
+#define OPS_DEFINE_KIND_ENTRY_POINTS(name, Kind, Element, refusal)                                         \
+  namespace ops::cutlass_gemm {                                                                          \
+  size_t name##_workspace_size(const Kind::Args& args) {                                                 \
+    return Kind::with_config<Element>(args, KindWorkspaceSize<Kind>{args}, [] { return size_t{0}; });    \
+  }                                                                                                      \
+  LaunchStatus name##_run(const Kind::Args& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) { \
+    return Kind::with_config<Element>(args, KindRun<Kind>{args, workspace, workspace_bytes, stream},     \
+                                      [] { return LaunchStatus{false, refusal}; });                      \
+  }                                                                                                      \
   }
+
+// Defines grouped_gemm_sm90_<dtype>_{workspace_size,run} (grouped_launch.h) for `Element`.
+#define OPS_DEFINE_SM90_GROUPED_GEMM(dtype, Element) \
+  OPS_DEFINE_KIND_ENTRY_POINTS(grouped_gemm_sm90_##dtype, GroupedKind, Element, \
+                               "no grouped kernel is built for these operand layouts")

@@ -49,13 +49,10 @@ struct Sm90ScaledGroupedGemmConfig {
   using StrideD = typename Kernel::InternalStrideD;
   using Shape = typename ProblemShape::UnderlyingProblemShape;
 
-  // A group's scale_a layout: m rows (its own, so that no load passes its last row), the K blocks
-  // `ld` apart (the rows of all groups, or of one Batched group, share each K block's row of scales).
-  CUTLASS_HOST_DEVICE static LayoutSFA layout_sfa(int m, int n, int k, int64_t ld) {
-    const auto compact = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
-    auto stride = compact.stride();
-    cute::get<1, 1>(stride) = static_cast<int32_t>(ld);
-    return cute::make_layout(compact.shape(), stride);
+  // A group's scale layouts, compact: CUTLASS's mainloop builds the same ones from each group's shape (its
+  // layout arguments are not read in CUTLASS 4.2; they are given, equal, for a version that reads them).
+  CUTLASS_HOST_DEVICE static LayoutSFA layout_sfa(int m, int n, int k) {
+    return ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
   }
   CUTLASS_HOST_DEVICE static LayoutSFB layout_sfb(int m, int n, int k) {
     return ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, k, 1));
@@ -96,9 +93,9 @@ __global__ void __launch_bounds__(32) scaled_grouped_prepare_kernel(ScaledGroupe
   for_each_group(args.grouped, [&](int g, int32_t start, int32_t end) {
     fill_group(args.grouped, arrays, g, start, end);
     const GroupShape shape = group_shape(args.grouped, g, start, end);
-    const ScaledGroupScales s = scaled_group_scales(args, g, start);
+    const ScaledGroupScales s = scaled_group_scales(args, g, start, shape.m);
     scales.sfa[g] = args.scale_a + s.sfa;
-    scales.layout_sfa[g] = Config::layout_sfa(shape.m, shape.n, shape.k, s.sfa_ld);
+    scales.layout_sfa[g] = Config::layout_sfa(shape.m, shape.n, shape.k);
     scales.sfb[g] = args.scale_b + s.sfb;
     scales.layout_sfb[g] = Config::layout_sfb(shape.m, shape.n, shape.k);
   });
@@ -167,35 +164,23 @@ auto with_scaled_grouped_config(const ScaledGroupedGemmLaunchArgs& args, Fn&& fn
   return none();
 }
 
-// with_scaled_grouped_config's callables (C++17 function objects, as GroupedRun).
-struct ScaledGroupedWorkspaceSize {
-  const ScaledGroupedGemmLaunchArgs& args;
+struct ScaledGroupedKind {  // a grouped kind (sm90_grouped_gemm.cuh's KindRun)
+  using Args = ScaledGroupedGemmLaunchArgs;
   template <typename Config>
-  size_t operator()() const { return scaled_grouped_workspace_size<Config>(args); }
-};
-
-struct ScaledGroupedRun {
-  const ScaledGroupedGemmLaunchArgs& args;
-  void* workspace;
-  size_t workspace_bytes;
-  cudaStream_t stream;
+  static size_t workspace_size(const Args& args) { return scaled_grouped_workspace_size<Config>(args); }
   template <typename Config>
-  LaunchStatus operator()() const { return scaled_grouped_run<Config>(args, workspace, workspace_bytes, stream); }
+  static LaunchStatus run(const Args& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    return scaled_grouped_run<Config>(args, workspace, workspace_bytes, stream);
+  }
+  template <typename Element, typename Fn, typename None>
+  static auto with_config(const Args& args, Fn&& fn, None&& none) {
+    return with_scaled_grouped_config<Element>(args, fn, none);
+  }
 };
 
 }  // namespace ops::cutlass_gemm
 
 // Defines scaled_grouped_gemm_sm90_<out>_{workspace_size,run} (scaled_grouped_launch.h) for D of `Element`.
-#define OPS_DEFINE_SM90_SCALED_GROUPED_GEMM(out, Element)                                                  \
-  namespace ops::cutlass_gemm {                                                                          \
-  size_t scaled_grouped_gemm_sm90_##out##_workspace_size(const ScaledGroupedGemmLaunchArgs& args) {      \
-    return with_scaled_grouped_config<Element>(args, ScaledGroupedWorkspaceSize{args},                   \
-                                               [] { return size_t{0}; });                                \
-  }                                                                                                      \
-  LaunchStatus scaled_grouped_gemm_sm90_##out##_run(const ScaledGroupedGemmLaunchArgs& args, void* workspace, \
-                                                    size_t workspace_bytes, cudaStream_t stream) {       \
-    return with_scaled_grouped_config<Element>(                                                          \
-        args, ScaledGroupedRun{args, workspace, workspace_bytes, stream},                                \
-        [] { return LaunchStatus{false, "no FP8 grouped kernel is built for this configuration"}; });   \
-  }                                                                                                      \
-  }
+#define OPS_DEFINE_SM90_SCALED_GROUPED_GEMM(out, Element) \
+  OPS_DEFINE_KIND_ENTRY_POINTS(scaled_grouped_gemm_sm90_##out, ScaledGroupedKind, Element, \
+                               "no FP8 grouped kernel is built for this configuration")

@@ -77,18 +77,19 @@ at::Tensor scaled_grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, co
   return out;
 }
 
-at::Tensor scaled_grouped_gemm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
-                               const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
-                               const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype) {
+at::Tensor scaled_grouped_gemm_with(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                    const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                    const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                                    const ScaledGroupedCompute& compute) {
   const at::ScalarType dtype = scaled_gemm_out_dtype(out_dtype);
   const ScaledGroupedProblem p = check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, dtype);
-  return scaled_grouped_gemm_loop(A, B, scale_a, scale_b, offs, bias, p, dtype);
+  return compute(A, B, scale_a, scale_b, offs, bias, p, dtype);
 }
 
-void scaled_grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
-                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
-                             const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
-                             at::Tensor& out) {
+void scaled_grouped_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                  const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                  const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                                  at::Tensor& out, const ScaledGroupedCompute& compute) {
   TORCH_CHECK(out.defined(), kOp, ": out must be a defined tensor");
   const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
   const char* origin = out_dtype.has_value() ? "out_dtype" : "out's dtype";
@@ -96,10 +97,27 @@ void scaled_grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const at:
       check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, dtype, origin);
   check_scaled_grouped_gemm_out(kOp, p.grouped, A, B, scale_a, scale_b, offs, bias, out, dtype, origin);
   // Computed apart from out, then copied: out never feeds its own computation.
-  const at::Tensor result = scaled_grouped_gemm_loop(A, B, scale_a, scale_b, offs, bias, p, dtype);
+  const at::Tensor result = compute(A, B, scale_a, scale_b, offs, bias, p, dtype);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   out.copy_(result);
 }
+
+namespace {
+
+at::Tensor scaled_grouped_gemm_cpu(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                   const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                   const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype) {
+  return scaled_grouped_gemm_with(A, B, scale_a, scale_b, offs, bias, out_dtype, scaled_grouped_gemm_loop);
+}
+
+void scaled_grouped_gemm_out_cpu(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                 const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                 const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                                 at::Tensor& out) {
+  scaled_grouped_gemm_out_with(A, B, scale_a, scale_b, offs, bias, out_dtype, out, scaled_grouped_gemm_loop);
+}
+
+}  // namespace
 
 std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                      const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
@@ -125,8 +143,8 @@ std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, c
 }  // namespace ops::cutlass_gemm
 
 TORCH_LIBRARY_IMPL(ops, CPU, m) {
-  m.impl("scaled_grouped_gemm", &ops::cutlass_gemm::scaled_grouped_gemm);
-  m.impl("scaled_grouped_gemm.out", &ops::cutlass_gemm::scaled_grouped_gemm_out);
+  m.impl("scaled_grouped_gemm", &ops::cutlass_gemm::scaled_grouped_gemm_cpu);
+  m.impl("scaled_grouped_gemm.out", &ops::cutlass_gemm::scaled_grouped_gemm_out_cpu);
 }
 
 TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {

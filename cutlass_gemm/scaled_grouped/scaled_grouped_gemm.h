@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 
 #include "../../csrc/checks.h"
@@ -20,13 +21,22 @@ at::Tensor scaled_grouped_gemm_loop(const at::Tensor& A, const at::Tensor& B, co
                                     const c10::optional<at::Tensor>& bias, const ScaledGroupedProblem& p,
                                     at::ScalarType dtype);
 
-at::Tensor scaled_grouped_gemm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
-                               const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
-                               const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype);
-void scaled_grouped_gemm_out(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
-                             const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
-                             const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
-                             at::Tensor& out);
+// What computes a checked call: scaled_grouped_gemm_loop, or the CUDA kernel's choice of path.
+using ScaledGroupedCompute = std::function<at::Tensor(
+    const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
+    const c10::optional<at::Tensor>& offs, const c10::optional<at::Tensor>& bias, const ScaledGroupedProblem& p,
+    at::ScalarType dtype)>;
+
+// The op and its out variant around `compute`: the inputs checked (and out: its shape, dtype, device and
+// overlap), out_dtype bfloat16 by default (out's dtype for the out variant), the result copied into out.
+at::Tensor scaled_grouped_gemm_with(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                    const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                    const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                                    const ScaledGroupedCompute& compute);
+void scaled_grouped_gemm_out_with(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                  const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                  const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
+                                  at::Tensor& out, const ScaledGroupedCompute& compute);
 
 // Why the SM90 FP8 grouped kernels do not take a call (mode, bias, extents), "" where they do
 // (scaled_grouped_gemm_launch.cpp); the build and the device are the caller's to check.

@@ -54,25 +54,14 @@ at::Tensor run(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale
 at::Tensor scaled_grouped_gemm_cuda(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                     const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                     const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype) {
-  const at::ScalarType dtype = scaled_gemm_out_dtype(out_dtype);
-  const ScaledGroupedProblem p = check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, dtype);
-  return run(A, B, scale_a, scale_b, offs, bias, p, dtype);
+  return scaled_grouped_gemm_with(A, B, scale_a, scale_b, offs, bias, out_dtype, run);
 }
 
 void scaled_grouped_gemm_out_cuda(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                   const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                   const c10::optional<at::Tensor>& bias, c10::optional<at::ScalarType> out_dtype,
                                   at::Tensor& out) {
-  TORCH_CHECK(out.defined(), kOp, ": out must be a defined tensor");
-  const at::ScalarType dtype = out_dtype.value_or(out.scalar_type());  // without out_dtype, out's decides
-  const char* origin = out_dtype.has_value() ? "out_dtype" : "out's dtype";
-  const ScaledGroupedProblem p =
-      check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, dtype, origin);
-  check_scaled_grouped_gemm_out(kOp, p.grouped, A, B, scale_a, scale_b, offs, bias, out, dtype, origin);
-  // Computed apart from out, then copied: out never feeds its own computation.
-  const at::Tensor result = run(A, B, scale_a, scale_b, offs, bias, p, dtype);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  out.copy_(result);
+  scaled_grouped_gemm_out_with(A, B, scale_a, scale_b, offs, bias, out_dtype, out, run);
 }
 
 }  // namespace

@@ -25,6 +25,30 @@ std::string scaled_grouped_kernel_refusal(const at::Tensor& A, const at::Tensor&
   return int32_extents_refusal({A.size(-2), B.size(-1), A.size(-1), A.size(-2) * ((A.size(-1) + 127) / 128)});
 }
 
+namespace {
+
+// scale_a (M rows, K blocks) of 2D x 3D packed per group: group g's (K blocks, its rows) M-major at element
+// K blocks * its first row, with the groups cut by offs as the kernels cut them (clamped into [0, M], then the
+// running maximum: grouped_args.h). Rows past the last end go to one slot past the packed scales, never read.
+at::Tensor pack_scale_a(const at::Tensor& rows_by_blocks, const at::Tensor& offs) {
+  const int64_t m = rows_by_blocks.size(0), k_blocks = rows_by_blocks.size(1);
+  const auto longs = offs.options().dtype(at::kLong);
+  const at::Tensor ends = std::get<0>(at::cummax(offs.to(at::kLong).clamp(0, m), 0));
+  const at::Tensor bounds = at::cat({at::zeros({1}, longs), ends});  // group g: [bounds[g], bounds[g + 1])
+  const at::Tensor row = at::arange(m, longs);
+  const at::Tensor group = at::searchsorted(ends, row, /*out_int32=*/false, /*right=*/true).clamp_max(ends.size(0) - 1);
+  const at::Tensor start = bounds.index_select(0, group), rows = bounds.index_select(0, group + 1) - start;
+  const at::Tensor in_group = (row < rows + start).unsqueeze(1);
+  const at::Tensor block = at::arange(k_blocks, longs).unsqueeze(0);
+  const at::Tensor dest = at::where(in_group, (k_blocks * start + row - start).unsqueeze(1) + block * rows.unsqueeze(1),
+                                    m * k_blocks);
+  at::Tensor packed = at::empty({m * k_blocks + 1}, rows_by_blocks.options());
+  packed.scatter_(0, dest.flatten(), rows_by_blocks.contiguous().flatten());
+  return packed;
+}
+
+}  // namespace
+
 ScaledGroupedLaunch prepare_scaled_grouped_launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                                   const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                                   const ScaledGroupedProblem& p, at::ScalarType dtype) {
@@ -52,8 +76,8 @@ ScaledGroupedLaunch prepare_scaled_grouped_launch(const at::Tensor& A, const at:
   g.ldd = g.n;
   g.group_stride_a = batched ? l.a.stride(0) : 0;
   g.group_stride_b = l.b.stride(0);
-  // The scales M-major per K block (ATen ops on A's device: no synchronization): scale_a (K blocks, M) for all
-  // rows of RaggedM, (G, K blocks, M) for Batched; scale_b (G, K blocks, N / block_n). Rowwise scales are
+  // The scales as the mainloop reads them, by ATen ops on A's device (no synchronization): scale_a per group
+  // (K blocks, its rows) M-major (scaled_grouped_args.h), scale_b (G, K blocks, N / block_n); rowwise scales
   // repeated along K.
   const int64_t k_blocks = (g.k + 127) / 128;
   const bool rowwise = p.recipe == ScaleRecipe::Rowwise;
@@ -61,13 +85,11 @@ ScaledGroupedLaunch prepare_scaled_grouped_launch(const at::Tensor& A, const at:
   if (batched) {
     l.scale_a = (rowwise ? scale_a.unsqueeze(1).expand({groups, k_blocks, g.m}) : scale_a.transpose(1, 2)).contiguous();
   } else {
-    l.scale_a = (rowwise ? scale_a.unsqueeze(0).expand({k_blocks, g.m}) : scale_a.t()).contiguous();
+    l.scale_a = pack_scale_a(rowwise ? scale_a.unsqueeze(1).expand({g.m, k_blocks}) : scale_a, l.offs);
   }
   l.scale_b = (rowwise ? scale_b.unsqueeze(1).expand({groups, k_blocks, g.n}) : scale_b).contiguous();
   ScaledGroupedGemmLaunchArgs& args = l.args;
   args.scale_a = l.scale_a.const_data_ptr<float>();
-  args.scale_a_ld = g.m;
-  args.scale_a_group_stride = batched ? k_blocks * g.m : 0;
   args.scale_b = l.scale_b.const_data_ptr<float>();
   args.block_n = rowwise ? 1 : 128;
   return l;
