@@ -6,6 +6,7 @@ how many greedy ``generate()`` continuations are equal. The MoE rows also give t
 against bfloat16.
 
     python -m benchmarks.fp8_models [--prompts 64] [--new-tokens 6] [--out DIR]
+    python -m benchmarks.fp8_models --experts [--out DIR]   # each FP8 experts module alone
 """
 
 import argparse
@@ -112,12 +113,54 @@ def agreement(model, recipe, prompts=64, new_tokens=6):
             "expert_bytes_vs_bf16": expert_bytes(fp8_model) / bf16 if bf16 else None}
 
 
+def experts_cosine(model, recipe):
+    """Each FP8 experts module of ``model`` converted with fp8=recipe against the same module of its dequantized
+    reference, on the inputs the reference's own forward hands it: [(module name, cosine of the outputs)]."""
+    fp8_model = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops.nn.convert(fp8_model, fp8=recipe)
+    reference = dequantized(model, fp8_model)
+    names = [n for n, m in fp8_model.named_modules() if ops.moe.is_experts(m) and ops.moe.is_fp8(m)]
+    inputs = {}
+
+    def keep(name):
+        def hook(module, args, kwargs, output):
+            inputs.setdefault(name, (args, kwargs))
+        return hook
+
+    hooks = [reference.get_submodule(n).register_forward_hook(keep(n), with_kwargs=True) for n in names]
+    ids = torch.randint(0, VOCAB, (8, 16), generator=torch.Generator().manual_seed(0))
+    out = []
+    with torch.no_grad():
+        reference(ids)
+        for hook in hooks:
+            hook.remove()
+        for n in names:
+            args, kwargs = inputs[n]
+            got, want = fp8_model.get_submodule(n)(*args, **kwargs), reference.get_submodule(n)(*args, **kwargs)
+            out.append((n, F.cosine_similarity(got.flatten(), want.flatten(), dim=0).item()))
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=6)
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
+    parser.add_argument("--experts", action="store_true",
+                        help="only each FP8 experts module against its dequantized twin (fp8_experts.{json,md})")
     args = parser.parse_args(argv)
+    if args.experts:
+        rows = [{"family": family, "recipe": recipe, "module": name, "cosine": cosine} for family in MOE
+                if tiny(family) is not None for recipe in ("rowwise", "blockwise")
+                for name, cosine in experts_cosine(tiny(family), recipe)]
+        table = [[r["family"], r["recipe"], r["module"], f"{r['cosine']:.6f}"] for r in rows]
+        write_report(args.out, "fp8_experts", {"machine": machine_facts(torch.device("cpu")), "rows": rows},
+                     "FP8 experts modules against their dequantized float twins, on the reference's own inputs",
+                     markdown_table(["model", "recipe", "experts module", "output cosine"], table))
+        print(markdown_table(["model", "recipe", "experts module", "output cosine"], table))
+        return
     rows, table = [], []
     for kind, families in (("dense", DENSE), ("MoE", MOE)):
         for family in families:

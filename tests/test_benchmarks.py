@@ -173,6 +173,19 @@ def test_fp8_models_benchmark_cli(tmp_path):
     assert "| all MoE | MoE | blockwise |" in (tmp_path / "fp8_models.md").read_text()
 
 
+def test_fp8_models_benchmark_cli_compares_each_experts_module(tmp_path):
+    pytest.importorskip("transformers")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.fp8_models", "--experts", "--out", str(tmp_path)],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = json.loads((tmp_path / "fp8_experts.json").read_text())["rows"]
+    # Every layer's experts of each family, both recipes (DeepSeek-V3's first layer is dense).
+    assert {(r["family"], r["recipe"]) for r in rows} >= {("Qwen3Moe", "rowwise"), ("GptOss", "blockwise")}
+    assert sum(r["family"] == "DeepseekV3" for r in rows) == 2 and sum(r["family"] == "Mixtral" for r in rows) == 4
+    # FP8's own error (e4m3: 3 mantissa bits per operand), not a wrong expert or scale.
+    assert all(0.998 < r["cosine"] < 1 for r in rows)
+
+
 def test_model_benchmark_cli_on_cpu(tmp_path):
     pytest.importorskip("transformers")
     result = subprocess.run(
