@@ -271,9 +271,10 @@ def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor,
         out: optional tensor of the output's shape and ``out_dtype`` to write into.
 
     Computation: ``scaled_gemm``'s formula on each group's slices: each code times its scale in float32, the
-    product and the bias in float32, one rounding to ``out_dtype``. On CUDA the same ATen formula runs on the
-    device (no FP8 grouped kernel is built yet; the group ends are copied to the host); ``grouped_plan()``
-    says which path a call takes.
+    product and the bias in float32, one rounding to ``out_dtype``. On CUDA, in a build with
+    OPS_CANDIDATE_KERNELS=1 on an sm_90a device, 2D x 3D and 3D x 3D without bias run SM90 CUTLASS kernels
+    (offs read on the device; not yet run on a GPU); otherwise the same ATen formula runs on the device, the
+    group ends copied to the host. ``grouped_plan()`` says which path a call takes.
 
     Autograd: not differentiable (FP8 operands have no gradient): an argument that requires grad raises.
 
