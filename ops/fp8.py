@@ -298,8 +298,8 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
                  offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
                  out_dtype: Optional[torch.dtype] = None) -> dict:
     """The path ``scaled_grouped_gemm`` takes for these arguments, without running it: ``mode``, ``recipe``,
-    ``path`` ("formula"), ``host_sync`` and ``reason``. Raises as ``scaled_grouped_gemm`` does for bad
-    arguments."""
+    ``path`` ("cutlass": an SM90 FP8 grouped kernel, then also ``kernel``; or "formula"), ``host_sync`` and
+    ``reason``. Raises as ``scaled_grouped_gemm`` does for bad arguments."""
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 
 
