@@ -15,9 +15,9 @@ fit in memory runs by default; deepseek-v3's experts (256 x 4096 x 7168 in bfloa
 --candidates (CUDA, where the SM90 grouped kernels run) also times each forward with every candidate kernel
 of its plan (ops.grouped.plan(...)["candidates"]: unswapped and swapped, forced with ops.gemm.set_tactic),
 each output first checked against the float64 product, and writes grouped_candidates.{json,md}: which kernel
-wins at which rows per group (what grouped_swap_ab is fitted to). --fp8 also times each forward row in FP8
-(rowwise scales): ops.scaled_grouped_gemm against torch._scaled_grouped_mm (CUDA only) on the same codes and
-bf16 ops.grouped_gemm, written to grouped_fp8.{json,md}.
+wins at which rows per group (what grouped_swap_ab is fitted to). --fp8 also times each forward row in FP8,
+rowwise and (where K is whole 128-blocks) blockwise: ops.scaled_grouped_gemm against torch._scaled_grouped_mm
+(CUDA only, rowwise only) on the same codes and bf16 ops.grouped_gemm, written to grouped_fp8.{json,md}.
 """
 
 import argparse
@@ -118,26 +118,38 @@ def _timed_row(row, impls, flops, timed, prepared=False):
     return row
 
 
-def measure_fp8(case, device, timed):
-    """One forward row in FP8 (rowwise: tokens per row, weights per expert and output channel): ops.scaled_grouped_gemm
-    against torch._scaled_grouped_mm on the same codes and scales, and bf16 ops.grouped_gemm on the weights."""
+def measure_fp8(case, device, timed, recipe="rowwise"):
+    """One forward row in FP8: ops.scaled_grouped_gemm against torch._scaled_grouped_mm on the same codes and
+    scales (rowwise: tokens per row, weights per expert and output channel; torch has no grouped blockwise
+    recipe), and bf16 ops.grouped_gemm on the weights. Blockwise: tokens per 1x128 group, weights per 128x128
+    block (DeepSeek-V3's); None where K is not whole 128-blocks."""
     model, proj, tokens, routing = case
     experts, k, hidden, width = MODELS[model]
     n, kdim = (2 * width, hidden) if proj == "up" else (hidden, width)
+    if recipe == "blockwise" and kdim % 128:
+        return None
     sizes = group_sizes(tokens, experts, k, routing)
     offs = sizes.cumsum(0).to(torch.int32).to(device)
     x = torch.randn(int(sizes.sum()), kdim, generator=torch.Generator().manual_seed(tokens)).to(device, torch.bfloat16)
     w = expert_weights(experts, n, kdim, device, torch.bfloat16)  # (E, K, N), a view of (E, N, K)
-    xq, xs = ops.quantize_fp8(x, "row")
-    ws = w.float().abs().amax(1).clamp(min=1e-12) / 448  # (E, N)
-    wq = (w.float() / ws.unsqueeze(1)).to(torch.float8_e4m3fn).transpose(1, 2).contiguous().transpose(1, 2)
-    xs = xs.reshape(-1)
+    if recipe == "rowwise":
+        xq, xs = ops.quantize_fp8(x, "row")
+        xs = xs.reshape(-1)
+        ws = w.float().abs().amax(1).clamp(min=1e-12) / 448  # (E, N)
+        wq = (w.float() / ws.unsqueeze(1)).to(torch.float8_e4m3fn).transpose(1, 2).contiguous().transpose(1, 2)
+    else:
+        xq, xs = ops.quantize_fp8(x, "group")  # (M, K/128)
+        codes, scale_inv = zip(*(ops.quantize_fp8(w[e].t(), "block") for e in range(experts)))
+        wq, ws = torch.stack(codes).transpose(1, 2), torch.stack(scale_inv).transpose(1, 2)  # (E, K, N), (E, K/128, N/128)
     flops = 2 * x.shape[0] * n * kdim
     row = {"model": model, "proj": proj, "tokens": tokens, "rows": x.shape[0], "n": n, "k": kdim, "routing": routing,
-           "ops_path": ops.fp8.grouped_plan(xq, wq, xs, ws, offs)["path"]}
+           "recipe": recipe, "ops_path": ops.fp8.grouped_plan(xq, wq, xs, ws, offs)["path"]}
     impls = {"ops": lambda: ops.scaled_grouped_gemm(xq, wq, xs, ws, offs),
-             "torch": lambda: torch._scaled_grouped_mm(xq, wq, xs, ws, offs=offs, out_dtype=torch.bfloat16),
              "bf16": lambda: ops.grouped_gemm(x, w, offs)}
+    if recipe == "rowwise":
+        impls["torch"] = lambda: torch._scaled_grouped_mm(xq, wq, xs, ws, offs=offs, out_dtype=torch.bfloat16)
+    else:
+        row["torch_unavailable"] = "torch._scaled_grouped_mm has no 128x128 blockwise recipe"
     return _timed_row(row, impls, flops, timed)
 
 
@@ -198,8 +210,8 @@ def main(argv=None):
     parser.add_argument("--models", default=None, help=f"comma-separated of {', '.join(MODELS)}")
     parser.add_argument("--tokens", type=int_list, default=None, help="comma-separated token counts")
     parser.add_argument("--candidates", action="store_true", help="also time every candidate kernel (CUDA)")
-    parser.add_argument("--fp8", action="store_true", help="also the forward rows in FP8 (rowwise): "
-                        "ops.scaled_grouped_gemm vs torch._scaled_grouped_mm and bf16 grouped_gemm")
+    parser.add_argument("--fp8", action="store_true", help="also the forward rows in FP8 (rowwise, blockwise): "
+                        "ops.scaled_grouped_gemm vs torch._scaled_grouped_mm (rowwise) and bf16 grouped_gemm")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -268,16 +280,18 @@ def main(argv=None):
                                             "layers": layers}, "Grouped GEMM", note + "\n\n" + table)
     print(f"wrote {args.out}/grouped_gemm.{{json,md}}")
     if args.fp8:
-        fp8_rows = [measure_fp8((model, proj, t, routing), device, timed) for model in models
-                    for proj in ("up", "down") for t in tokens[model] for routing in ("balanced", "skewed")]
+        fp8_rows = [r for r in (measure_fp8((model, proj, t, routing), device, timed, recipe) for model in models
+                                for proj in ("up", "down") for t in tokens[model] for routing in ("balanced", "skewed")
+                                for recipe in ("rowwise", "blockwise")) if r is not None]
         table = markdown_table(
-            ["model", "proj", "tokens", "rows", "N", "K", "routing", "ops ms", "ops TFLOP/s",
+            ["model", "proj", "tokens", "rows", "N", "K", "routing", "recipe", "ops ms", "ops TFLOP/s",
              "torch._scaled_grouped_mm / ops", "bf16 grouped_gemm / ops", "ops path"],
-            [[r["model"], r["proj"], r["tokens"], r["rows"], r["n"], r["k"], r["routing"], f"{r['ops_ms']:.3f}",
-              f"{r['ops_tflops']:.3g}", ratio(r, "torch"), ratio(r, "bf16"), r["ops_path"]] for r in fp8_rows])
+            [[r["model"], r["proj"], r["tokens"], r["rows"], r["n"], r["k"], r["routing"], r["recipe"],
+              f"{r['ops_ms']:.3f}", f"{r['ops_tflops']:.3g}", ratio(r, "torch"), ratio(r, "bf16"), r["ops_path"]]
+             for r in fp8_rows])
         write_report(args.out, "grouped_fp8", {"benchmark": "grouped_fp8", "machine": facts, "results": fp8_rows},
-                     "FP8 grouped GEMM (rowwise), forward", note.replace("bfloat16", "e4m3 in, bfloat16 out") +
-                     "\n\n" + table)
+                     "FP8 grouped GEMM (rowwise and blockwise), forward",
+                     note.replace("bfloat16", "e4m3 in, bfloat16 out") + "\n\n" + table)
         print(f"wrote {args.out}/grouped_fp8.{{json,md}}")
         _WEIGHTS.clear()
     if args.candidates:

@@ -739,6 +739,20 @@ def test_grouped_benchmark_times_every_implementation_both_passes_and_the_layer(
         grouped.main(["--models", "gpt-5"])
 
 
+def test_grouped_fp8_benchmark_times_both_recipes_where_k_is_whole_blocks(tmp_path, monkeypatch):
+    from benchmarks import grouped
+
+    monkeypatch.setitem(grouped.MODELS, "tiny", (8, 2, 128, 128))  # K 128 for both projections
+    assert grouped.main(["--models", "tiny", "--tokens", "20", "--fp8", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "grouped_fp8.json").read_text())["results"]
+    assert sorted({(r["proj"], r["recipe"]) for r in rows}) == [
+        ("down", "blockwise"), ("down", "rowwise"), ("up", "blockwise"), ("up", "rowwise")]
+    for r in rows:
+        assert r["ops_tflops"] > 0 and r["vs_bf16"] > 0, r
+    assert all("no 128x128 blockwise recipe" in r["torch_unavailable"] for r in rows if r["recipe"] == "blockwise")
+    assert "| blockwise |" in (tmp_path / "grouped_fp8.md").read_text()
+
+
 def test_grouped_benchmark_candidate_sweep(tmp_path, monkeypatch, capsys):
     # On CPU no call has candidate kernels: the sweep says so. With a plan that names two (as the SM90 build's
     # on CUDA), each is forced in turn, checked against float64 and timed; a wrong one is named, never best.
