@@ -1,5 +1,5 @@
-// The group ends of a grouped GEMM (checks.h GroupedMode), read on the host: grouped_gemm's and
-// scaled_grouped_gemm's loops over their groups.
+// The group ends of a grouped GEMM (checks.h GroupedMode): read on the host (grouped_gemm's and
+// scaled_grouped_gemm's loops over their groups), or clamped on the device (their device paths).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,6 +18,12 @@ inline std::vector<int32_t> group_ends(const char* op, const GroupedProblem& p, 
   std::vector<int32_t> ends(host.data_ptr<int32_t>(), host.data_ptr<int32_t>() + p.groups);
   check_group_offsets(op, p, ends.data());
   return ends;
+}
+
+// offs's ends as the grouped kernels read them (kernels/grouped_args.h clamped_offset): each clamped into
+// [0, extent], then the running maximum, by ATen ops on offs's device (no synchronization).
+inline at::Tensor device_group_ends(const at::Tensor& offs, int64_t extent) {
+  return std::get<0>(at::cummax(offs.clamp(0, extent), 0));
 }
 
 }  // namespace ops::cutlass_gemm

@@ -48,16 +48,21 @@ at::Tensor fp8_product(const void* a, int64_t lda, const void* b, int64_t ldb, i
   float* zp = z.data_ptr<float>();
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      float acc = 0;
-      if (sfa == nullptr) {  // one running sum
-        for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<float>(A[i * lda + kk]) * static_cast<float>(B[j * ldb + kk]);
-      }
-      for (int64_t kb = 0; sfa != nullptr && kb < k_blocks; ++kb) {
-        float part = 0;
-        for (int64_t kk = kb * kScaleBlock; kk < std::min(k, (kb + 1) * kScaleBlock); ++kk) {
-          part += static_cast<float>(A[i * lda + kk]) * static_cast<float>(B[j * ldb + kk]);
+      const auto dot = [&](int64_t from, int64_t to) {
+        float sum = 0;
+        for (int64_t kk = from; kk < to; ++kk) {
+          sum += static_cast<float>(A[i * lda + kk]) * static_cast<float>(B[j * ldb + kk]);
         }
-        acc += part * sfa[kb * sfa_ld + i / ga] * sfb[kb * sfb_ld + j / gb];
+        return sum;
+      };
+      float acc = 0;
+      if (sfa == nullptr) {
+        acc = dot(0, k);
+      } else {
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          acc += dot(kb * kScaleBlock, std::min(k, (kb + 1) * kScaleBlock)) * sfa[kb * sfa_ld + i / ga] *
+                 sfb[kb * sfb_ld + j / gb];
+        }
       }
       zp[i * n + j] = acc;
     }

@@ -109,10 +109,6 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
   return {a, b};
 }
 
-at::Tensor device_offsets(const at::Tensor& offs, const GroupedProblem& p) {
-  return std::get<0>(at::cummax(offs.clamp(0, p.extent), 0));
-}
-
 void zero_outside_groups(at::Tensor& out, const at::Tensor& ends, const GroupedProblem& p) {
   if (p.mode == GroupedMode::Batched) return;
   if (p.mode == GroupedMode::RaggedK) {
@@ -138,7 +134,7 @@ at::Tensor grouped_gemm_torch(const at::Tensor& A, const at::Tensor& B, const c1
   if (!a.defined() || !b.defined()) return {};
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   const c10::optional<at::Tensor> ends =
-      p.mode == GroupedMode::Batched ? c10::nullopt : c10::optional<at::Tensor>(device_offsets(*offs, p));
+      p.mode == GroupedMode::Batched ? c10::nullopt : c10::optional<at::Tensor>(device_group_ends(*offs, p.extent));
   at::Tensor out = at::_grouped_mm(a, b, ends, c10::nullopt, dtype);
   if (ends.has_value()) zero_outside_groups(out, *ends, p);
   // torch pads the last dimension's stride to 16 bytes; the op returns a contiguous tensor (its fake kernel's).

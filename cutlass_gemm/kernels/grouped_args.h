@@ -87,7 +87,7 @@ OPS_HOST_DEVICE inline int64_t grouped_extent(const GroupedGemmLaunchArgs& args)
 
 // Group g's end as the kernels read offs: clamped into [0, extent], then the running maximum of those
 // (end = max(end of g - 1, clamp(offs[g]))), so that a decreasing or out-of-range offset makes an empty or
-// shortened group, never a read or write out of bounds. This is grouped_gemm_torch's device_offsets.
+// shortened group, never a read or write out of bounds. This is core/group_ends.h's device_group_ends.
 OPS_HOST_DEVICE inline int32_t clamped_offset(int32_t offset, int64_t extent) {
   return offset < 0 ? 0 : offset > extent ? static_cast<int32_t>(extent) : offset;
 }

@@ -22,6 +22,15 @@
 
 namespace ops::cutlass_gemm {
 
+// The grouped kinds' pointer-array epilogue: the float32 accumulator rounded once to ElementD, stored by TMA in
+// LayoutD; C is D with beta = 0 (never loaded), as torch's grouped kernel (GroupMM.cu) configures it.
+template <typename ElementD, typename LayoutD, typename TileShape, typename ClusterShape>
+using GroupedEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, LayoutD*, 16 / sizeof(ElementD),
+    ElementD, LayoutD*, 16 / sizeof(ElementD), cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::CollectiveOp;
+
 // LayoutA, LayoutB: the kernel's operands (with kSwapAB, the user's B^T and A^T); D row-major, or with
 // kSwapAB column-major (D^T written column-major is the user's row-major D).
 template <typename Element_, typename LayoutA, typename LayoutB, bool kSwapAB_>
@@ -37,12 +46,7 @@ struct Sm90GroupedGemmConfig {
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  // C is D with beta = 0 (never loaded), as torch's grouped kernel (GroupMM.cu) configures it.
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, LayoutD*, kAlignment, Element,
-      LayoutD*, kAlignment, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
+  using CollectiveEpilogue = GroupedEpilogue<Element, LayoutD, TileShape, ClusterShape>;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlignment, Element, LayoutB*,
       kAlignment, float, TileShape, ClusterShape,
@@ -69,6 +73,15 @@ CUTLASS_HOST_DEVICE Stride grouped_stride(int64_t ld) {
   return stride;
 }
 
+// Bytes rounded up to 128: each per-group array of a workspace starts 128-byte aligned.
+constexpr size_t workspace_round(size_t bytes) { return (bytes + 127) / 128 * 128; }
+// `array` = the next `count` elements at p, which moves past them (workspace_round).
+template <typename T>
+void carve(char*& p, T*& array, int count) {
+  array = reinterpret_cast<T*>(p);
+  p += workspace_round(static_cast<size_t>(count) * sizeof(T));
+}
+
 // The per-group arrays in the launch's workspace, each 128-byte aligned (CUTLASS builds its initial TMA
 // descriptors from the pointer arrays' own addresses, which must be 16-byte aligned).
 template <typename Config>
@@ -84,28 +97,23 @@ struct GroupedArrays {
   typename Config::StrideD* stride_d = nullptr;
   int32_t* ends = nullptr;  // the clamped running-maximum ends (grouped_args.h), for the zero fill
 
-  static constexpr size_t round(size_t bytes) { return (bytes + 127) / 128 * 128; }
   static size_t bytes(int groups) {
     const size_t g = static_cast<size_t>(groups);
-    return round(g * sizeof(typename Config::Shape)) + 3 * round(g * sizeof(void*)) +
-           round(g * sizeof(typename Config::StrideA)) + round(g * sizeof(typename Config::StrideB)) +
-           round(g * sizeof(typename Config::StrideD)) + round(g * sizeof(int32_t));
+    return workspace_round(g * sizeof(typename Config::Shape)) + 3 * workspace_round(g * sizeof(void*)) +
+           workspace_round(g * sizeof(typename Config::StrideA)) +
+           workspace_round(g * sizeof(typename Config::StrideB)) +
+           workspace_round(g * sizeof(typename Config::StrideD)) + workspace_round(g * sizeof(int32_t));
   }
   GroupedArrays(void* base, int groups) {
-    const size_t g = static_cast<size_t>(groups);
     char* p = static_cast<char*>(base);
-    const auto take = [&](auto*& array, size_t element_bytes) {
-      array = reinterpret_cast<std::remove_reference_t<decltype(array)>>(p);
-      p += round(g * element_bytes);
-    };
-    take(shapes, sizeof(typename Config::Shape));
-    take(a, sizeof(void*));
-    take(b, sizeof(void*));
-    take(d, sizeof(void*));
-    take(stride_a, sizeof(typename Config::StrideA));
-    take(stride_b, sizeof(typename Config::StrideB));
-    take(stride_d, sizeof(typename Config::StrideD));
-    take(ends, sizeof(int32_t));
+    carve(p, shapes, groups);
+    carve(p, a, groups);
+    carve(p, b, groups);
+    carve(p, d, groups);
+    carve(p, stride_a, groups);
+    carve(p, stride_b, groups);
+    carve(p, stride_d, groups);
+    carve(p, ends, groups);
   }
 };
 
@@ -133,12 +141,14 @@ __device__ void for_each_group(const GroupedGemmLaunchArgs& args, Fn&& fn) {
   }
 }
 
-// Group g's shape, pointers and strides (swapped: the problem n x m x k, B's as the kernel's A) and its end.
+// Group g's shape, pointers and strides (swapped: the problem n x m x k, B's as the kernel's A) and its end;
+// returns its shape (group_shape).
 template <typename Config>
-__device__ void fill_group(const GroupedGemmLaunchArgs& args, const GroupedArrays<Config>& arrays, int g,
-                           int32_t start, int32_t end) {
+__device__ GroupShape fill_group(const GroupedGemmLaunchArgs& args, const GroupedArrays<Config>& arrays, int g,
+                                 int32_t start, int32_t end) {
   using ElementAB = typename Config::ElementAB;
-  const GroupedKernelGroup k = grouped_kernel_group(args, group_shape(args, g, start, end));
+  const GroupShape shape = group_shape(args, g, start, end);
+  const GroupedKernelGroup k = grouped_kernel_group(args, shape);
   arrays.shapes[g] = typename Config::Shape{k.m, k.n, k.k};
   arrays.a[g] = static_cast<const ElementAB*>(k.a) + k.a_offset;
   arrays.b[g] = static_cast<const ElementAB*>(k.b) + k.b_offset;
@@ -147,6 +157,7 @@ __device__ void fill_group(const GroupedGemmLaunchArgs& args, const GroupedArray
   arrays.stride_b[g] = grouped_stride<typename Config::StrideB>(k.ldb);
   arrays.stride_d[g] = grouped_stride<typename Config::StrideD>(args.ldd);
   arrays.ends[g] = end;
+  return shape;
 }
 
 template <typename Config>

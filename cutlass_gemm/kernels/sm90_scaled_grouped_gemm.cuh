@@ -2,8 +2,9 @@
 // TMA warp-specialized cooperative kernel on 128x128x128 tiles whose FP8 blockwise mainloop scales each 128-deep
 // K block's partial product by its scale_a rows and scale_b block as it accumulates in float32, D rounded once
 // to its dtype. The per-group problem sizes, operand and scale pointers, strides and scale layouts are built on
-// the device from offs by one warp (the grouped kernels' for_each_group), so that no call reads offs on the
-// host; rows past the last end are zero-filled as the grouped kernels do.
+// the device from offs by one warp (the grouped kernels' for_each_group), and scale_a comes packed per group
+// (scaled_grouped_gemm_launch.cpp, ATen ops on the device), so that no call reads offs on the host; rows past
+// the last end are zero-filled as the grouped kernels do.
 #pragma once
 
 #include <cutlass/detail/blockwise_scale_layout.hpp>
@@ -19,7 +20,6 @@ template <typename ElementD_, int kBlockN>
 struct Sm90ScaledGroupedGemmConfig {
   using ElementAB = cutlass::float_e4m3_t;
   using ElementD = ElementD_;
-  static constexpr int kAlignmentD = 16 / sizeof(ElementD);
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
@@ -30,12 +30,7 @@ struct Sm90ScaledGroupedGemmConfig {
                                                                 cute::GMMA::Major::MN>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  // C is D with beta = 0 (never loaded), as the grouped kernels configure it.
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, LayoutD*, kAlignmentD, ElementD,
-      LayoutD*, kAlignmentD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::CollectiveOp;
+  using CollectiveEpilogue = GroupedEpilogue<ElementD, LayoutD, TileShape, ClusterShape>;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, cute::tuple<LayoutA*, LayoutSFA*>, 16,
       ElementAB, cute::tuple<LayoutB*, LayoutSFB*>, 16, float, TileShape, ClusterShape,
@@ -67,22 +62,17 @@ struct ScaleArrays {
   const float** sfb = nullptr;
   typename Config::LayoutSFB* layout_sfb = nullptr;
 
-  static constexpr size_t round(size_t bytes) { return GroupedArrays<Config>::round(bytes); }
   static size_t bytes(int groups) {
     const size_t g = static_cast<size_t>(groups);
-    return 2 * round(g * sizeof(void*)) + round(g * sizeof(typename Config::LayoutSFA)) +
-           round(g * sizeof(typename Config::LayoutSFB));
+    return 2 * workspace_round(g * sizeof(void*)) + workspace_round(g * sizeof(typename Config::LayoutSFA)) +
+           workspace_round(g * sizeof(typename Config::LayoutSFB));
   }
   ScaleArrays(void* base, int groups) {
-    const size_t g = static_cast<size_t>(groups);
     char* p = static_cast<char*>(base);
-    sfa = reinterpret_cast<const float**>(p);
-    p += round(g * sizeof(void*));
-    layout_sfa = reinterpret_cast<typename Config::LayoutSFA*>(p);
-    p += round(g * sizeof(typename Config::LayoutSFA));
-    sfb = reinterpret_cast<const float**>(p);
-    p += round(g * sizeof(void*));
-    layout_sfb = reinterpret_cast<typename Config::LayoutSFB*>(p);
+    carve(p, sfa, groups);
+    carve(p, layout_sfa, groups);
+    carve(p, sfb, groups);
+    carve(p, layout_sfb, groups);
   }
 };
 
@@ -91,8 +81,7 @@ __global__ void __launch_bounds__(32) scaled_grouped_prepare_kernel(ScaledGroupe
                                                                     GroupedArrays<Config> arrays,
                                                                     ScaleArrays<Config> scales) {
   for_each_group(args.grouped, [&](int g, int32_t start, int32_t end) {
-    fill_group(args.grouped, arrays, g, start, end);
-    const GroupShape shape = group_shape(args.grouped, g, start, end);
+    const GroupShape shape = fill_group(args.grouped, arrays, g, start, end);
     const ScaledGroupScales s = scaled_group_scales(args, g, start, shape.m);
     scales.sfa[g] = args.scale_a + s.sfa;
     scales.layout_sfa[g] = Config::layout_sfa(shape.m, shape.n, shape.k);

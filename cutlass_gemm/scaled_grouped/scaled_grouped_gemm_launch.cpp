@@ -8,6 +8,7 @@
 
 #include <limits>
 
+#include "../core/group_ends.h"
 #include "../core/operands.h"
 #include "../core/replay.h"
 #include "../core/scaled_formula.h"
@@ -28,12 +29,12 @@ std::string scaled_grouped_kernel_refusal(const at::Tensor& A, const at::Tensor&
 namespace {
 
 // scale_a (M rows, K blocks) of 2D x 3D packed per group: group g's (K blocks, its rows) M-major at element
-// K blocks * its first row, with the groups cut by offs as the kernels cut them (clamped into [0, M], then the
-// running maximum: grouped_args.h). Rows past the last end go to one slot past the packed scales, never read.
+// K blocks * its first row, with the groups cut by offs as the kernels cut them (device_group_ends). Rows past
+// the last end go to one slot past the packed scales, never read.
 at::Tensor pack_scale_a(const at::Tensor& rows_by_blocks, const at::Tensor& offs) {
   const int64_t m = rows_by_blocks.size(0), k_blocks = rows_by_blocks.size(1);
   const auto longs = offs.options().dtype(at::kLong);
-  const at::Tensor ends = std::get<0>(at::cummax(offs.to(at::kLong).clamp(0, m), 0));
+  const at::Tensor ends = device_group_ends(offs.to(at::kLong), m);
   const at::Tensor bounds = at::cat({at::zeros({1}, longs), ends});  // group g: [bounds[g], bounds[g + 1])
   const at::Tensor row = at::arange(m, longs);
   const at::Tensor group = at::searchsorted(ends, row, /*out_int32=*/false, /*right=*/true).clamp_max(ends.size(0) - 1);
