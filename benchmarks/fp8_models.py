@@ -5,7 +5,12 @@ quantization and the FP8 GEMMs differ): logits cosine, the share of positions wh
 how many greedy ``generate()`` continuations are equal. The MoE rows also give the experts' weight bytes
 against bfloat16.
 
-    python -m benchmarks.fp8_models [--prompts 64] [--new-tokens 6] [--out DIR]
+Two initializations: transformers' own (normal, std 0.02), under which the blocks add little to the residual
+stream (at hidden 128, Qwen3-MoE's and OLMoE's experts about 0.0013 rms, 1/20 of their attention's part), and
+"unit" (std hidden^-1/2: each Linear keeps its input's scale), under which every block, the experts included,
+adds a part of the order of the residual stream itself, as in trained models.
+
+    python -m benchmarks.fp8_models [--prompts 64] [--new-tokens 6] [--init transformers unit] [--out DIR]
     python -m benchmarks.fp8_models --experts [--out DIR]   # each FP8 experts module alone
 """
 
@@ -38,14 +43,23 @@ MOE = {
 }
 
 
-def tiny(family, dtype=torch.float32):
+INITS = ("transformers", "unit")
+
+
+def tiny(family, dtype=torch.float32, init="transformers"):
     """A tiny `<family>ForCausalLM` of seed 0 (experts on transformers' "eager" loop), or None where the
-    installed transformers has no such family."""
+    installed transformers has no such family. ``init``: "transformers" (its initializer_range, 0.02) or "unit"
+    (hidden_size^-1/2)."""
     import transformers
 
     if not hasattr(transformers, f"{family}ForCausalLM"):
         return None
-    config = getattr(transformers, f"{family}Config")(**{**COMMON, **DENSE.get(family, {}), **MOE.get(family, {})})
+    kwargs = {**COMMON, **DENSE.get(family, {}), **MOE.get(family, {})}
+    if init == "unit":
+        kwargs["initializer_range"] = kwargs["hidden_size"] ** -0.5
+    elif init != "transformers":
+        raise ValueError(f"tiny: init must be one of {INITS}, got {init!r}")
+    config = getattr(transformers, f"{family}Config")(**kwargs)
     torch.manual_seed(0)
     model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
     if family in MOE:
@@ -91,23 +105,64 @@ def expert_bytes(model):
                for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)])
 
 
+def mlp_vs_attention(model, ids):
+    """The rms of the decoder layers' MLP (or MoE block) outputs over that of their attention outputs, on ``ids``:
+    how much the experts reach the residual stream beside attention."""
+    parts = {"mlp": [], "self_attn": []}
+
+    def keep(kind):
+        return lambda module, args, out: parts[kind].append(out[0] if isinstance(out, tuple) else out)
+
+    hooks = [m.register_forward_hook(keep(kind)) for name, m in model.named_modules() for kind in parts
+             if name.endswith(f".{kind}")]
+    with torch.no_grad():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+
+    def rms(ts):
+        return torch.cat([t.flatten() for t in ts]).pow(2).mean().sqrt().item()
+
+    return rms(parts["mlp"]) / rms(parts["self_attn"])
+
+
+def fp8_mlp_only(reference, fp8_model):
+    """A copy of ``reference`` with ``fp8_model``'s FP8 experts modules (an MoE model) or the FP8 Linears of its
+    MLPs (a dense model): only the MLPs' GEMMs in FP8, the dense path's against the MoE path's."""
+    moe = any(ops.moe.is_experts(m) for m in fp8_model.modules())
+    hybrid = copy.deepcopy(reference)
+    for name, module in fp8_model.named_modules():
+        if (ops.moe.is_experts(module) and ops.moe.is_fp8(module) if moe
+                else isinstance(module, ops.nn.Fp8Linear) and ".mlp." in name):
+            parent, _, child = name.rpartition(".")
+            setattr(hybrid.get_submodule(parent), child, copy.deepcopy(module))
+    return hybrid
+
+
 def agreement(model, recipe, prompts=64, new_tokens=6):
-    """One row: ``model`` converted with fp8=recipe against its dequantized reference."""
+    """One row: ``model`` converted with fp8=recipe against its dequantized reference; and the reference with
+    only its MLPs' (routed experts') GEMMs in FP8 against it."""
     fp8_model = copy.deepcopy(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the checkpoint-format warnings
         report = ops.nn.convert(fp8_model, fp8=recipe)
     reference = dequantized(model, fp8_model)
+    mlp_only = fp8_mlp_only(reference, fp8_model)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (8, 16), generator=g)
     starts = torch.randint(0, VOCAB, (prompts, 1, 4), generator=g)
+    same = same_mlp_only = 0
     with torch.no_grad():
         got, want = fp8_model(ids).logits, reference(ids).logits
-        same = sum(torch.equal(fp8_model.generate(p, max_new_tokens=new_tokens, do_sample=False),
-                               reference.generate(p, max_new_tokens=new_tokens, do_sample=False)) for p in starts)
+        for p in starts:
+            expected = reference.generate(p, max_new_tokens=new_tokens, do_sample=False)
+            same += torch.equal(fp8_model.generate(p, max_new_tokens=new_tokens, do_sample=False), expected)
+            same_mlp_only += torch.equal(mlp_only.generate(p, max_new_tokens=new_tokens, do_sample=False), expected)
     bf16 = expert_bytes(copy.deepcopy(model).to(torch.bfloat16))
-    return {"recipe": recipe, "cosine": F.cosine_similarity(got.flatten(), want.flatten(), dim=0).item(),
-            "top1": (got.argmax(-1) == want.argmax(-1)).float().mean().item(), "same": int(same), "prompts": prompts,
+    return {"recipe": recipe, "mlp_vs_attention": mlp_vs_attention(reference, ids),
+            "cosine": F.cosine_similarity(got.flatten(), want.flatten(), dim=0).item(),
+            "top1": (got.argmax(-1) == want.argmax(-1)).float().mean().item(), "same": int(same),
+            "same_mlp_only": int(same_mlp_only), "prompts": prompts,
             "fp8_linear": len(report.fp8), "fp8_experts": len(report.fp8_experts),
             "experts_rowwise": len(report.experts_rowwise),
             "expert_bytes_vs_bf16": expert_bytes(fp8_model) / bf16 if bf16 else None}
@@ -147,44 +202,56 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=6)
+    parser.add_argument("--init", nargs="+", choices=INITS, default=list(INITS),
+                        help="the tiny models' initializations (module docstring)")
     parser.add_argument("--out", default=os.path.join(RESULTS, "local"))
     parser.add_argument("--experts", action="store_true",
                         help="only each FP8 experts module against its dequantized twin (fp8_experts.{json,md})")
     args = parser.parse_args(argv)
     if args.experts:
-        rows = [{"family": family, "recipe": recipe, "module": name, "cosine": cosine} for family in MOE
-                if tiny(family) is not None for recipe in ("rowwise", "blockwise")
-                for name, cosine in experts_cosine(tiny(family), recipe)]
-        table = [[r["family"], r["recipe"], r["module"], f"{r['cosine']:.6f}"] for r in rows]
+        rows = [{"family": family, "init": init, "recipe": recipe, "module": name, "cosine": cosine}
+                for init in args.init for family in MOE if tiny(family) is not None
+                for recipe in ("rowwise", "blockwise")
+                for name, cosine in experts_cosine(tiny(family, init=init), recipe)]
+        headers = ["model", "init", "recipe", "experts module", "output cosine"]
+        table = [[r["family"], r["init"], r["recipe"], r["module"], f"{r['cosine']:.6f}"] for r in rows]
         write_report(args.out, "fp8_experts", {"machine": machine_facts(torch.device("cpu")), "rows": rows},
                      "FP8 experts modules against their dequantized float twins, on the reference's own inputs",
-                     markdown_table(["model", "recipe", "experts module", "output cosine"], table))
-        print(markdown_table(["model", "recipe", "experts module", "output cosine"], table))
+                     markdown_table(headers, table))
+        print(markdown_table(headers, table))
         return
     rows, table = [], []
-    for kind, families in (("dense", DENSE), ("MoE", MOE)):
-        for family in families:
-            model = tiny(family)
-            if model is None:
-                print(f"{family}: not in this transformers release, skipped")
-                continue
-            for recipe in ("rowwise", "blockwise"):
-                row = {"family": family, "kind": kind, **agreement(model, recipe, args.prompts, args.new_tokens)}
-                rows.append(row)
-                memory = "" if row["expert_bytes_vs_bf16"] is None else f"{row['expert_bytes_vs_bf16']:.3f}"
-                table.append([family, kind, recipe, f"{row['cosine']:.6f}", f"{row['top1']:.4f}",
-                              f"{row['same']}/{row['prompts']}", memory])
-                print(" | ".join(table[-1]), flush=True)
+    for init in args.init:
+        for kind, families in (("dense", DENSE), ("MoE", MOE)):
+            for family in families:
+                model = tiny(family, init=init)
+                if model is None:
+                    print(f"{family}: not in this transformers release, skipped")
+                    continue
+                for recipe in ("rowwise", "blockwise"):
+                    row = {"family": family, "kind": kind, "init": init,
+                           **agreement(model, recipe, args.prompts, args.new_tokens)}
+                    rows.append(row)
+                    memory = "" if row["expert_bytes_vs_bf16"] is None else f"{row['expert_bytes_vs_bf16']:.3f}"
+                    table.append([family, kind, recipe, init, f"{row['mlp_vs_attention']:.3f}", f"{row['cosine']:.6f}",
+                                  f"{row['top1']:.4f}", f"{row['same']}/{row['prompts']}",
+                                  f"{row['same_mlp_only']}/{row['prompts']}", memory])
+                    print(" | ".join(table[-1]), flush=True)
     totals = {}
-    for kind in ("dense", "MoE"):
-        for recipe in ("rowwise", "blockwise"):
-            part = [r for r in rows if r["kind"] == kind and r["recipe"] == recipe]
-            if part:
-                same, prompts = sum(r["same"] for r in part), sum(r["prompts"] for r in part)
-                totals[f"{kind} {recipe}"] = {"same": same, "prompts": prompts, "share": same / prompts}
-                table.append([f"all {kind}", kind, recipe, "", "", f"{same}/{prompts} ({same / prompts:.1%})", ""])
-    headers = ["model", "kind", "recipe", "logits cosine", "top-1 agreement", "equal generate()",
-               "expert bytes / bf16"]
+    for init in args.init:
+        for kind in ("dense", "MoE"):
+            for recipe in ("rowwise", "blockwise"):
+                part = [r for r in rows if r["init"] == init and r["kind"] == kind and r["recipe"] == recipe]
+                if part:
+                    same, prompts = sum(r["same"] for r in part), sum(r["prompts"] for r in part)
+                    mlp = sum(r["same_mlp_only"] for r in part)
+                    totals[f"{init} {kind} {recipe}"] = {"same": same, "same_mlp_only": mlp, "prompts": prompts,
+                                                         "share": same / prompts, "share_mlp_only": mlp / prompts}
+                    table.append([f"all {kind}", kind, recipe, init, "", "", "",
+                                  f"{same}/{prompts} ({same / prompts:.1%})", f"{mlp}/{prompts} ({mlp / prompts:.1%})",
+                                  ""])
+    headers = ["model", "kind", "recipe", "init", "MLP / attention rms", "logits cosine", "top-1 agreement",
+               "equal generate()", "equal generate(), FP8 MLPs only", "expert bytes / bf16"]
     write_report(args.out, "fp8_models", {"machine": machine_facts(torch.device("cpu")), "rows": rows,
                                           "totals": totals, "new_tokens": args.new_tokens},
                  "FP8 models against their dequantized float reference", markdown_table(headers, table))

@@ -164,13 +164,17 @@ def test_fp8_models_benchmark_cli(tmp_path):
                             cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     report = json.loads((tmp_path / "fp8_models.json").read_text())
-    rows = {(r["family"], r["recipe"]): r for r in report["rows"]}
-    assert {k for k, _ in rows} >= {"Llama", "Qwen3Moe", "GptOss"} and len(report["totals"]) == 4
-    assert all(r["cosine"] > 0.99 for r in rows.values())
-    moe = rows["Qwen3Moe", "blockwise"]
+    rows = {(r["family"], r["recipe"], r["init"]): r for r in report["rows"]}
+    assert {k for k, _, _ in rows} >= {"Llama", "Qwen3Moe", "GptOss"} and len(report["totals"]) == 8
+    assert all(r["cosine"] > 0.97 for r in rows.values())
+    assert all(0 <= r["same_mlp_only"] <= r["prompts"] == 1 for r in rows.values())
+    moe = rows["Qwen3Moe", "blockwise", "transformers"]
     assert moe["fp8_experts"] == 2 and moe["expert_bytes_vs_bf16"] < 0.55
-    assert rows["GptOss", "blockwise"]["experts_rowwise"] == 2 and rows["Llama", "rowwise"]["fp8_experts"] == 0
-    assert "| all MoE | MoE | blockwise |" in (tmp_path / "fp8_models.md").read_text()
+    assert rows["GptOss", "blockwise", "unit"]["experts_rowwise"] == 2
+    assert rows["Llama", "rowwise", "unit"]["fp8_experts"] == 0
+    # transformers' init (std 0.02) leaves Qwen3-MoE's experts a small part beside attention; "unit" does not.
+    assert moe["mlp_vs_attention"] < 0.1 < rows["Qwen3Moe", "blockwise", "unit"]["mlp_vs_attention"]
+    assert "| all MoE | MoE | blockwise | unit |" in (tmp_path / "fp8_models.md").read_text()
 
 
 def test_fp8_models_benchmark_cli_compares_each_experts_module(tmp_path):
@@ -179,9 +183,10 @@ def test_fp8_models_benchmark_cli_compares_each_experts_module(tmp_path):
                             cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     rows = json.loads((tmp_path / "fp8_experts.json").read_text())["rows"]
-    # Every layer's experts of each family, both recipes (DeepSeek-V3's first layer is dense).
-    assert {(r["family"], r["recipe"]) for r in rows} >= {("Qwen3Moe", "rowwise"), ("GptOss", "blockwise")}
-    assert sum(r["family"] == "DeepseekV3" for r in rows) == 2 and sum(r["family"] == "Mixtral" for r in rows) == 4
+    # Every layer's experts of each family, both recipes and initializations (DeepSeek-V3's first layer is dense).
+    assert {(r["family"], r["recipe"], r["init"]) for r in rows} >= {("Qwen3Moe", "rowwise", "transformers"),
+                                                                     ("GptOss", "blockwise", "unit")}
+    assert sum(r["family"] == "DeepseekV3" for r in rows) == 4 and sum(r["family"] == "Mixtral" for r in rows) == 8
     # FP8's own error (e4m3: 3 mantissa bits per operand), not a wrong expert or scale.
     assert all(0.998 < r["cosine"] < 1 for r in rows)
 
