@@ -148,12 +148,16 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
     extra = {"activation_scheme": "dynamic", "weight_block_size": (128, 128)} if recipe == "blockwise" else {}
     config.quantization_config = config_class(modules_to_not_convert=kept, **extra)
     report.quantization_config = method
-    unread = [name for name, m in model.named_modules() if _moe.is_experts(m) and _moe.is_fp8(m)]
+    # Blockwise experts saved one per expert are transformers' fine-grained format; it has no rowwise experts.
+    per_expert = save_scales_per_expert(model)
+    unread = [name for name, m in model.named_modules() if _moe.is_experts(m) and _moe.is_fp8(m)
+              and not (per_expert and _moe.held_recipe(m) == "blockwise")]
     if unread:
+        written = "their rowwise scales" if per_expert else "their scales as the model holds them"
         warnings.warn(f"ops.nn.convert: {len(unread)} FP8 experts modules (e.g. {unread[0]}): save_pretrained "
-                      "writes their codes one per expert and their scales as the model holds them, which "
-                      "transformers' from_pretrained does not read: load a save_pretrained checkpoint of this model "
-                      "with ops (convert, then load_state_dict)", stacklevel=3)
+                      f"writes {written}, which transformers' from_pretrained does not read: load a "
+                      "save_pretrained checkpoint of this model with ops (convert, then load_state_dict)",
+                      stacklevel=3)
     partial = [name for name, m in model.named_modules() if isinstance(m, fp8_linear) and m.recipe == "blockwise"
                and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
     if partial:
@@ -162,6 +166,49 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
                       "(Fp8Dequantize, 5.25) of a save_pretrained checkpoint takes a block as the weight's rows over "
                       "the scale's rows and loads their weights wrong (a grid that does not divide them raises); its "
                       "GPU kernels and ops' own load read them right", stacklevel=3)
+
+
+def with_scale_converters(transforms, own_keys):
+    """transformers' conversion mapping ``transforms`` with, for each converter of weights whose target the model
+    holds a "_scale_inv" beside (FP8 experts hold their scales as parameters), a copy that converts those scales
+    the same way, as transformers' quantizers extend it (HfQuantizer.update_weight_conversions)."""
+    from transformers.core_model_loading import WeightConverter
+
+    transforms = list(transforms)
+    for converter in [t for t in transforms if isinstance(t, WeightConverter)]:
+        sources, targets = list(converter.source_patterns), list(converter.target_patterns)
+        if all(p.endswith(".weight") for p in sources) and any(
+                key.endswith(targets[0] + "_scale_inv") for key in own_keys):
+            transforms.append(converter.copy([p + "_scale_inv" for p in sources], [t + "_scale_inv" for t in targets],
+                                             operations=list(converter.operations)))
+    return transforms
+
+
+def save_scales_per_expert(model: torch.nn.Module) -> bool:
+    """Makes ``save_pretrained`` write the FP8 experts' scales as it writes their codes, one per expert and
+    projection (transformers' fine-grained format: ``experts.0.gate_proj.weight_scale_inv``), by giving the model
+    the conversion mapping save_pretrained reverts (``_weight_conversions``) with the scales' converters. Only
+    where the mapping writes the experts one per expert, every experts module's scales split there exactly
+    (``ops.moe.scales_split_per_expert``), and the installed transformers reverts that mapping. Returns whether it
+    did."""
+    experts = [m for m in model.modules() if _moe.is_experts(m) and _moe.is_fp8(m)]
+    if not experts or not all(_moe.scales_split_per_expert(m) for m in experts):
+        return False
+    try:
+        from transformers import core_model_loading
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import PrefixChange
+    except ImportError:
+        return False
+    if not hasattr(core_model_loading, "revert_weight_conversion"):
+        return False
+    # The mapping revert_weight_conversion builds for a model not loaded by from_pretrained.
+    transforms = [t for t in get_model_conversion_mapping(model, add_legacy=False) if not isinstance(t, PrefixChange)]
+    extended = with_scale_converters(transforms, set(model.state_dict(keep_vars=True)))
+    if len(extended) == len(transforms):  # no converter writes the experts one per expert (GPT-OSS's are fused)
+        return False
+    model._weight_conversions = extended
+    return True
 
 
 def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, strict, missing_keys,
@@ -180,15 +227,7 @@ def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, st
         from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
     except ImportError:  # a transformers release without conversion mappings saves the model's own keys
         return
-    transforms = get_model_conversion_mapping(module)
-    # FP8 experts hold their scales as parameters: each converter of weights converts their "_scale_inv" too, as
-    # transformers' quantizers extend it (HfQuantizer.update_weight_conversions).
-    for converter in [t for t in transforms if isinstance(t, WeightConverter)]:
-        sources, targets = list(converter.source_patterns), list(converter.target_patterns)
-        if all(p.endswith(".weight") for p in sources) and any(
-                key.endswith(targets[0] + "_scale_inv") for key in own):
-            transforms.append(converter.copy([p + "_scale_inv" for p in sources], [t + "_scale_inv" for t in targets],
-                                             operations=list(converter.operations)))
+    transforms = with_scale_converters(get_model_conversion_mapping(module), own)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}

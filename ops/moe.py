@@ -187,6 +187,21 @@ def held_recipe(module: torch.nn.Module) -> str:
     return "rowwise" if getattr(module, "block_size", None) is None else "blockwise"
 
 
+def scales_split_per_expert(module: torch.nn.Module) -> bool:
+    """Whether an FP8 experts module's scales split at its fused gate/up boundary as its codes do (each expert's
+    split is exact): the scale rows of gate_up_proj's output features halve there where it holds rows (an even
+    count), or 128x128 blocks with each half whole blocks or the whole one block (FP8Experts stores its scale
+    twice). Without gate_up_proj, or in floating point: True."""
+    if getattr(module, "gate_up_proj", None) is None or not is_fp8(module):
+        return True
+    transposed = getattr(module, "is_transposed", False)
+    n, _ = _out_in(module.gate_up_proj, transposed)
+    rows = module.gate_up_proj_scale_inv.shape[2 if transposed else 1]
+    if getattr(module, "block_size", None) is None:
+        return rows % 2 == 0
+    return n % 256 == 0 or (n <= 128 and rows == 2)
+
+
 def _quantized(weight, name, transposed, blockwise):
     """(codes, scale) of one experts weight, in the module's layout (codes K-major)."""
     w = weight.transpose(1, 2) if transposed else weight  # (E, N, K)

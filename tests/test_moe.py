@@ -339,6 +339,59 @@ def test_fp8_experts_hold_their_weights_in_about_half_the_bytes_of_bfloat16():
         assert ratio < 0.55 and ratio == pytest.approx(measured, abs=1e-4), (recipe, ratio)
 
 
+@pytest.mark.parametrize("family", ["Qwen3Moe", "Mixtral", "Olmoe", "DeepseekV3"])
+def test_save_pretrained_writes_blockwise_fp8_experts_in_the_format_transformers_reads(family, tmp_path):
+    # One code tensor and one 128x128 weight_scale_inv per expert and projection, as DeepSeek-V3's checkpoints:
+    # transformers' from_pretrained reads them (on CPU it dequantizes them) into the dequantized weights.
+    import warnings
+
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = fp8_tiny(family)
+    fp8_model = __import__("copy").deepcopy(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ops.nn.convert(fp8_model, fp8="blockwise")
+    assert not [w for w in caught if "experts" in str(w.message)]
+    fp8_model.save_pretrained(tmp_path)
+    saved = safetensors.load_file(tmp_path / "model.safetensors")
+    scales = sorted(k for k in saved if ".experts.0." in k and k.endswith("weight_scale_inv"))
+    assert len(scales) == 3 * len(experts_names(fp8_model)) and not [k for k in saved if k.endswith("proj_scale_inv")]
+    assert all(saved[k].shape == (1, 1) and saved[k].dtype == torch.float32 for k in scales)  # 128 x 128: one block
+    reference = fp8_models.dequantized(model, fp8_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "requires a GPU: dequantizing"
+        stock = type(model).from_pretrained(tmp_path, dtype=torch.float32).eval()
+    want = reference.state_dict()
+    for name in experts_names(fp8_model):
+        for proj in ops.moe._projections(fp8_model.get_submodule(name)):
+            assert torch.equal(stock.state_dict()[f"{name}.{proj}"], want[f"{name}.{proj}"])
+    # ops reads the file back into FP8 experts bit for bit.
+    again = fp8_tiny(family)
+    ops.nn.convert(again, fp8="blockwise")
+    assert str(again.load_state_dict(saved)) == "<All keys matched successfully>"
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, fp8_model(ids).logits)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(recipe):
+    # convert's scales always split at the gate/up boundary (blockwise needs the expert width, down_proj's K, in
+    # whole blocks); one scale per expert and fused projection (transformers' FP8Experts without blocks) does not.
+    from ops import _fp8_convert
+
+    model = fp8_tiny("Qwen3Moe")
+    ops.nn.convert(model, fp8=recipe)
+    names = experts_names(model)
+    assert all(ops.moe.scales_split_per_expert(model.get_submodule(n)) for n in names)
+    assert _fp8_convert.save_scales_per_expert(model)
+    experts = model.get_submodule(names[0])
+    if recipe == "rowwise":
+        experts.gate_up_proj_scale_inv = torch.nn.Parameter(experts.gate_up_proj_scale_inv.amax(1, keepdim=True),
+                                                            requires_grad=False)  # (E, 1, 1)
+        assert not ops.moe.scales_split_per_expert(experts) and not _fp8_convert.save_scales_per_expert(model)
+
+
 def test_fp8_experts_keep_codes_and_scales_through_dtype_casts():
     model = fp8_tiny("Qwen3Moe")
     ops.nn.convert(model, fp8="blockwise")
