@@ -273,8 +273,10 @@ def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor,
     Computation: ``scaled_gemm``'s formula on each group's slices: each code times its scale in float32, the
     product and the bias in float32, one rounding to ``out_dtype``. On CUDA, in a build with
     OPS_CANDIDATE_KERNELS=1 on an sm_90a device, 2D x 3D and 3D x 3D without bias run SM90 CUTLASS kernels
-    (offs read on the device; not yet run on a GPU); otherwise the same ATen formula runs on the device, the
-    group ends copied to the host. ``grouped_plan()`` says which path a call takes.
+    (offs read on the device); otherwise ``torch._scaled_grouped_mm`` runs the rowwise recipe with bfloat16 out
+    and no bias (2D x 3D, 3D x 3D) on compute capability 9.0 and 10.0, offs read on the device too; otherwise
+    the same ATen formula runs on the device, the group ends copied to the host. None of them has run on a GPU
+    yet. ``grouped_plan()`` says which path a call takes.
 
     Autograd: not differentiable (FP8 operands have no gradient): an argument that requires grad raises.
 
@@ -298,7 +300,8 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
                  offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
                  out_dtype: Optional[torch.dtype] = None) -> dict:
     """The path ``scaled_grouped_gemm`` takes for these arguments, without running it: ``mode``, ``recipe``,
-    ``path`` ("cutlass": an SM90 FP8 grouped kernel, then also ``kernel``; or "formula"), ``host_sync`` and
+    ``path`` ("cutlass": an SM90 FP8 grouped kernel, then also ``kernel``; "torch._scaled_grouped_mm"; or
+    "formula"), ``host_sync`` and
     ``reason``. Raises as ``scaled_grouped_gemm`` does for bad arguments."""
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 

@@ -285,6 +285,12 @@ def sm90_kernels_built():
     return torch.cuda.get_device_capability() == (9, 0) and ops.build_info.CANDIDATE_KERNELS
 
 
+def torch_takes(recipe, out_dtype):
+    """Whether torch._scaled_grouped_mm computes a 2D x 3D call without bias on this device."""
+    return recipe == "rowwise" and out_dtype == torch.bfloat16 and torch.cuda.get_device_capability() in ((9, 0),
+                                                                                                          (10, 0))
+
+
 # Several tiles per group, groups that end inside a tile, empty experts and a tail; K in part blocks (rowwise);
 # decode's few tokens per expert.
 GPU_CASES = [(1000, 8, 512, 384, [100, 0, 257, 143, 1, 299, 129, 61]), (300, 4, 2880, 256, None),
@@ -303,7 +309,7 @@ def test_the_sm90_kernels_equal_their_cpu_replay(case, recipe, out_dtype):
     cuda = [t.cuda() for t in (A, B, sa, sb, offs)]
     plan = ops.fp8.grouped_plan(*cuda, out_dtype=out_dtype)
     if not sm90_kernels_built():
-        assert plan["path"] == "formula", plan
+        assert plan["path"] == ("torch._scaled_grouped_mm" if torch_takes(recipe, out_dtype) else "formula"), plan
         pytest.skip(plan["reason"])
     assert plan["path"] == "cutlass" and plan["host_sync"] is False, plan
     got = ops.scaled_grouped_gemm(*cuda, out_dtype=out_dtype).cpu()
@@ -333,3 +339,37 @@ def test_the_sm90_kernels_clamp_bad_offsets_and_capture_in_a_graph():
     expected = emulate(A, B, sa, sb, o.cpu())
     torch.testing.assert_close(out.cpu().float(), expected.float(), atol=1e-2 * expected.float().abs().max().item(),
                                rtol=1e-2)
+
+
+@pytest.mark.cuda
+def test_where_no_kernel_of_ops_is_built_torch_computes_the_rowwise_recipe():
+    if sm90_kernels_built() or not torch_takes("rowwise", torch.bfloat16):
+        pytest.skip("torch._scaled_grouped_mm's path: a build without the SM90 FP8 grouped kernels, on SM 9.0 or 10.0")
+    A, B, sa, sb, offs = moe_case(1000, 8, 512, 384, "rowwise", sizes=[100, 0, 257, 143, 1, 299, 129, 61])
+    a, b, s_a, s_b, o = (t.cuda() for t in (A, B, sa, sb, offs))
+    plan = ops.fp8.grouped_plan(a, b, s_a, s_b, o)
+    assert plan["path"] == "torch._scaled_grouped_mm" and plan["host_sync"] is False, plan
+    got = ops.scaled_grouped_gemm(a, b, s_a, s_b, o)
+    assert torch.equal(got, torch._scaled_grouped_mm(a, b, s_a, s_b, o, out_dtype=torch.bfloat16))
+    expected = dequantized_product(A, B, sa, sb, offs, "rowwise")
+    torch.testing.assert_close(got.cpu().double(), expected, atol=1e-2 * expected.abs().max().item(), rtol=1e-2)
+    # Rows past the last end are zero; bad offsets are clamped, as the kernels of ops clamp them.
+    short = offsets([100, 100, 357, 500, 501, 800, 900, 960]).cuda()
+    assert (ops.scaled_grouped_gemm(a, b, s_a, s_b, short)[960:] == 0).all()
+    bad = offsets([5, 2, -1, 40, 1200, 0, 7, 9])
+    clamped = torch.cummax(bad.clamp(0, 1000), 0).values.to(torch.int32)
+    torch.testing.assert_close(ops.scaled_grouped_gemm(a, b, s_a, s_b, bad.cuda()),
+                               ops.scaled_grouped_gemm(a, b, s_a, s_b, clamped.cuda()), atol=0, rtol=0)
+    # A row-major B (G, K, N) is copied to the K-major layout torch takes; 3D x 3D; graph capture.
+    torch.testing.assert_close(ops.scaled_grouped_gemm(a, b.contiguous(), s_a, s_b, o), got, atol=0, rtol=0)
+    batched = ops.scaled_grouped_gemm(a[:8 * 64].view(8, 64, 512), b, s_a[:8 * 64].view(8, 64), s_b)
+    assert ops.fp8.grouped_plan(a[:8 * 64].view(8, 64, 512), b, s_a[:8 * 64].view(8, 64), s_b)["path"] == \
+        "torch._scaled_grouped_mm"
+    torch.testing.assert_close(batched[1], ops.scaled_gemm(a[64:128], b[1], s_a[64:128, None], s_b[1][None],
+                                                           out_dtype=torch.bfloat16), atol=1e-2, rtol=1e-2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.scaled_grouped_gemm(a, b, s_a, s_b, o)
+    o.copy_(short)  # new routing, same graph
+    graph.replay()
+    torch.testing.assert_close(out, ops.scaled_grouped_gemm(a, b, s_a, s_b, short), atol=0, rtol=0)

@@ -1,9 +1,12 @@
 // The group ends of a grouped GEMM (checks.h GroupedMode): read on the host (grouped_gemm's and
-// scaled_grouped_gemm's loops over their groups), or clamped on the device (their device paths).
+// scaled_grouped_gemm's loops over their groups), or clamped on the device (their device paths); and what
+// torch's grouped GEMMs need around them (layouts, the output they leave unwritten).
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "../../csrc/checks.h"
@@ -24,6 +27,31 @@ inline std::vector<int32_t> group_ends(const char* op, const GroupedProblem& p, 
 // [0, extent], then the running maximum, by ATen ops on offs's device (no synchronization).
 inline at::Tensor device_group_ends(const at::Tensor& offs, int64_t extent) {
   return std::get<0>(at::cummax(offs.clamp(0, extent), 0));
+}
+
+// A view torch's grouped GEMMs take (torch's check_valid_strides_and_return_transposed): one of the last two
+// strides 1, the other a multiple of 16 bytes and at least the extent, 16-byte aligned data and batch stride.
+inline bool torch_grouped_layout(const at::Tensor& t) {
+  const int64_t align = 16 / t.element_size(), d = t.dim() - 1;
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  if (t.dim() == 3 && t.stride(0) % align != 0) return false;
+  if (t.stride(d - 1) == 1 && t.stride(d) >= std::max<int64_t>(1, t.size(d - 1))) return t.stride(d) % align == 0;
+  if (t.stride(d) == 1 && t.stride(d - 1) >= std::max<int64_t>(1, t.size(d))) return t.stride(d - 1) % align == 0;
+  return false;
+}
+
+// Zeros what torch's grouped GEMMs leave unwritten: output rows (RaggedM) or columns (RaggedN) past the last
+// group end, and the whole output of an empty group (RaggedK). `ends`: device_group_ends.
+inline void zero_outside_groups(at::Tensor& out, const at::Tensor& ends, const GroupedProblem& p) {
+  if (p.mode == GroupedMode::Batched) return;
+  if (p.mode == GroupedMode::RaggedK) {
+    const at::Tensor sizes = at::diff(ends, 1, 0, at::zeros({1}, ends.options()));
+    out.masked_fill_((sizes == 0).view({p.groups, 1, 1}), 0);
+    return;
+  }
+  const at::Tensor last = p.groups ? ends.narrow(0, p.groups - 1, 1) : at::zeros({1}, ends.options());
+  const at::Tensor outside = at::arange(p.extent, ends.options()) >= last;
+  out.masked_fill_(p.mode == GroupedMode::RaggedM ? outside.unsqueeze(1) : outside.unsqueeze(0), 0);
 }
 
 }  // namespace ops::cutlass_gemm

@@ -54,22 +54,11 @@ void grouped_gemm_into(const at::Tensor& A, const at::Tensor& B, const GroupedPr
   }
 }
 
-// A view torch._grouped_mm takes (torch's check_valid_strides_and_return_transposed): one of the last two
-// strides 1, the other a multiple of 16 bytes and at least the extent, 16-byte aligned data and batch stride.
-bool torch_layout(const at::Tensor& t) {
-  const int64_t align = 16 / t.element_size(), d = t.dim() - 1;
-  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-  if (t.dim() == 3 && t.stride(0) % align != 0) return false;
-  if (t.stride(d - 1) == 1 && t.stride(d) >= std::max<int64_t>(1, t.size(d - 1))) return t.stride(d) % align == 0;
-  if (t.stride(d) == 1 && t.stride(d - 1) >= std::max<int64_t>(1, t.size(d))) return t.stride(d - 1) % align == 0;
-  return false;
-}
-
 // `t`, or a contiguous copy where its layout is not one torch takes; undefined if neither is.
 at::Tensor for_torch(const at::Tensor& t) {
-  if (torch_layout(t)) return t;
+  if (torch_grouped_layout(t)) return t;
   const at::Tensor c = t.contiguous();
-  return torch_layout(c) ? c : at::Tensor();
+  return torch_grouped_layout(c) ? c : at::Tensor();
 }
 
 // Whether torch._grouped_mm computes this problem: its dtypes with out_dtype = A's dtype, nothing empty.
@@ -105,20 +94,8 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
     if (a.stride(-1) == 1) a = tma_operand(A, /*row_major=*/false);
     if (b.stride(-1) != 1) b = tma_operand(B, /*row_major=*/true);
   }
-  if (!torch_layout(a) || !torch_layout(b) || torch_checks_group_sizes(a, b, mode)) return {};
+  if (!torch_grouped_layout(a) || !torch_grouped_layout(b) || torch_checks_group_sizes(a, b, mode)) return {};
   return {a, b};
-}
-
-void zero_outside_groups(at::Tensor& out, const at::Tensor& ends, const GroupedProblem& p) {
-  if (p.mode == GroupedMode::Batched) return;
-  if (p.mode == GroupedMode::RaggedK) {
-    const at::Tensor sizes = at::diff(ends, 1, 0, at::zeros({1}, ends.options()));
-    out.masked_fill_((sizes == 0).view({p.groups, 1, 1}), 0);
-    return;
-  }
-  const at::Tensor last = p.groups ? ends.narrow(0, p.groups - 1, 1) : at::zeros({1}, ends.options());
-  const at::Tensor outside = at::arange(p.extent, ends.options()) >= last;
-  out.masked_fill_(p.mode == GroupedMode::RaggedM ? outside.unsqueeze(1) : outside.unsqueeze(0), 0);
 }
 
 }  // namespace

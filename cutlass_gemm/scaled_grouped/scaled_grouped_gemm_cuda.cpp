@@ -1,7 +1,8 @@
 // ops::scaled_grouped_gemm on CUDA: the SM90 FP8 grouped CUTLASS kernels (sm90_scaled_grouped_gemm.cuh: offs
 // read on the device, no host synchronization) where they are built and take the call (2D x 3D and 3D x 3D, no
-// bias, an sm_90a device); else the dequantized ATen formula per group (scaled_grouped_gemm.cpp), the group
-// ends copied to the host.
+// bias, an sm_90a device); else torch._scaled_grouped_mm where it takes the call (rowwise, bfloat16 out, no
+// bias, compute capability 9.0 or 10.0; offs read on the device too); else the dequantized ATen formula per
+// group (scaled_grouped_gemm.cpp), the group ends copied to the host.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -9,8 +10,10 @@
 #include <torch/library.h>
 
 #include <string>
+#include <utility>
 
 #include "../../csrc/json.h"
+#include "../core/group_ends.h"
 #include "../core/kernel_names.h"
 #include "../core/operands.h"  // to_dtype
 #include "../core/plan_json.h"
@@ -28,6 +31,50 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, const c10:
                             const ScaledGroupedProblem& p) {
   const std::string refusal = sm90a_candidates_refusal("FP8 grouped");
   return refusal.empty() ? scaled_grouped_kernel_refusal(A, B, bias, p) : refusal;
+}
+
+// The operands torch._scaled_grouped_mm takes: A row-major, B column-major (K-major, as (G, N, K) weights
+// transposed), each a view it takes (torch_grouped_layout), copied where it is not; undefined where a copy is
+// no such view either.
+std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::Tensor& B) {
+  at::Tensor a = A.stride(-1) == 1 && torch_grouped_layout(A) ? A : A.contiguous();
+  at::Tensor b = B.stride(-2) == 1 && torch_grouped_layout(B) ? B : B.transpose(-2, -1).contiguous().transpose(-2, -1);
+  if (a.stride(-1) != 1 || !torch_grouped_layout(a) || b.stride(-2) != 1 || !torch_grouped_layout(b)) return {};
+  return {a, b};
+}
+
+// Why torch._scaled_grouped_mm does not take the call, "" where it does: its rowwise FP8 kernel
+// (aten/src/ATen/native/cuda/GroupedBlas.cpp: compute capability 9.0 or 10.0, bfloat16 out, no bias; 2D x 3D
+// with offs or 3D x 3D; K and N multiples of 16, as this op checks). For 2D x 3D with a row-major A its
+// prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh); offs reach it clamped.
+std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
+                          const ScaledGroupedProblem& p, at::ScalarType dtype) {
+  if (p.recipe != ScaleRecipe::Rowwise) return "torch._scaled_grouped_mm has no blockwise recipe";
+  if (p.grouped.mode != GroupedMode::RaggedM && p.grouped.mode != GroupedMode::Batched)
+    return std::string("torch._scaled_grouped_mm's path here takes 2D x 3D and 3D x 3D, not ") +
+           grouped_mode_name(p.grouped.mode);
+  if (dtype != at::kBFloat16) return "torch._scaled_grouped_mm's rowwise kernel writes bfloat16 only";
+  if (bias.has_value()) return "torch._scaled_grouped_mm takes no bias";
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(A.device().index());
+  if (!((prop->major == 9 || prop->major == 10) && prop->minor == 0))
+    return c10::str("torch._scaled_grouped_mm runs on compute capability 9.0 and 10.0, not ", prop->major, ".",
+                    prop->minor);
+  if (A.numel() == 0 || B.numel() == 0) return "an empty operand";
+  if (!torch_operands(A, B).first.defined()) return "no layout torch._scaled_grouped_mm takes";
+  return "";
+}
+
+at::Tensor torch_scaled_grouped(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
+                                const ScaledGroupedProblem& p) {
+  const auto [a, b] = torch_operands(A, B);
+  const bool ragged = p.grouped.mode == GroupedMode::RaggedM;
+  const c10::optional<at::Tensor> ends =
+      ragged ? c10::optional<at::Tensor>(device_group_ends(*offs, p.grouped.extent)) : c10::nullopt;
+  at::Tensor out = at::_scaled_grouped_mm(a, b, scale_a.contiguous(), scale_b.contiguous(), ends, c10::nullopt,
+                                          c10::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
+  if (ends.has_value()) zero_outside_groups(out, *ends, p.grouped);
+  return out.is_contiguous() ? out : out.contiguous();
 }
 
 at::Tensor launch(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a, const at::Tensor& scale_b,
@@ -48,6 +95,7 @@ at::Tensor run(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale
   const c10::cuda::CUDAGuard guard(A.device());
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   if (why_not_cutlass(A, B, bias, p).empty()) return launch(A, B, scale_a, scale_b, offs, p, dtype);
+  if (why_not_torch(A, B, bias, p, dtype).empty()) return torch_scaled_grouped(A, B, scale_a, scale_b, offs, p);
   return scaled_grouped_gemm_loop(A, B, scale_a, scale_b, offs, bias, p, dtype);
 }
 
@@ -79,14 +127,18 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
     head.kernel = scaled_grouped_kernel_name(dtype, p.recipe == ScaleRecipe::Rowwise ? 1 : 128);
     head.candidates = {head.kernel};
     head.reason = "an SM90 FP8 grouped kernel takes the call (offsets read on the device)";
+  } else if (const std::string why_torch = why_not_torch(A, B, bias, p, dtype); why_torch.empty()) {
+    head.path = "torch._scaled_grouped_mm";
+    head.reason = why + "; torch._scaled_grouped_mm takes the call (offsets read on the device)";
   } else {
     head.path = "formula";
-    head.reason = why + "; the dequantized ATen formula per group, the group ends copied to the host";
+    head.reason = why + "; " + why_torch + "; the dequantized ATen formula per group, the group ends copied to the host";
   }
+  const bool host_sync = head.path == "formula" && p.grouped.mode != GroupedMode::Batched;
   return plan_json(head, [&](JsonObject& o) {
     o.add("mode", grouped_mode_name(p.grouped.mode))
         .add("recipe", scale_recipe_name(p.recipe))
-        .add("host_sync", !why.empty() && p.grouped.mode != GroupedMode::Batched);
+        .add("host_sync", host_sync);
   });
 }
 
