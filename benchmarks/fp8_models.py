@@ -6,7 +6,7 @@ how many greedy ``generate()`` continuations are equal. The MoE rows also give t
 against bfloat16.
 
 Two initializations: transformers' own (normal, std 0.02), under which the blocks add little to the residual
-stream (at hidden 128, Qwen3-MoE's and OLMoE's experts about 0.0013 rms, 1/20 of their attention's part), and
+stream (at hidden 128, Qwen3-MoE's and OLMoE's experts about 0.0013 rms, 1/25 of their attention's part), and
 "unit" (std hidden^-1/2: each Linear keeps its input's scale), under which every block, the experts included,
 adds a part of the order of the residual stream itself, as in trained models.
 

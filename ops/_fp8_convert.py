@@ -153,11 +153,18 @@ def record_format(model: torch.nn.Module, recipe: str, report, fp8_linear: type)
     unread = [name for name, m in model.named_modules() if _moe.is_experts(m) and _moe.is_fp8(m)
               and not (per_expert and _moe.held_recipe(m) == "blockwise")]
     if unread:
-        written = "their rowwise scales" if per_expert else "their scales as the model holds them"
+        written = ("their rowwise scales one per expert, which transformers' FP8 experts do not take (its "
+                   "fine-grained format has 128x128 blocks; fbgemm_fp8 has no experts)" if per_expert else
+                   "their scales as the model holds them, which transformers' from_pretrained does not read")
         warnings.warn(f"ops.nn.convert: {len(unread)} FP8 experts modules (e.g. {unread[0]}): save_pretrained "
-                      f"writes {written}, which transformers' from_pretrained does not read: load a "
-                      "save_pretrained checkpoint of this model with ops (convert, then load_state_dict)",
-                      stacklevel=3)
+                      f"writes {written}: load a save_pretrained checkpoint of this model with ops (convert, then "
+                      "load_state_dict)", stacklevel=3)
+    elif per_expert and getattr(model, "base_model", None) is model:
+        # save_pretrained reverts the saved model's own mapping: a model holding this one has none of the scales'.
+        warnings.warn(f"ops.nn.convert: {type(model).__name__} is a base model: its own save_pretrained writes the "
+                      "FP8 experts' scales one per expert, in the format transformers reads; a model holding it "
+                      "(e.g. a ...ForCausalLM) writes them fused, which transformers does not read: convert the "
+                      "model you save", stacklevel=3)
     partial = [name for name, m in model.named_modules() if isinstance(m, fp8_linear) and m.recipe == "blockwise"
                and any(n > 128 and n % 128 for n in (m.in_features, m.out_features))]
     if partial:
@@ -191,6 +198,7 @@ def save_scales_per_expert(model: torch.nn.Module) -> bool:
     where the mapping writes the experts one per expert, every experts module's scales split there exactly
     (``ops.moe.scales_split_per_expert``), and the installed transformers reverts that mapping. Returns whether it
     did."""
+    model.__dict__.pop("_weight_conversions", None)  # an earlier convert's mapping: decided again here
     experts = [m for m in model.modules() if _moe.is_experts(m) and _moe.is_fp8(m)]
     if not experts or not all(_moe.scales_split_per_expert(m) for m in experts):
         return False

@@ -374,22 +374,49 @@ def test_save_pretrained_writes_blockwise_fp8_experts_in_the_format_transformers
         assert torch.equal(again(ids).logits, fp8_model(ids).logits)
 
 
-@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
-def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(recipe):
+def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(tmp_path):
     # convert's scales always split at the gate/up boundary (blockwise needs the expert width, down_proj's K, in
-    # whole blocks); one scale per expert and fused projection (transformers' FP8Experts without blocks) does not.
+    # whole blocks); one scale per expert and fused projection (transformers' FP8Experts without blocks) does not:
+    # save_pretrained then writes them fused, and ops reads them back.
+    import warnings
     from ops import _fp8_convert
 
+    safetensors = pytest.importorskip("safetensors.torch")
     model = fp8_tiny("Qwen3Moe")
-    ops.nn.convert(model, fp8=recipe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops.nn.convert(model, fp8="rowwise")
     names = experts_names(model)
     assert all(ops.moe.scales_split_per_expert(model.get_submodule(n)) for n in names)
-    assert _fp8_convert.save_scales_per_expert(model)
-    experts = model.get_submodule(names[0])
-    if recipe == "rowwise":
+    assert _fp8_convert.save_scales_per_expert(model) and "_weight_conversions" in model.__dict__
+    for name in names:
+        experts = model.get_submodule(name)
         experts.gate_up_proj_scale_inv = torch.nn.Parameter(experts.gate_up_proj_scale_inv.amax(1, keepdim=True),
                                                             requires_grad=False)  # (E, 1, 1)
-        assert not ops.moe.scales_split_per_expert(experts) and not _fp8_convert.save_scales_per_expert(model)
+        assert not ops.moe.scales_split_per_expert(experts)
+    assert not _fp8_convert.save_scales_per_expert(model) and "_weight_conversions" not in model.__dict__
+    model.save_pretrained(tmp_path)
+    saved = safetensors.load_file(tmp_path / "model.safetensors")
+    assert saved[f"{names[0]}.gate_up_proj_scale_inv"].shape == (8, 1, 1)
+    assert any(".experts.0.gate_proj.weight" in k for k in saved)  # the codes still one per expert
+    again = fp8_tiny("Qwen3Moe")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops.nn.convert(again, fp8="rowwise")
+    for name in names:
+        experts = again.get_submodule(name)
+        experts.gate_up_proj_scale_inv = torch.nn.Parameter(torch.empty(8, 1, 1), requires_grad=False)
+    assert str(again.load_state_dict(saved)) == "<All keys matched successfully>"
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+
+
+def test_converting_a_base_model_warns_that_only_its_own_save_pretrained_splits_the_scales():
+    model = fp8_tiny("Qwen3Moe")
+    with pytest.warns(UserWarning, match=r"Qwen3MoeModel is a base model: its own save_pretrained writes the FP8 "
+                                         r"experts' scales one per expert.*convert the model you save"):
+        ops.nn.convert(model.model, fp8="blockwise")
 
 
 def test_fp8_experts_keep_codes_and_scales_through_dtype_casts():

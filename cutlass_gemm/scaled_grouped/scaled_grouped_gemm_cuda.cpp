@@ -1,8 +1,8 @@
 // ops::scaled_grouped_gemm on CUDA: the SM90 FP8 grouped CUTLASS kernels (sm90_scaled_grouped_gemm.cuh: offs
 // read on the device, no host synchronization) where they are built and take the call (2D x 3D and 3D x 3D, no
 // bias, an sm_90a device); else torch._scaled_grouped_mm where it takes the call (rowwise, bfloat16 out, no
-// bias, compute capability 9.0 or 10.0; offs read on the device too); else the dequantized ATen formula per
-// group (scaled_grouped_gemm.cpp), the group ends copied to the host.
+// bias, SM90, under 1024 groups; offs read on the device too); else the dequantized ATen formula per group
+// (scaled_grouped_gemm.cpp), the group ends copied to the host.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -44,8 +44,8 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
 }
 
 // Why torch._scaled_grouped_mm does not take the call, "" where it does: its rowwise FP8 kernel
-// (aten/src/ATen/native/cuda/GroupedBlas.cpp: compute capability 9.0 or 10.0, bfloat16 out, no bias; 2D x 3D
-// with offs or 3D x 3D; K and N multiples of 16, as this op checks). For 2D x 3D with a row-major A its
+// (aten/src/ATen/native/cuda/GroupedBlas.cpp and ScaledGroupMM.cu: SM90, under 1024 groups, bfloat16 out, no
+// bias; 2D x 3D with offs or 3D x 3D; K and N multiples of 16, as this op checks). For 2D x 3D with a row-major A its
 // prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh); offs reach it clamped.
 std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
                           const ScaledGroupedProblem& p, at::ScalarType dtype) {
@@ -56,9 +56,10 @@ std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::o
   if (dtype != at::kBFloat16) return "torch._scaled_grouped_mm's rowwise kernel writes bfloat16 only";
   if (bias.has_value()) return "torch._scaled_grouped_mm takes no bias";
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(A.device().index());
-  if (!((prop->major == 9 || prop->major == 10) && prop->minor == 0))
-    return c10::str("torch._scaled_grouped_mm runs on compute capability 9.0 and 10.0, not ", prop->major, ".",
-                    prop->minor);
+  if (prop->major != 9 || prop->minor != 0)
+    return c10::str("torch._scaled_grouped_mm's rowwise kernel is built for SM90 only (ScaledGroupMM.cu), not "
+                    "compute capability ", prop->major, ".", prop->minor);
+  if (p.grouped.groups >= 1024) return "torch._scaled_grouped_mm takes fewer than 1024 groups";
   if (A.numel() == 0 || B.numel() == 0) return "an empty operand";
   if (!torch_operands(A, B).first.defined()) return "no layout torch._scaled_grouped_mm takes";
   return "";
