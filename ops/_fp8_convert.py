@@ -198,7 +198,12 @@ def save_scales_per_expert(model: torch.nn.Module) -> bool:
     where the mapping writes the experts one per expert, every experts module's scales split there exactly
     (``ops.moe.scales_split_per_expert``), and the installed transformers reverts that mapping. Returns whether it
     did."""
-    model.__dict__.pop("_weight_conversions", None)  # an earlier convert's mapping: decided again here
+    state = model.__dict__
+    if "_ops_base_conversions" in state:  # an earlier convert's extension: decided again from the mapping before it
+        base = state.pop("_ops_base_conversions")
+        state.pop("_weight_conversions", None)
+        if base is not None:
+            state["_weight_conversions"] = base
     experts = [m for m in model.modules() if _moe.is_experts(m) and _moe.is_fp8(m)]
     if not experts or not all(_moe.scales_split_per_expert(m) for m in experts):
         return False
@@ -210,12 +215,15 @@ def save_scales_per_expert(model: torch.nn.Module) -> bool:
         return False
     if not hasattr(core_model_loading, "revert_weight_conversion"):
         return False
-    # The mapping revert_weight_conversion builds for a model not loaded by from_pretrained.
-    transforms = [t for t in get_model_conversion_mapping(model, add_legacy=False) if not isinstance(t, PrefixChange)]
+    # The mapping from_pretrained recorded, else the one revert_weight_conversion builds for a model it did not load.
+    base = state.get("_weight_conversions")
+    transforms = list(base) if base is not None else [
+        t for t in get_model_conversion_mapping(model, add_legacy=False) if not isinstance(t, PrefixChange)]
     extended = with_scale_converters(transforms, set(model.state_dict(keep_vars=True)))
     if len(extended) == len(transforms):  # no converter writes the experts one per expert (GPT-OSS's are fused)
         return False
-    model._weight_conversions = extended
+    state["_ops_base_conversions"] = base
+    state["_weight_conversions"] = extended
     return True
 
 

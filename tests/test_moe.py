@@ -395,6 +395,7 @@ def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(tmp_pat
                                                             requires_grad=False)  # (E, 1, 1)
         assert not ops.moe.scales_split_per_expert(experts)
     assert not _fp8_convert.save_scales_per_expert(model) and "_weight_conversions" not in model.__dict__
+    assert "_ops_base_conversions" not in model.__dict__
     model.save_pretrained(tmp_path)
     saved = safetensors.load_file(tmp_path / "model.safetensors")
     assert saved[f"{names[0]}.gate_up_proj_scale_inv"].shape == (8, 1, 1)
@@ -410,6 +411,26 @@ def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(tmp_pat
     ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(again(ids).logits, model(ids).logits)
+
+
+def test_a_model_from_pretrained_keeps_its_conversion_mapping_extended_by_the_scales(tmp_path):
+    # from_pretrained records the mapping it applied; convert extends that one (and only once) for save_pretrained.
+    import warnings
+
+    safetensors = pytest.importorskip("safetensors.torch")
+    fp8_tiny("Qwen3Moe").save_pretrained(tmp_path / "float")
+    model = type(fp8_tiny("Qwen3Moe")).from_pretrained(tmp_path / "float").eval()
+    loaded = list(model._weight_conversions)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ops.nn.convert(model, fp8="blockwise")
+        assert not [w for w in caught if "experts" in str(w.message)]
+        assert model._weight_conversions[:len(loaded)] == loaded and len(model._weight_conversions) > len(loaded)
+    model.save_pretrained(tmp_path / "fp8")
+    saved = safetensors.load_file(tmp_path / "fp8" / "model.safetensors")
+    assert sorted(k.removesuffix("_scale_inv") for k in saved if ".experts." in k and k.endswith("_scale_inv")) == \
+        sorted(k for k in saved if ".experts." in k and k.endswith(".weight"))
 
 
 def test_converting_a_base_model_warns_that_only_its_own_save_pretrained_splits_the_scales():

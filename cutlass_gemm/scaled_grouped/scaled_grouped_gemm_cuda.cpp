@@ -45,8 +45,8 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
 
 // Why torch._scaled_grouped_mm does not take the call, "" where it does: its rowwise FP8 kernel
 // (aten/src/ATen/native/cuda/GroupedBlas.cpp and ScaledGroupMM.cu: SM90, under 1024 groups, bfloat16 out, no
-// bias; 2D x 3D with offs or 3D x 3D; K and N multiples of 16, as this op checks). For 2D x 3D with a row-major A its
-// prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh); offs reach it clamped.
+// bias; 2D x 3D with offs or 3D x 3D; K and N multiples of 16, as this op checks). For 2D x 3D with a row-major
+// A its prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh); offs reach it clamped.
 std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
                           const ScaledGroupedProblem& p, at::ScalarType dtype) {
   if (p.recipe != ScaleRecipe::Rowwise) return "torch._scaled_grouped_mm has no blockwise recipe";
@@ -133,7 +133,8 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
     head.reason = why + "; torch._scaled_grouped_mm takes the call (offsets read on the device)";
   } else {
     head.path = "formula";
-    head.reason = why + "; " + why_torch + "; the dequantized ATen formula per group, the group ends copied to the host";
+    head.reason =
+        why + "; " + why_torch + "; the dequantized ATen formula per group, the group ends copied to the host";
   }
   const bool host_sync = head.path == "formula" && p.grouped.mode != GroupedMode::Batched;
   return plan_json(head, [&](JsonObject& o) {
