@@ -339,6 +339,23 @@ def test_fp8_experts_hold_their_weights_in_about_half_the_bytes_of_bfloat16():
         assert ratio < 0.55 and ratio == pytest.approx(measured, abs=1e-4), (recipe, ratio)
 
 
+def fp8_converted(family, recipe):
+    """A tiny model converted with fp8=recipe, its warnings (about the checkpoint format) left out."""
+    import warnings
+
+    model = fp8_tiny(family)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops.nn.convert(model, fp8=recipe)
+    return model
+
+
+def assert_same_logits(model, other):
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, other(ids).logits)
+
+
 @pytest.mark.parametrize("family", ["Qwen3Moe", "Mixtral", "Olmoe", "DeepseekV3"])
 def test_save_pretrained_writes_blockwise_fp8_experts_in_the_format_transformers_reads(family, tmp_path):
     # One code tensor and one 128x128 weight_scale_inv per expert and projection, as DeepSeek-V3's checkpoints:
@@ -366,26 +383,19 @@ def test_save_pretrained_writes_blockwise_fp8_experts_in_the_format_transformers
         for proj in ops.moe._projections(fp8_model.get_submodule(name)):
             assert torch.equal(stock.state_dict()[f"{name}.{proj}"], want[f"{name}.{proj}"])
     # ops reads the file back into FP8 experts bit for bit.
-    again = fp8_tiny(family)
-    ops.nn.convert(again, fp8="blockwise")
+    again = fp8_converted(family, "blockwise")
     assert str(again.load_state_dict(saved)) == "<All keys matched successfully>"
-    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert torch.equal(again(ids).logits, fp8_model(ids).logits)
+    assert_same_logits(again, fp8_model)
 
 
 def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(tmp_path):
     # convert's scales always split at the gate/up boundary (blockwise needs the expert width, down_proj's K, in
     # whole blocks); one scale per expert and fused projection (transformers' FP8Experts without blocks) does not:
     # save_pretrained then writes them fused, and ops reads them back.
-    import warnings
     from ops import _fp8_convert
 
     safetensors = pytest.importorskip("safetensors.torch")
-    model = fp8_tiny("Qwen3Moe")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ops.nn.convert(model, fp8="rowwise")
+    model = fp8_converted("Qwen3Moe", "rowwise")
     names = experts_names(model)
     assert all(ops.moe.scales_split_per_expert(model.get_submodule(n)) for n in names)
     assert _fp8_convert.save_scales_per_expert(model) and "_weight_conversions" in model.__dict__
@@ -400,17 +410,12 @@ def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(tmp_pat
     saved = safetensors.load_file(tmp_path / "model.safetensors")
     assert saved[f"{names[0]}.gate_up_proj_scale_inv"].shape == (8, 1, 1)
     assert any(".experts.0.gate_proj.weight" in k for k in saved)  # the codes still one per expert
-    again = fp8_tiny("Qwen3Moe")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ops.nn.convert(again, fp8="rowwise")
+    again = fp8_converted("Qwen3Moe", "rowwise")
     for name in names:
         experts = again.get_submodule(name)
         experts.gate_up_proj_scale_inv = torch.nn.Parameter(torch.empty(8, 1, 1), requires_grad=False)
     assert str(again.load_state_dict(saved)) == "<All keys matched successfully>"
-    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert torch.equal(again(ids).logits, model(ids).logits)
+    assert_same_logits(again, model)
 
 
 def test_a_model_from_pretrained_keeps_its_conversion_mapping_extended_by_the_scales(tmp_path):
