@@ -134,8 +134,7 @@ def fp8_mlp_only(reference, fp8_model):
     for name, module in fp8_model.named_modules():
         if (ops.moe.is_experts(module) and ops.moe.is_fp8(module) if moe
                 else isinstance(module, ops.nn.Fp8Linear) and ".mlp." in name):
-            parent, _, child = name.rpartition(".")
-            setattr(hybrid.get_submodule(parent), child, copy.deepcopy(module))
+            hybrid.set_submodule(name, copy.deepcopy(module))
     return hybrid
 
 

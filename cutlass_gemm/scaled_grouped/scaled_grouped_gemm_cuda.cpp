@@ -61,14 +61,15 @@ std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::o
                     "compute capability ", prop->major, ".", prop->minor);
   if (p.grouped.groups >= 1024) return "torch._scaled_grouped_mm takes fewer than 1024 groups";
   if (A.numel() == 0 || B.numel() == 0) return "an empty operand";
-  if (!torch_operands(A, B).first.defined()) return "no layout torch._scaled_grouped_mm takes";
   return "";
 }
 
+// torch._scaled_grouped_mm's result (why_not_torch ""), or undefined where its operands take no layout it reads.
 at::Tensor torch_scaled_grouped(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                 const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                 const ScaledGroupedProblem& p) {
   const auto [a, b] = torch_operands(A, B);
+  if (!a.defined()) return {};
   const bool ragged = p.grouped.mode == GroupedMode::RaggedM;
   const c10::optional<at::Tensor> ends =
       ragged ? c10::optional<at::Tensor>(device_group_ends(*offs, p.grouped.extent)) : c10::nullopt;
@@ -96,7 +97,9 @@ at::Tensor run(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale
   const c10::cuda::CUDAGuard guard(A.device());
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // a backend kernel: ATen calls unseen by autograd
   if (why_not_cutlass(A, B, bias, p).empty()) return launch(A, B, scale_a, scale_b, offs, p, dtype);
-  if (why_not_torch(A, B, bias, p, dtype).empty()) return torch_scaled_grouped(A, B, scale_a, scale_b, offs, p);
+  if (why_not_torch(A, B, bias, p, dtype).empty()) {
+    if (at::Tensor out = torch_scaled_grouped(A, B, scale_a, scale_b, offs, p); out.defined()) return out;
+  }
   return scaled_grouped_gemm_loop(A, B, scale_a, scale_b, offs, bias, p, dtype);
 }
 
@@ -121,6 +124,9 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
   const ScaledGroupedProblem p = check_scaled_grouped_gemm_inputs(kOp, A, B, scale_a, scale_b, offs, bias, dtype);
   const c10::cuda::CUDAGuard guard(A.device());
   const std::string why = why_not_cutlass(A, B, bias, p);
+  std::string why_torch = why.empty() ? "" : why_not_torch(A, B, bias, p, dtype);
+  if (!why.empty() && why_torch.empty() && !torch_operands(A, B).first.defined())
+    why_torch = "no layout torch._scaled_grouped_mm takes";
   PlanHead head;
   head.kind = GemmKind::ScaledGrouped;
   if (why.empty()) {
@@ -128,7 +134,7 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
     head.kernel = scaled_grouped_kernel_name(dtype, p.recipe == ScaleRecipe::Rowwise ? 1 : 128);
     head.candidates = {head.kernel};
     head.reason = "an SM90 FP8 grouped kernel takes the call (offsets read on the device)";
-  } else if (const std::string why_torch = why_not_torch(A, B, bias, p, dtype); why_torch.empty()) {
+  } else if (why_torch.empty()) {
     head.path = "torch._scaled_grouped_mm";
     head.reason = why + "; torch._scaled_grouped_mm takes the call (offsets read on the device)";
   } else {
