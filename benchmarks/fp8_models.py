@@ -3,7 +3,8 @@ downloaded), dense and mixture-of-experts, each converted with ``ops.nn.convert(
 compared with the same float model holding the dequantized FP8 weights (so that only the activations' dynamic
 quantization and the FP8 GEMMs differ): logits cosine, the share of positions whose top-1 token agrees, and
 how many greedy ``generate()`` continuations are equal. The MoE rows also give the experts' weight bytes
-against bfloat16.
+against bfloat16, and how often a token's routed experts change; the dense twins (TWINS: the same model with
+dense MLPs) compare the MoE path with the dense one on the same architecture.
 
 Two initializations: transformers' own (normal, std 0.02), under which the blocks add little to the residual
 stream (at hidden 128, Qwen3-MoE's and OLMoE's experts about 0.0013 rms, 1/25 of their attention's part), and
@@ -43,26 +44,31 @@ MOE = {
 }
 
 
+# The dense twin of an MoE family in transformers: the same attention, norms and dense layers, each MoE block a
+# dense MLP of COMMON's width (256: the routed experts' active width). OLMoE and GPT-OSS have none.
+TWINS = {"Qwen3Moe": ("Qwen3Moe", dict(mlp_only_layers=[0, 1])), "Mixtral": ("Mistral", {}),
+         "DeepseekV3": ("DeepseekV3", dict(first_k_dense_replace=2))}
 INITS = ("transformers", "unit")
 
 
-def tiny(family, dtype=torch.float32, init="transformers"):
+def tiny(family, dtype=torch.float32, init="transformers", twin=False):
     """A tiny `<family>ForCausalLM` of seed 0 (experts on transformers' "eager" loop), or None where the
     installed transformers has no such family. ``init``: "transformers" (its initializer_range, 0.02) or "unit"
-    (hidden_size^-1/2)."""
+    (hidden_size^-1/2). ``twin``: the MoE family's dense twin (TWINS) instead."""
     import transformers
 
-    if not hasattr(transformers, f"{family}ForCausalLM"):
+    name, extra = TWINS[family] if twin else (family, {})
+    if not hasattr(transformers, f"{name}ForCausalLM"):
         return None
-    kwargs = {**COMMON, **DENSE.get(family, {}), **MOE.get(family, {})}
+    kwargs = {**COMMON, **DENSE.get(name, {}), **MOE.get(name, {}), **extra}
     if init == "unit":
         kwargs["initializer_range"] = kwargs["hidden_size"] ** -0.5
     elif init != "transformers":
         raise ValueError(f"tiny: init must be one of {INITS}, got {init!r}")
-    config = getattr(transformers, f"{family}Config")(**kwargs)
+    config = getattr(transformers, f"{name}Config")(**kwargs)
     torch.manual_seed(0)
-    model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
-    if family in MOE:
+    model = getattr(transformers, f"{name}ForCausalLM")(config).to(dtype).eval()
+    if name in MOE and not twin:
         model.set_experts_implementation("eager")
     return model
 
@@ -99,6 +105,16 @@ def dequantized(model, fp8_model):
     return reference
 
 
+def converted(model, recipe):
+    """A copy of ``model`` after ``ops.nn.convert(copy, fp8=recipe)``, and convert's report; convert's warnings
+    about checkpoint formats (a save_pretrained of these models is not made) are not shown."""
+    fp8_model = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="ops.nn.convert: ")
+        report = ops.nn.convert(fp8_model, fp8=recipe)
+    return fp8_model, report
+
+
 def expert_bytes(model):
     """Bytes of the experts modules' parameters and buffers."""
     return sum(t.numel() * t.element_size() for name, m in model.named_modules() if ops.moe.is_experts(m)
@@ -126,6 +142,31 @@ def mlp_vs_attention(model, ids):
     return rms(parts["mlp"]) / rms(parts["self_attn"])
 
 
+def routing_changes(reference, fp8_model, ids):
+    """The share of (token, MoE layer) pairs on ``ids`` whose routed experts differ between ``fp8_model`` and its
+    float ``reference`` (each model on its own hidden states), or None for a model without experts."""
+    names = [n for n, m in reference.named_modules() if ops.moe.is_experts(m)]
+    if not names:
+        return None
+    chosen = {}
+
+    def keep(key):
+        def hook(module, args, kwargs, output):  # the experts' (hidden_states, top-k indices, top-k weights)
+            index = args[1] if len(args) > 1 else next(v for k, v in kwargs.items() if k != "hidden_states")
+            chosen[key] = index.sort(-1).values
+        return hook
+
+    hooks = [model.get_submodule(n).register_forward_hook(keep((tag, n)), with_kwargs=True)
+             for tag, model in (("fp8", fp8_model), ("float", reference)) for n in names]
+    with torch.no_grad():
+        fp8_model(ids)
+        reference(ids)
+    for hook in hooks:
+        hook.remove()
+    changed = [(chosen["fp8", n] != chosen["float", n]).any(-1) for n in names]
+    return torch.cat(changed).float().mean().item()
+
+
 def fp8_mlp_only(reference, fp8_model):
     """A copy of ``reference`` with ``fp8_model``'s FP8 experts modules (an MoE model) or the FP8 Linears of its
     MLPs (a dense model): only the MLPs' GEMMs in FP8, the dense path's against the MoE path's."""
@@ -141,10 +182,7 @@ def fp8_mlp_only(reference, fp8_model):
 def agreement(model, recipe, prompts=64, new_tokens=6):
     """One row: ``model`` converted with fp8=recipe against its dequantized reference; and the reference with
     only its MLPs' (routed experts') GEMMs in FP8 against it."""
-    fp8_model = copy.deepcopy(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the checkpoint-format warnings
-        report = ops.nn.convert(fp8_model, fp8=recipe)
+    fp8_model, report = converted(model, recipe)
     reference = dequantized(model, fp8_model)
     mlp_only = fp8_mlp_only(reference, fp8_model)
     g = torch.Generator().manual_seed(0)
@@ -159,6 +197,7 @@ def agreement(model, recipe, prompts=64, new_tokens=6):
             same_mlp_only += torch.equal(mlp_only.generate(p, max_new_tokens=new_tokens, do_sample=False), expected)
     bf16 = expert_bytes(copy.deepcopy(model).to(torch.bfloat16))
     return {"recipe": recipe, "mlp_vs_attention": mlp_vs_attention(reference, ids),
+            "routing_changes": routing_changes(reference, fp8_model, ids),
             "cosine": F.cosine_similarity(got.flatten(), want.flatten(), dim=0).item(),
             "top1": (got.argmax(-1) == want.argmax(-1)).float().mean().item(), "same": int(same),
             "same_mlp_only": int(same_mlp_only), "prompts": prompts,
@@ -170,10 +209,7 @@ def agreement(model, recipe, prompts=64, new_tokens=6):
 def experts_cosine(model, recipe):
     """Each FP8 experts module of ``model`` converted with fp8=recipe against the same module of its dequantized
     reference, on the inputs the reference's own forward hands it: [(module name, cosine of the outputs)]."""
-    fp8_model = copy.deepcopy(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ops.nn.convert(fp8_model, fp8=recipe)
+    fp8_model, _ = converted(model, recipe)
     reference = dequantized(model, fp8_model)
     names = [n for n, m in fp8_model.named_modules() if ops.moe.is_experts(m) and ops.moe.is_fp8(m)]
     inputs = {}
@@ -221,36 +257,43 @@ def main(argv=None):
         return
     rows, table = [], []
     for init in args.init:
-        for kind, families in (("dense", DENSE), ("MoE", MOE)):
+        for kind, families in (("dense", DENSE), ("MoE", MOE), ("dense twin", TWINS)):
             for family in families:
-                model = tiny(family, init=init)
+                model = tiny(family, init=init, twin=kind == "dense twin")
                 if model is None:
-                    print(f"{family}: not in this transformers release, skipped")
+                    print(f"{family} ({kind}): not in this transformers release, skipped")
                     continue
                 for recipe in ("rowwise", "blockwise"):
                     row = {"family": family, "kind": kind, "init": init,
                            **agreement(model, recipe, args.prompts, args.new_tokens)}
                     rows.append(row)
                     memory = "" if row["expert_bytes_vs_bf16"] is None else f"{row['expert_bytes_vs_bf16']:.3f}"
-                    table.append([family, kind, recipe, init, f"{row['mlp_vs_attention']:.3f}", f"{row['cosine']:.6f}",
-                                  f"{row['top1']:.4f}", f"{row['same']}/{row['prompts']}",
+                    routing = "" if row["routing_changes"] is None else f"{row['routing_changes']:.1%}"
+                    twin = TWINS.get(family, (family,))[0] if kind == "dense twin" else family
+                    name = family if twin == family else f"{twin} (twin of {family})"
+                    table.append([name, kind, recipe, init, f"{row['mlp_vs_attention']:.3f}", f"{row['cosine']:.6f}",
+                                  f"{row['top1']:.4f}", routing, f"{row['same']}/{row['prompts']}",
                                   f"{row['same_mlp_only']}/{row['prompts']}", memory])
                     print(" | ".join(table[-1]), flush=True)
+    # Each kind summed; and the MoE models that have a dense twin, against their twins.
+    groups = {"dense": lambda r: r["kind"] == "dense", "MoE": lambda r: r["kind"] == "MoE",
+              "MoE with a twin": lambda r: r["kind"] == "MoE" and r["family"] in TWINS,
+              "dense twin": lambda r: r["kind"] == "dense twin"}
     totals = {}
     for init in args.init:
-        for kind in ("dense", "MoE"):
+        for group, member in groups.items():
             for recipe in ("rowwise", "blockwise"):
-                part = [r for r in rows if r["init"] == init and r["kind"] == kind and r["recipe"] == recipe]
+                part = [r for r in rows if r["init"] == init and r["recipe"] == recipe and member(r)]
                 if part:
                     same, prompts = sum(r["same"] for r in part), sum(r["prompts"] for r in part)
                     mlp = sum(r["same_mlp_only"] for r in part)
-                    totals[f"{init} {kind} {recipe}"] = {"same": same, "same_mlp_only": mlp, "prompts": prompts,
-                                                         "share": same / prompts, "share_mlp_only": mlp / prompts}
-                    table.append([f"all {kind}", kind, recipe, init, "", "", "",
+                    totals[f"{init} {group} {recipe}"] = {"same": same, "same_mlp_only": mlp, "prompts": prompts,
+                                                          "share": same / prompts, "share_mlp_only": mlp / prompts}
+                    table.append([f"all {group}", part[0]["kind"], recipe, init, "", "", "", "",
                                   f"{same}/{prompts} ({same / prompts:.1%})", f"{mlp}/{prompts} ({mlp / prompts:.1%})",
                                   ""])
     headers = ["model", "kind", "recipe", "init", "MLP / attention rms", "logits cosine", "top-1 agreement",
-               "equal generate()", "equal generate(), FP8 MLPs only", "expert bytes / bf16"]
+               "routing changed", "equal generate()", "equal generate(), FP8 MLPs only", "expert bytes / bf16"]
     write_report(args.out, "fp8_models", {"machine": machine_facts(torch.device("cpu")), "rows": rows,
                                           "totals": totals, "new_tokens": args.new_tokens},
                  "FP8 models against their dequantized float reference", markdown_table(headers, table))

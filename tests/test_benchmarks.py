@@ -164,17 +164,27 @@ def test_fp8_models_benchmark_cli(tmp_path):
                             cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     report = json.loads((tmp_path / "fp8_models.json").read_text())
-    rows = {(r["family"], r["recipe"], r["init"]): r for r in report["rows"]}
-    assert {k for k, _, _ in rows} >= {"Llama", "Qwen3Moe", "GptOss"} and len(report["totals"]) == 8
+    rows = {(r["family"], r["recipe"], r["init"]): r for r in report["rows"] if r["kind"] != "dense twin"}
+    assert {k for k, _, _ in rows} >= {"Llama", "Qwen3Moe", "GptOss"} and len(report["totals"]) == 16
     assert all(r["cosine"] > 0.97 for r in rows.values())
     assert all(0 <= r["same_mlp_only"] <= r["prompts"] == 1 for r in rows.values())
     moe = rows["Qwen3Moe", "blockwise", "transformers"]
     assert moe["fp8_experts"] == 2 and moe["expert_bytes_vs_bf16"] < 0.55
     assert rows["GptOss", "blockwise", "unit"]["experts_rowwise"] == 2
     assert rows["Llama", "rowwise", "unit"]["fp8_experts"] == 0
+    assert rows["Llama", "rowwise", "unit"]["routing_changes"] is None
+    assert all(0 <= r["routing_changes"] < 0.5 for r in report["rows"] if r["kind"] == "MoE")
+    # The dense twins hold no experts; every FP8 Linear of theirs is a dense path's.
+    twins = {r["family"]: r for r in report["rows"] if r["kind"] == "dense twin" and r["recipe"] == "rowwise"
+             and r["init"] == "transformers"}
+    assert set(twins) == {"Qwen3Moe", "Mixtral", "DeepseekV3"}
+    assert all(r["fp8_experts"] == 0 and r["routing_changes"] is None and r["fp8_linear"] >= 14
+               for r in twins.values())
     # transformers' init (std 0.02) leaves Qwen3-MoE's experts a small part beside attention; "unit" does not.
     assert moe["mlp_vs_attention"] < 0.1 < rows["Qwen3Moe", "blockwise", "unit"]["mlp_vs_attention"]
-    assert "| all MoE | MoE | blockwise | unit |" in (tmp_path / "fp8_models.md").read_text()
+    table = (tmp_path / "fp8_models.md").read_text()
+    assert "| all MoE | MoE | blockwise | unit |" in table and "| all MoE with a twin | MoE | rowwise |" in table
+    assert "| Mistral (twin of Mixtral) | dense twin | blockwise | unit |" in table
 
 
 def test_fp8_models_benchmark_cli_compares_each_experts_module(tmp_path):
