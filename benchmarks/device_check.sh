@@ -345,8 +345,8 @@ if want fp8; then
 fi
 
 if want grouped; then
-  stage "benchmark: grouped GEMM vs torch._grouped_mm and a loop of mm on MoE experts; transformers' MoE block"
-  step grouped 90 "$PY" -m benchmarks.grouped --quick --out "$MORE"
+  stage "benchmark: grouped GEMM vs torch._grouped_mm and a loop of mm on MoE experts; transformers' MoE block; FP8 rows vs torch._scaled_grouped_mm"
+  step grouped 150 "$PY" -m benchmarks.grouped --quick --fp8 --out "$MORE"
   pack
 fi
 

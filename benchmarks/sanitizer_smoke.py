@@ -6,7 +6,8 @@ register-resident and lanes kernels), fused_add_rms_norm and silu_and_mul at rag
 quantization kernels (rows, 1x128 groups with a ragged last group, a given scale) and the fused forms,
 each equal to the CPU formula of the unfused op's output bit for bit; scaled_gemm's epilogues (the SM90 FP8
 kernels where built, every recipe); grouped_gemm's modes and layouts (the SM90 grouped kernels where built)
-with an empty group, a tail and an out-of-range offset.
+with an empty group, a tail and an out-of-range offset; scaled_grouped_gemm's recipes, output dtypes and
+modes (the SM90 FP8 grouped kernels where built) and fp8_grouped_mm's forward and backward.
 
 A wrong value or an error does not stop the run: every section runs (a smoke that stops at its first
 wrong value leaves every later section unchecked by the sanitizer). Each section prints a line as it
@@ -190,6 +191,64 @@ def grouped():
         check(("grouped_gemm 3Dx3D", dtype), ops.grouped_gemm(A3, B3), A3.double() @ B3.double(), 1e-2)
 
 
+def _dequantized_grouped(A, B, sa, sb, ends, blockwise):
+    """2D x 3D in float64: each group's rows of A (dequantized) times its dequantized B; zero past the last end."""
+    K, N = A.shape[1], B.shape[2]
+    out = torch.zeros(A.shape[0], N, device=A.device, dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(ends):
+        a, b = A[start:end].double(), B[g].double()
+        if blockwise:
+            a = a * sa[start:end].double().repeat_interleave(128, 1)[:, :K]
+            b = b * sb[g].double().repeat_interleave(128, 0)[:K].repeat_interleave(128, 1)[:, :N]
+        else:
+            a, b = a * sa[start:end].double().unsqueeze(1), b * sb[g].double().unsqueeze(0)
+        out[start:end] = a @ b
+        start = end
+    return out
+
+
+def scaled_grouped():
+    """scaled_grouped_gemm, both recipes and every output dtype (each SM90 FP8 grouped kernel where built), 2D x 3D
+    with an empty group, rows past the last end, (CUDA) an offset past the end and B K-major and row-major; 3D x 3D;
+    fp8_grouped_mm's forward and backward (its weight gradient 2D x 2D); against float64."""
+    e4 = torch.float8_e4m3fn
+    M, G, K, N = 300, 4, 384, 272
+    A = (torch.randn(M, K, device=DEVICE) * 3).to(e4)
+    B = (torch.randn(G, N, K, device=DEVICE) * 3).to(e4).transpose(1, 2)  # (G, K, N), K-major
+    ends_list = [(100, 100, 250, 290)] + ([(100, 100, 250, 900)] if DEVICE == "cuda" else [])  # 900: clamped
+    for recipe in ("rowwise", "blockwise"):
+        blockwise = recipe == "blockwise"
+        sa = torch.rand((M, K // 128) if blockwise else (M,), device=DEVICE) + 0.5
+        sb = torch.rand((G, K // 128, -(-N // 128)) if blockwise else (G, N), device=DEVICE) + 0.5
+        for ends in ends_list:
+            offs = torch.tensor(ends, device=DEVICE, dtype=torch.int32)
+            ref = _dequantized_grouped(A, B, sa, sb, [min(e, M) for e in ends], blockwise)
+            for dtype in (torch.bfloat16, torch.float16, torch.float32):
+                got = ops.scaled_grouped_gemm(A, B, sa, sb, offs, out_dtype=dtype)
+                check(("scaled_grouped_gemm 2Dx3D", recipe, dtype, ends[-1]), got, ref, 1e-2)
+            got = ops.scaled_grouped_gemm(A, B.contiguous(), sa, sb, offs)  # row-major B
+            check(("scaled_grouped_gemm 2Dx3D row-major B", recipe, ends[-1]), got, ref, 1e-2)
+        A3, B3 = A[:240].reshape(3, 80, K), B[:3]
+        sa3 = sa[:240].reshape(3, 80, *sa.shape[1:])
+        ref = torch.stack([_dequantized_grouped(A3[g], B3[g:g + 1], sa3[g], sb[g:g + 1], [80], blockwise)
+                           for g in range(3)])
+        check(("scaled_grouped_gemm 3Dx3D", recipe), ops.scaled_grouped_gemm(A3, B3, sa3, sb[:3]), ref, 1e-2)
+    # Training: rows 128-129 in no group; expert 1 of no token.
+    offs = torch.tensor([30, 30, 100, 128], device=DEVICE, dtype=torch.int32)
+    x = torch.randn(130, 256, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(G, 96, 256, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    y = ops.fp8_grouped_mm(x, w, offs)
+    grad = torch.randn_like(y)
+    gx, gw = torch.autograd.grad(y, (x, w), grad)
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    bounds = [0, 30, 30, 100, 128]
+    yr = torch.cat([xr[bounds[g]:bounds[g + 1]] @ wr[g].t() for g in range(G)] + [xr.new_zeros(2, 96)])
+    gxr, gwr = torch.autograd.grad(yr, (xr, wr), grad.double())
+    for name, got, expected in (("forward", y, yr), ("grad x", gx, gxr), ("grad w", gw, gwr)):
+        check(("fp8_grouped_mm", name), got, expected.detach(), 2.0 ** -4)
+
+
 def fused_with_packs(packs):
     """fused() with the register-resident rms_norm kernel of `packs` packs per thread (csrc/fused_kernels.h)."""
     previous = torch.ops.ops._rms_norm_set_packs_per_thread(packs)
@@ -209,6 +268,7 @@ def main():
     sections.append(("fp8 quantization", quantize))
     sections.append(("scaled_gemm", scaled))
     sections.append(("grouped_gemm", grouped))
+    sections.append(("scaled_grouped_gemm", scaled_grouped))
     if DEVICE == "cuda":
         sections += [(f"fused, rms_norm packs {p}", lambda p=p: fused_with_packs(p)) for p in (1, 8)]
     for name, section in sections:
