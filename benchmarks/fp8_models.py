@@ -3,8 +3,9 @@ downloaded), dense and mixture-of-experts, each converted with ``ops.nn.convert(
 compared with the same float model holding the dequantized FP8 weights (so that only the activations' dynamic
 quantization and the FP8 GEMMs differ): logits cosine, the share of positions whose top-1 token agrees, and
 how many greedy ``generate()`` continuations are equal. The MoE rows also give the experts' weight bytes
-against bfloat16, and how often a token's routed experts change; the dense twins (TWINS: the same model with
-dense MLPs) compare the MoE path with the dense one on the same architecture.
+against bfloat16, how often a token's routed experts change, and generate() with every MoE layer routed as the
+reference routes; the dense twins (TWINS: the same model with dense MLPs) compare the MoE path with the dense one
+on the same architecture.
 
 Two initializations: transformers' own (normal, std 0.02), under which the blocks add little to the residual
 stream (at hidden 128, Qwen3-MoE's and OLMoE's experts about 0.0013 rms, 1/25 of their attention's part), and
@@ -167,6 +168,38 @@ def routing_changes(reference, fp8_model, ids):
     return torch.cat(changed).float().mean().item()
 
 
+def routed_as(reference, fp8_model):
+    """Hooks under which ``fp8_model``'s MoE layers take the experts and weights that ``reference`` picks for the
+    same tokens: each call of ``fp8_model`` first runs ``reference`` on its input (across generate()'s steps with a
+    cache of its own). Returns the hooks' handles."""
+    names = [n for n, m in reference.named_modules() if ops.moe.is_experts(m)]
+    routes, caches = {}, {}
+
+    def run_reference(module, args, kwargs):
+        ref_kwargs = dict(kwargs)
+        for key in ("cache", "past_key_values"):  # transformers 5.25 calls it cache, earlier releases the other
+            if kwargs.get(key) is not None:
+                if kwargs[key].get_seq_length() == 0:  # a new generate()
+                    caches[key] = copy.deepcopy(kwargs[key])
+                ref_kwargs[key] = caches[key]
+        reference(*args, **ref_kwargs)
+
+    def keep(name):
+        def hook(module, args, kwargs, output):  # everything the experts take after the hidden states
+            routes[name] = (args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"})
+        return hook
+
+    def pin(name):
+        def hook(module, args, kwargs):
+            rest, given = routes[name]
+            return (*args[:1], *rest), {**kwargs, **given}
+        return hook
+
+    return ([fp8_model.register_forward_pre_hook(run_reference, with_kwargs=True)]
+            + [reference.get_submodule(n).register_forward_hook(keep(n), with_kwargs=True) for n in names]
+            + [fp8_model.get_submodule(n).register_forward_pre_hook(pin(n), with_kwargs=True) for n in names])
+
+
 def fp8_mlp_only(reference, fp8_model):
     """A copy of ``reference`` with ``fp8_model``'s FP8 experts modules (an MoE model) or the FP8 Linears of its
     MLPs (a dense model): only the MLPs' GEMMs in FP8, the dense path's against the MoE path's."""
@@ -180,27 +213,38 @@ def fp8_mlp_only(reference, fp8_model):
 
 
 def agreement(model, recipe, prompts=64, new_tokens=6):
-    """One row: ``model`` converted with fp8=recipe against its dequantized reference; and the reference with
-    only its MLPs' (routed experts') GEMMs in FP8 against it."""
+    """One row: ``model`` converted with fp8=recipe against its dequantized reference; the reference with only its
+    MLPs' (routed experts') GEMMs in FP8 against it; and (MoE) the converted model routed as the reference routes."""
     fp8_model, report = converted(model, recipe)
     reference = dequantized(model, fp8_model)
     mlp_only = fp8_mlp_only(reference, fp8_model)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (8, 16), generator=g)
     starts = torch.randint(0, VOCAB, (prompts, 1, 4), generator=g)
-    same = same_mlp_only = 0
+    moe = any(ops.moe.is_experts(m) for m in model.modules())
+    same = same_mlp_only = same_routed_as_reference = 0
     with torch.no_grad():
         got, want = fp8_model(ids).logits, reference(ids).logits
-        for p in starts:
-            expected = reference.generate(p, max_new_tokens=new_tokens, do_sample=False)
-            same += torch.equal(fp8_model.generate(p, max_new_tokens=new_tokens, do_sample=False), expected)
-            same_mlp_only += torch.equal(mlp_only.generate(p, max_new_tokens=new_tokens, do_sample=False), expected)
+        expected = [reference.generate(p, max_new_tokens=new_tokens, do_sample=False) for p in starts]
+        for p, e in zip(starts, expected):
+            same += torch.equal(fp8_model.generate(p, max_new_tokens=new_tokens, do_sample=False), e)
+            same_mlp_only += torch.equal(mlp_only.generate(p, max_new_tokens=new_tokens, do_sample=False), e)
+        if moe:
+            hooks = routed_as(reference, fp8_model)
+            try:
+                for p, e in zip(starts, expected):
+                    same_routed_as_reference += torch.equal(
+                        fp8_model.generate(p, max_new_tokens=new_tokens, do_sample=False), e)
+            finally:
+                for hook in hooks:
+                    hook.remove()
     bf16 = expert_bytes(copy.deepcopy(model).to(torch.bfloat16))
     return {"recipe": recipe, "mlp_vs_attention": mlp_vs_attention(reference, ids),
             "routing_changes": routing_changes(reference, fp8_model, ids),
             "cosine": F.cosine_similarity(got.flatten(), want.flatten(), dim=0).item(),
             "top1": (got.argmax(-1) == want.argmax(-1)).float().mean().item(), "same": int(same),
-            "same_mlp_only": int(same_mlp_only), "prompts": prompts,
+            "same_mlp_only": int(same_mlp_only),
+            "same_routed_as_reference": int(same_routed_as_reference) if moe else None, "prompts": prompts,
             "fp8_linear": len(report.fp8), "fp8_experts": len(report.fp8_experts),
             "experts_rowwise": len(report.experts_rowwise),
             "expert_bytes_vs_bf16": expert_bytes(fp8_model) / bf16 if bf16 else None}
@@ -269,10 +313,12 @@ def main(argv=None):
                     rows.append(row)
                     memory = "" if row["expert_bytes_vs_bf16"] is None else f"{row['expert_bytes_vs_bf16']:.3f}"
                     routing = "" if row["routing_changes"] is None else f"{row['routing_changes']:.1%}"
+                    routed = "" if row["same_routed_as_reference"] is None else \
+                        f"{row['same_routed_as_reference']}/{row['prompts']}"
                     twin = TWINS.get(family, (family,))[0] if kind == "dense twin" else family
                     name = family if twin == family else f"{twin} (twin of {family})"
                     table.append([name, kind, recipe, init, f"{row['mlp_vs_attention']:.3f}", f"{row['cosine']:.6f}",
-                                  f"{row['top1']:.4f}", routing, f"{row['same']}/{row['prompts']}",
+                                  f"{row['top1']:.4f}", routing, f"{row['same']}/{row['prompts']}", routed,
                                   f"{row['same_mlp_only']}/{row['prompts']}", memory])
                     print(" | ".join(table[-1]), flush=True)
     # Each kind summed; and the MoE models that have a dense twin, against their twins.
@@ -289,11 +335,17 @@ def main(argv=None):
                     mlp = sum(r["same_mlp_only"] for r in part)
                     totals[f"{init} {group} {recipe}"] = {"same": same, "same_mlp_only": mlp, "prompts": prompts,
                                                           "share": same / prompts, "share_mlp_only": mlp / prompts}
+                    routed = ""
+                    if part[0]["same_routed_as_reference"] is not None:
+                        n = sum(r["same_routed_as_reference"] for r in part)
+                        totals[f"{init} {group} {recipe}"]["same_routed_as_reference"] = n
+                        routed = f"{n}/{prompts} ({n / prompts:.1%})"
                     table.append([f"all {group}", part[0]["kind"], recipe, init, "", "", "", "",
-                                  f"{same}/{prompts} ({same / prompts:.1%})", f"{mlp}/{prompts} ({mlp / prompts:.1%})",
-                                  ""])
+                                  f"{same}/{prompts} ({same / prompts:.1%})", routed,
+                                  f"{mlp}/{prompts} ({mlp / prompts:.1%})", ""])
     headers = ["model", "kind", "recipe", "init", "MLP / attention rms", "logits cosine", "top-1 agreement",
-               "routing changed", "equal generate()", "equal generate(), FP8 MLPs only", "expert bytes / bf16"]
+               "routing changed", "equal generate()", "equal generate(), routed as the reference",
+               "equal generate(), FP8 MLPs only", "expert bytes / bf16"]
     write_report(args.out, "fp8_models", {"machine": machine_facts(torch.device("cpu")), "rows": rows,
                                           "totals": totals, "new_tokens": args.new_tokens},
                  "FP8 models against their dequantized float reference", markdown_table(headers, table))

@@ -302,7 +302,8 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
     """The path ``scaled_grouped_gemm`` takes for these arguments, without running it: ``mode``, ``recipe``,
     ``path`` ("cutlass": an SM90 FP8 grouped kernel, then also ``kernel``; "torch._scaled_grouped_mm"; or
     "formula"), ``host_sync`` and
-    ``reason``. Raises as ``scaled_grouped_gemm`` does for bad arguments."""
+    ``reason``. Raises as ``scaled_grouped_gemm`` does for bad arguments, but for offs' values, which only the
+    call reads."""
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 
 
@@ -327,16 +328,21 @@ def _quantize_over(t, dim, groups=None, group_of=None):
 
 
 class _Fp8GroupedMm(torch.autograd.Function):
-    """fp8_grouped_mm's forward and backward (torchao's float8 MoE training recipe, rowwise)."""
+    """fp8_grouped_mm's forward and backward (torchao's float8 MoE training recipe, rowwise). The backward
+    quantizes its inputs, so it has no derivative of its own: differentiating it raises (once_differentiable)."""
 
     @staticmethod
-    def forward(ctx, x, w, offs):
+    def forward(x, w, offs):
         xq, xs = _quantize_over(x, 1)  # (M, K), (M,)
         wq, ws = _quantize_over(w, 2)  # (G, N, K), (G, N)
-        ctx.save_for_backward(x, w, offs)
         return scaled_grouped_gemm(xq, wq.transpose(1, 2), xs, ws, offs, out_dtype=x.dtype)
 
     @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         x, w, offs = ctx.saved_tensors
         grad_x = grad_w = None
@@ -370,9 +376,31 @@ def fp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torc
     gradient the same way: grad_x = grad_out_g @ w_g (grad_out per token, w per expert and input channel),
     grad_w = grad_out_g^T @ x_g in the 2D x 2D form over the tokens (each expert's own scale per channel of
     grad_out and of x). K and N multiples of 16. Gradients match the float formula within FP8's rounding
-    (tests/test_scaled_grouped_gemm.py).
+    (tests/test_scaled_grouped_gemm.py); they have no derivative (a double backward raises).
     """
+    _check_fp8_grouped_mm(x, w, offs)
     return _Fp8GroupedMm.apply(x, w, offs)
+
+
+def _check_fp8_grouped_mm(x, w, offs):
+    """Plain raises, not torch._check: Dynamo cannot trace a message closure over tensors."""
+    op, floats = "fp8_grouped_mm", (torch.float32, torch.bfloat16, torch.float16)
+    for name, t, dims, shape in (("x", x, 2, "(M, K)"), ("w", w, 3, "(G, N, K)"), ("offs", offs, 1, "(G,)")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: expected {name} to be a tensor of shape {shape}, got {type(t).__name__}")
+        if t.dim() != dims:
+            raise RuntimeError(f"{op}: expected {name} of shape {shape}, got {tuple(t.shape)}")
+    for name, t in (("x", x), ("w", w)):
+        if t.dtype not in floats:
+            raise RuntimeError(f"{op}: expected {name}'s dtype to be torch.float32, torch.bfloat16 or torch.float16 "
+                               f"(it is quantized to FP8 here), got {t.dtype}")
+    if offs.dtype != torch.int32:
+        raise RuntimeError(f"{op}: expected offs of dtype torch.int32, got {offs.dtype}")
+    if x.shape[1] != w.shape[2]:
+        raise RuntimeError(f"{op}: expected x (M, K) and w (G, N, K) of the same K, got x of shape "
+                           f"{tuple(x.shape)} and w of shape {tuple(w.shape)}")
+    if offs.shape[0] != w.shape[0]:
+        raise RuntimeError(f"{op}: expected offs of one end per expert, {w.shape[0]} (w's G), got {offs.shape[0]}")
 
 
 _GRANULARITIES = ("tensor", "row", "group", "block")

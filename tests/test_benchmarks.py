@@ -2,6 +2,7 @@
 so without these a broken benchmark would first show on the scarce GPU machine. On CPU, on small
 suites; an interrupted run (Ctrl-C, or device_check.sh's time limit) reports the cases measured so far."""
 
+import copy
 import glob
 import json
 import os
@@ -173,6 +174,8 @@ def test_fp8_models_benchmark_cli(tmp_path):
     assert rows["GptOss", "blockwise", "unit"]["experts_rowwise"] == 2
     assert rows["Llama", "rowwise", "unit"]["fp8_experts"] == 0
     assert rows["Llama", "rowwise", "unit"]["routing_changes"] is None
+    assert rows["Llama", "rowwise", "unit"]["same_routed_as_reference"] is None
+    assert all(0 <= r["same_routed_as_reference"] <= 1 for r in report["rows"] if r["kind"] == "MoE")
     assert all(0 <= r["routing_changes"] < 0.5 for r in report["rows"] if r["kind"] == "MoE")
     # The dense twins hold no experts; every FP8 Linear of theirs is a dense path's.
     twins = {r["family"]: r for r in report["rows"] if r["kind"] == "dense twin" and r["recipe"] == "rowwise"
@@ -185,6 +188,32 @@ def test_fp8_models_benchmark_cli(tmp_path):
     table = (tmp_path / "fp8_models.md").read_text()
     assert "| all MoE | MoE | blockwise | unit |" in table and "| all MoE with a twin | MoE | rowwise |" in table
     assert "| Mistral (twin of Mixtral) | dense twin | blockwise | unit |" in table
+
+
+@pytest.mark.parametrize("family", ["DeepseekV3", "GptOss"])  # experts called with positional and keyword routing
+def test_fp8_models_routed_as_gives_a_model_its_reference_routing(family):
+    pytest.importorskip("transformers")
+    from benchmarks import fp8_models
+    reference = fp8_models.tiny(family, init="unit")
+    other = copy.deepcopy(reference)
+    routers = [m for n, m in other.named_modules() if n.endswith((".mlp.gate", ".mlp.router"))]
+    assert routers
+    with torch.no_grad():
+        for router in routers:
+            router.weight.normal_(0, 5.0, generator=torch.Generator().manual_seed(1))
+        prompts = torch.randint(0, fp8_models.VOCAB, (4, 1, 4), generator=torch.Generator().manual_seed(0))
+        expected = [reference.generate(p, max_new_tokens=6, do_sample=False) for p in prompts]
+
+        def same():
+            return sum(torch.equal(other.generate(p, max_new_tokens=6, do_sample=False), e)
+                       for p, e in zip(prompts, expected))
+
+        assert same() < 4  # another router: other tokens
+        hooks = fp8_models.routed_as(reference, other)
+        assert same() == 4  # across generate()'s cached steps
+        for hook in hooks:
+            hook.remove()
+        assert same() < 4
 
 
 def test_fp8_models_benchmark_cli_compares_each_experts_module(tmp_path):

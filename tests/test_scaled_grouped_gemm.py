@@ -215,6 +215,34 @@ def test_fp8_grouped_mm_compiles():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("x, w, offs, message", [
+    (torch.randn(30, 64, dtype=torch.float64), torch.randn(2, 48, 64), ends_of([10, 20]), "x's dtype"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64, dtype=torch.float64), ends_of([10, 20]), "w's dtype"),
+    (torch.randn(30, 64).to(E4), torch.randn(2, 48, 64), ends_of([10, 20]), "x's dtype"),
+    (torch.randn(64), torch.randn(2, 48, 64), ends_of([10, 20]), r"x of shape \(M, K\)"),
+    (torch.randn(2, 30, 64), torch.randn(2, 48, 64), ends_of([10, 20]), r"x of shape \(M, K\)"),
+    (torch.randn(30, 64), torch.randn(48, 64), ends_of([30]), r"w of shape \(G, N, K\)"),
+    (torch.randn(30, 32), torch.randn(2, 48, 64), ends_of([10, 20]), r"same K, got x of shape \(30, 32\) and w of "
+                                                                     r"shape \(2, 48, 64\)"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64), torch.tensor([10, 20]), "offs of dtype torch.int32"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64), ends_of([10, 10, 20]), r"one end per expert, 2 \(w's G\), got 3"),
+])
+def test_fp8_grouped_mm_names_the_argument_it_refuses(x, w, offs, message):
+    # Checked before quantizing: the messages name fp8_grouped_mm's own arguments, in forward (a float64 w
+    # would otherwise fail only in backward, as grad_w's out_dtype).
+    with pytest.raises(RuntimeError, match="fp8_grouped_mm: expected " + ".*" + message):
+        ops.fp8_grouped_mm(x, w, offs)
+
+
+def test_fp8_grouped_mm_gradients_have_no_derivative_and_torch_func_takes_them():
+    x, w, offs = torch.randn(8, 32, requires_grad=True), torch.randn(2, 16, 32, requires_grad=True), ends_of([4, 4])
+    gx, = torch.autograd.grad(ops.fp8_grouped_mm(x, w, offs).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):  # never a silent zero second derivative
+        gx.square().sum().backward()
+    grad = torch.func.grad(lambda x: ops.fp8_grouped_mm(x, w.detach(), offs).square().sum())(x.detach())
+    torch.testing.assert_close(grad, gx.detach())
+
+
 # ---- The SM90 FP8 grouped kernels' launch, replayed on CPU (_scaled_grouped_gemm_emulate) ----------------------
 
 def emulate(A, B, sa, sb, offs=None, bias=None, out_dtype=None):
