@@ -7,6 +7,7 @@ imports this module.
 """
 
 import copy
+import re
 import warnings
 from typing import List, Optional
 
@@ -234,7 +235,8 @@ def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, st
     ``block_sparse_moe``), become the model's through transformers' conversion mapping for the model, the one
     ``save_pretrained`` reverted and ``from_pretrained`` applies. Keys it cannot convert stay as they are (then
     reported unexpected), and a conversion that fails is a load error naming the keys."""
-    own = {prefix + key for key in module.state_dict(keep_vars=True)}
+    own_tensors = {prefix + key: t for key, t in module.state_dict(keep_vars=True).items()}
+    own = set(own_tensors)
     foreign = [key for key in state_dict if key.startswith(prefix) and key not in own]
     if not foreign:
         return
@@ -248,6 +250,7 @@ def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, st
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
     renamed, pending = {}, {}  # pending: target key -> (its converter, the checkpoint keys it collects)
+    indices = {}  # (target, source pattern) -> the expert index of each key it collects, in stacking order
     for key in sorted(foreign, key=dot_natural_key):  # experts in index order, as from_pretrained stacks them
         target, pattern = rename_source_key(key[len(prefix):], renamings, converters)
         if pattern is None:
@@ -257,8 +260,23 @@ def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, st
         converter, sources = pending.setdefault(target, (copy.deepcopy(by_pattern[pattern]), []))
         converter.add_tensor(target, key[len(prefix):], pattern, state_dict[key])
         sources.append(key)
+        index = re.search(re.escape(pattern).replace(r"\*", r"(\d+)"), key[len(prefix):]) if "*" in pattern else None
+        if index is not None:
+            indices.setdefault((target, pattern), []).append(int(index.group(1)))
     for key, target in renamed.items():
         state_dict[target] = state_dict.pop(key)
+    for (target, pattern), found in indices.items():
+        # Stacking renumbers the experts: a checkpoint must hold each of 0..E-1 once, E the model's.
+        own_tensor = own_tensors.get(prefix + target)
+        experts = own_tensor.shape[0] if own_tensor is not None and own_tensor.dim() else len(found)
+        if found != list(range(experts)):
+            missing = sorted(set(range(experts)) - set(found))
+            extra = sorted(set(found) - set(range(experts)))
+            error_msgs.append(f"ops.nn: the checkpoint's keys {pattern!r} under {prefix or 'the model'} hold experts "
+                              f"{_ranges(found)}; {prefix + target} stacks experts 0-{experts - 1}, each once"
+                              + (f" (missing {_ranges(missing)})" if missing else "")
+                              + (f" (not the model's: {_ranges(extra)})" if extra else ""))
+            pending.pop(target, None)
     for target, (converter, sources) in pending.items():
         try:
             converted = converter.convert(target, model=module, config=getattr(module, "config", None))
@@ -271,6 +289,18 @@ def checkpoint_keys_to_model_keys(module, state_dict, prefix, local_metadata, st
             for key in sources:
                 del state_dict[key]
             state_dict.update(converted)
+
+
+def _ranges(indices) -> str:
+    """"0-2, 4-8" of sorted distinct integers (a repeated one kept: "3, 3")."""
+    parts, start = [], None
+    for i, n in enumerate(indices):
+        if start is None:
+            start = n
+        if i + 1 == len(indices) or indices[i + 1] != n + 1:
+            parts.append(str(n) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
 
 
 def load_checkpoint_keys_from_now_on(model: torch.nn.Module) -> None:

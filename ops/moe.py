@@ -171,7 +171,18 @@ def quantize(module: torch.nn.Module, recipe: str) -> str:
     module.activation_scheme = "dynamic"
     keep_fp8_through_casts(module)
     module.register_load_state_dict_pre_hook(_quantize_on_load)
+    module.register_forward_pre_hook(_runs_on_ops)
     return "blockwise" if blockwise else "rowwise"
+
+
+def _runs_on_ops(module, args):
+    # The model's other experts implementations ("eager", "grouped_mm", ...) read the codes as weights and fail
+    # in ATen's dtype checks: the error names the cause instead.
+    implementation = getattr(module.config, "_experts_implementation", None)
+    if implementation != NAME:
+        raise RuntimeError(f"ops.moe: {type(module).__name__} holds FP8 codes (ops.moe.quantize), which only the "
+                           f"experts implementation {NAME!r} runs, and the model's config names {implementation!r}: "
+                           f"call model.set_experts_implementation({NAME!r})")
 
 
 def recipe_for(module: torch.nn.Module, asked: str) -> str:
@@ -258,32 +269,37 @@ def keep_fp8_through_casts(module: torch.nn.Module) -> None:
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """The experts of a transformers MoE layer on ``ops.grouped_gemm``: hidden_states (T, H), the top-k
-    experts of each token and their routing weights (T, k); returns (T, H)."""
-    if hidden_states.requires_grad and torch.is_grad_enabled() and is_fp8(self):
+    experts of each token and their routing weights (T, k); returns (T, H). A pick of an id outside
+    [0, num_experts) contributes nothing: transformers' expert-parallel sentinel (num_experts), vLLM's -1."""
+    fp8 = is_fp8(self)
+    if fp8 and hidden_states.requires_grad and torch.is_grad_enabled():
         raise RuntimeError("ops.moe: FP8 experts are inference only (FP8 operands have no gradient), and the hidden "
                            "states require grad: run the model under torch.no_grad() or torch.inference_mode()")
+    if fp8 and hidden_states.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise RuntimeError(f"ops.moe: FP8 experts compute in torch.float32, torch.bfloat16 or torch.float16 (the FP8 "
+                           f"GEMM's output dtypes), got hidden states of {hidden_states.dtype}")
     num_tokens, hidden = hidden_states.shape[0], hidden_states.shape[-1]
-    k = top_k_index.shape[-1]
-    expert_ids, order = torch.sort(top_k_index.reshape(-1))
+    k, experts = top_k_index.shape[-1], self.num_experts
+    ids = top_k_index.reshape(-1)
+    ids = torch.where((ids >= 0) & (ids < experts), ids, experts)  # every other id sorts last as num_experts
+    expert_ids, order = torch.sort(ids)
     x = hidden_states[order // k]
     weights = top_k_weights.reshape(-1)[order]
-    # Tokens per expert with a fixed number of bins (no data-dependent shape); ids past the last expert
-    # (expert-parallel sentinels) fall in no bin and sort last: rows past offs[-1], which grouped_gemm
-    # leaves zero. histc counts floats on CPU and MPS, ints on CUDA (deterministic algorithms).
-    counts = torch.histc(expert_ids.float() if x.device.type in ("cpu", "mps") else expert_ids.int(),
-                         bins=self.num_experts, min=0, max=self.num_experts - 1)
-    offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
-    sentinel = None
-    if getattr(self, "_is_expert_parallel", False):
-        sentinel = (expert_ids >= self.num_experts).unsqueeze(-1)
-        expert_ids = expert_ids.clamp(max=self.num_experts - 1)  # in bounds for the bias gather
+    # Each expert's end in the sorted ids (a fixed shape, no host synchronization); the picks of id num_experts
+    # are the rows past offs[-1], which the grouped GEMMs leave zero.
+    offs = torch.searchsorted(expert_ids, torch.arange(experts, device=ids.device, dtype=ids.dtype),
+                              right=True).to(torch.int32)
     has_bias, transposed = getattr(self, "has_bias", False), getattr(self, "is_transposed", False)
+    sentinel = None
+    if has_bias:  # the bias lands on rows past offs[-1] too: zeroed after each projection
+        sentinel = (expert_ids == experts).unsqueeze(-1)
+        expert_ids = expert_ids.clamp(max=experts - 1)  # in bounds for the bias gather
     block = getattr(self, "block_size", None)
     up_name = "gate_up_proj" if getattr(self, "has_gate", True) else "up_proj"
     up, up_bias = getattr(self, up_name), getattr(self, up_name + "_bias", None) if has_bias else None
     h = _grouped_linear(x, up, offs, up_bias, expert_ids, transposed, getattr(self, up_name + "_scale_inv", None),
                         block)
-    if sentinel is not None and up_bias is not None:
+    if sentinel is not None:
         h = h.masked_fill(sentinel, 0.0)
     if not getattr(self, "has_gate", True):
         h = self.act_fn(h)

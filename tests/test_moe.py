@@ -170,6 +170,23 @@ def test_expert_parallel_sentinels_give_zero_rows():
     assert all(p.grad is not None and p.grad.isfinite().all() for p in experts.parameters())
 
 
+@pytest.mark.parametrize("num_experts", [1, 4])
+def test_picks_of_ids_outside_the_experts_contribute_nothing(num_experts):
+    # -1 (vLLM's mark of an expert elsewhere) and num_experts, without expert parallelism too: the other tokens'
+    # groups stay whole (a negative id sorted first would shift every group by a row), one expert included.
+    config = transformers.Qwen3MoeConfig(**{**fp8_models.COMMON, **fp8_models.MOE["Qwen3Moe"],
+                                            "num_experts": num_experts, "num_experts_per_tok": 1})
+    torch.manual_seed(0)
+    experts = transformers.Qwen3MoeForCausalLM(config).model.layers[0].mlp.experts
+    x = torch.randn(10, 128, generator=torch.Generator().manual_seed(5))
+    index, weights = routing(10, num_experts, 1)
+    bad = torch.tensor([[-1], [num_experts], [-7], [num_experts + 3]])
+    got = ops.moe.experts_forward(experts, x, torch.cat([bad, index[4:]]), weights)
+    expected = ops.moe.experts_forward(experts, x, index, torch.cat([torch.zeros(4, 1), weights[4:]]))
+    assert not got[:4].any()
+    torch.testing.assert_close(got, expected)
+
+
 def test_experts_compile_without_graph_breaks():
     experts = experts_module()
     x = torch.randn(11, 32, generator=torch.Generator().manual_seed(6))
@@ -388,6 +405,24 @@ def test_save_pretrained_writes_blockwise_fp8_experts_in_the_format_transformers
     assert_same_logits(again, fp8_model)
 
 
+def test_a_checkpoint_that_does_not_hold_each_expert_once_is_a_load_error(tmp_path):
+    # Stacking the keys experts.{i}.* renumbers them: experts 0-2 and 4-8 of 8 would load as 0-7.
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = fp8_converted("Qwen3Moe", "blockwise")
+    model.save_pretrained(tmp_path)
+    saved = safetensors.load_file(tmp_path / "model.safetensors")
+    layer = "model.layers.0.mlp.experts"
+    moved = {k.replace(f"{layer}.3.", f"{layer}.8.") if k.startswith(f"{layer}.3.") else k: v
+             for k, v in saved.items()}
+    with pytest.raises(RuntimeError, match=rf"ops.nn: the checkpoint's keys 'mlp.experts.\*.gate_proj.weight' under "
+                                           rf"the model hold experts 0-2, 4-8; {layer}.gate_up_proj stacks experts "
+                                           rf"0-7, each once \(missing 3\) \(not the model's: 8\)"):
+        fp8_converted("Qwen3Moe", "blockwise").load_state_dict(moved)
+    dropped = {k: v for k, v in saved.items() if not k.startswith(f"{layer}.3.")}
+    with pytest.raises(RuntimeError, match=r"hold experts 0-2, 4-7; .* \(missing 3\)"):
+        fp8_converted("Qwen3Moe", "blockwise").load_state_dict(dropped)
+
+
 def test_save_pretrained_keeps_fused_scales_that_do_not_split_per_expert(tmp_path):
     # convert's scales always split at the gate/up boundary (blockwise needs the expert width, down_proj's K, in
     # whole blocks); one scale per expert and fused projection (transformers' FP8Experts without blocks) does not:
@@ -575,6 +610,20 @@ def test_fp8_experts_refuse_a_second_quantization_and_training():
     ids = torch.randint(0, VOCAB, (1, 4))
     with pytest.raises(RuntimeError, match=r"ops.moe: FP8 experts are inference only .* torch.no_grad\(\)"):
         model(ids, labels=ids)
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=r"ops.moe: FP8 experts compute in torch.float32, torch.bfloat16 or "
+                                               r"torch.float16 .* got hidden states of torch.float64"):
+            __import__("copy").deepcopy(model).double()(ids)
+        # Another experts implementation would read the codes as weights (ATen: "expected m1 and m2 to have the
+        # same dtype"); a float model sharing the config switches it too.
+        for implementation in ("eager", "grouped_mm"):
+            model.set_experts_implementation(implementation)
+            with pytest.raises(RuntimeError, match=rf"ops.moe: Qwen3MoeExperts holds FP8 codes .* only the experts "
+                                                   rf"implementation 'ops' runs, and the model's config names "
+                                                   rf"'{implementation}': call model.set_experts_implementation"):
+                model(ids)
+        model.set_experts_implementation("ops")
+        model(ids)
 
 
 def test_gpt_oss_blockwise_experts_stay_rowwise_through_a_second_convert_and_are_never_left_unconverted():
