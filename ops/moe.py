@@ -229,12 +229,17 @@ def _quantized(weight, name, transposed, blockwise):
 
 def _quantize_on_load(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
     # A floating-point checkpoint's weights (the model's before convert(fp8=...)) load quantized as ``quantize``
-    # quantizes them, instead of their values copied into the codes.
+    # quantizes them, instead of their values copied into the codes. Codes load K-major, as ``quantize`` stores
+    # them (a checkpoint holds transposed weights (E, K, N) N-major): load_state_dict(assign=True) keeps that.
     transposed = getattr(module, "is_transposed", False)
     for name in _projections(module):
         key, scale_key = prefix + name, prefix + name + "_scale_inv"
         weight = state_dict.get(key)
-        if not isinstance(weight, torch.Tensor) or weight.dtype == torch.float8_e4m3fn:
+        if not isinstance(weight, torch.Tensor):
+            continue
+        if weight.dtype == torch.float8_e4m3fn:
+            if transposed and weight.dim() == 3 and weight.stride(1) != 1:
+                state_dict[key] = weight.transpose(1, 2).contiguous().transpose(1, 2)
             continue
         if weight.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64) or scale_key in state_dict:
             error_msgs.append(f"ops.moe: {key} is {weight.dtype}" + (f" beside a {scale_key}" if scale_key in state_dict

@@ -565,6 +565,20 @@ def test_a_fine_grained_fp8_moe_checkpoint_loads_into_fp8_experts_without_a_floa
         assert torch.equal(loaded(ids).logits, converted(ids).logits)
 
 
+def test_transposed_fp8_experts_load_their_codes_k_major_with_assign():
+    # GPT-OSS stores weights (E, K, N); a checkpoint holds them N-major, the FP8 grouped GEMM reads K-major (a
+    # copy per call on CUDA otherwise).
+    model = fp8_converted("GptOss", "rowwise")
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    other = fp8_converted("GptOss", "rowwise")
+    assert str(other.load_state_dict(state, assign=True)) == "<All keys matched successfully>"
+    for name in experts_names(other):
+        for proj in ops.moe._projections(other.get_submodule(name)):
+            codes = getattr(other.get_submodule(name), proj)
+            assert codes.dtype == E4 and codes.stride(1) == 1, (name, proj, codes.stride())
+    assert_same_logits(other, model)
+
+
 def test_fp8_experts_load_a_floating_point_state_dict_quantized():
     model = fp8_tiny("Qwen3Moe")
     floats = {k: v.clone() for k, v in model.state_dict().items()}
