@@ -143,6 +143,12 @@ def mlp_vs_attention(model, ids):
     return rms(parts["mlp"]) / rms(parts["self_attn"])
 
 
+def _routing_of(args, kwargs):
+    """What an experts module's call takes after the hidden states, (args, kwargs): the top-k indices first, then
+    the routing weights (positional, or GPT-OSS's router_indices and routing_weights)."""
+    return args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}
+
+
 def routing_changes(reference, fp8_model, ids):
     """The share of (token, MoE layer) pairs on ``ids`` whose routed experts differ between ``fp8_model`` and its
     float ``reference`` (each model on its own hidden states), or None for a model without experts."""
@@ -152,9 +158,9 @@ def routing_changes(reference, fp8_model, ids):
     chosen = {}
 
     def keep(key):
-        def hook(module, args, kwargs, output):  # the experts' (hidden_states, top-k indices, top-k weights)
-            index = args[1] if len(args) > 1 else next(v for k, v in kwargs.items() if k != "hidden_states")
-            chosen[key] = index.sort(-1).values
+        def hook(module, args, kwargs, output):
+            rest, given = _routing_of(args, kwargs)
+            chosen[key] = (*rest, *given.values())[0].sort(-1).values
         return hook
 
     hooks = [model.get_submodule(n).register_forward_hook(keep((tag, n)), with_kwargs=True)
@@ -185,8 +191,8 @@ def routed_as(reference, fp8_model):
         reference(*args, **ref_kwargs)
 
     def keep(name):
-        def hook(module, args, kwargs, output):  # everything the experts take after the hidden states
-            routes[name] = (args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"})
+        def hook(module, args, kwargs, output):
+            routes[name] = _routing_of(args, kwargs)
         return hook
 
     def pin(name):
@@ -315,7 +321,7 @@ def main(argv=None):
                     routing = "" if row["routing_changes"] is None else f"{row['routing_changes']:.1%}"
                     routed = "" if row["same_routed_as_reference"] is None else \
                         f"{row['same_routed_as_reference']}/{row['prompts']}"
-                    twin = TWINS.get(family, (family,))[0] if kind == "dense twin" else family
+                    twin = TWINS[family][0] if kind == "dense twin" else family
                     name = family if twin == family else f"{twin} (twin of {family})"
                     table.append([name, kind, recipe, init, f"{row['mlp_vs_attention']:.3f}", f"{row['cosine']:.6f}",
                                   f"{row['top1']:.4f}", routing, f"{row['same']}/{row['prompts']}", routed,
