@@ -276,11 +276,10 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     """The experts of a transformers MoE layer on ``ops.grouped_gemm``: hidden_states (T, H), the top-k
     experts of each token and their routing weights (T, k); returns (T, H). A pick of an id outside
     [0, num_experts) contributes nothing: transformers' expert-parallel sentinel (num_experts), vLLM's -1."""
-    fp8 = is_fp8(self)
-    if fp8 and hidden_states.requires_grad and torch.is_grad_enabled():
+    if hidden_states.requires_grad and torch.is_grad_enabled() and is_fp8(self):
         raise RuntimeError("ops.moe: FP8 experts are inference only (FP8 operands have no gradient), and the hidden "
                            "states require grad: run the model under torch.no_grad() or torch.inference_mode()")
-    if fp8 and hidden_states.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+    if hidden_states.dtype not in (torch.float32, torch.bfloat16, torch.float16) and is_fp8(self):
         raise RuntimeError(f"ops.moe: FP8 experts compute in torch.float32, torch.bfloat16 or torch.float16 (the FP8 "
                            f"GEMM's output dtypes), got hidden states of {hidden_states.dtype}")
     num_tokens, hidden = hidden_states.shape[0], hidden_states.shape[-1]
