@@ -8,6 +8,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "checks.h"
 #include "quantize_fp8.h"
 
@@ -65,6 +67,9 @@ Quantized silu_and_mul_fp8(const at::Tensor& input, c10::string_view granularity
                            const c10::optional<at::Tensor>& scale, bool pow2_scale) {
   constexpr const char* op = "silu_and_mul_fp8";
   check_silu_and_mul_input(op, input);
+  std::vector<int64_t> sizes = input.sizes().vec();
+  sizes.back() /= 2;
+  check_quantize_fp8(op, input, sizes, granularity, dtype, scale, pow2_scale);  // errors naming input's shape
   static const auto silu_and_mul = c10::Dispatcher::singleton()
                                        .findSchemaOrThrow("ops::silu_and_mul", "")
                                        .typed<at::Tensor(const at::Tensor&)>();

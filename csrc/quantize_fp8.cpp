@@ -102,10 +102,14 @@ Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op, ": expected input's dtype to be ", gemm_dtypes_text(),
               ", got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(input.layout() == at::kStrided, op, ": input must be a dense (strided) tensor");
+  // sizes: input's, or silu_and_mul_fp8's product of input's halves, which it quantizes.
+  const std::string quantized = sizes.equals(input.sizes())
+                                    ? c10::str("input of shape ", sizes)
+                                    : c10::str("input of shape ", input.sizes(), " (silu(gate) * up: ", sizes, ")");
   Fp8Quantization q;
   q.granularity = parse_granularity(op, granularity);
   TORCH_CHECK(q.granularity != Granularity::Block || sizes.size() == 2, op,
-              ": granularity \"block\" (128x128) takes a 2-D matrix, got input of shape ", sizes);
+              ": granularity \"block\" (128x128) takes a 2-D matrix, got ", quantized);
   q.dtype = dtype.value_or(at::kFloat8_e4m3fn);
   TORCH_CHECK(q.dtype == at::kFloat8_e4m3fn || q.dtype == at::kFloat8_e5m2, op,
               ": expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, got ", torch_dtype_name(q.dtype));
@@ -120,7 +124,7 @@ Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::
                 " (input's device), got ", scale->device());
     TORCH_CHECK(scale->sizes().vec() == q.scale_shape || (q.granularity == Granularity::Tensor && scale->numel() == 1),
                 op, ": expected scale of shape ", at::IntArrayRef(q.scale_shape), " for granularity \"",
-                std::string(granularity), "\" and input of shape ", sizes, ", got ", scale->sizes());
+                std::string(granularity), "\" and ", quantized, ", got ", scale->sizes());
   }
   return q;
 }

@@ -859,6 +859,12 @@ FP8_NORM_ERRORS = {
     ],
     "silu_and_mul_fp8": [
         _bad("odd", (torch.randn(4, 31),), RuntimeError, r"silu_and_mul_fp8: expected input's last dimension to be even"),
+        _bad("block of 3-d", (torch.randn(2, 4, 32), "block"), RuntimeError,
+             r'silu_and_mul_fp8: granularity "block" \(128x128\) takes a 2-D matrix, got input of shape \[2, 4, 32\] '
+             r"\(silu\(gate\) \* up: \[2, 4, 16\]\)"),
+        _bad("scale shape", (torch.randn(4, 32), "row"), RuntimeError,
+             r'silu_and_mul_fp8: expected scale of shape \[4, 1\] for granularity "row" and input of shape \[4, 32\] '
+             r"\(silu\(gate\) \* up: \[4, 16\]\), got \[4\]", {"scale": torch.ones(4)}),
     ],
 }
 

@@ -100,7 +100,26 @@ def test_fp8_linear_bad_input():
             fp8_lin(torch.randn(4, 32, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_fp8_linear_without_input_features_gives_the_bias_as_nn_linear(recipe):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nn.Linear: "Initializing zero-element tensors is a no-op"
+        lin = torch.nn.Linear(0, 16)
+    fp8_lin = ops.nn.Fp8Linear.from_linear(lin, recipe)
+    with torch.no_grad():
+        for shape in [(3, 0), (2, 3, 0), (0,), (0, 0)]:
+            x = torch.randn(shape)
+            assert torch.equal(fp8_lin(x), lin(x)), shape
+
+
 def test_fp8_linear_bad_arguments():
+    e4_weight, scale = torch.zeros(160, 144, dtype=E4), torch.ones(2, 2)
+    with pytest.raises(ValueError, match=r"from_fp8: expected a float8_e4m3fn weight \(N, K\) .* got "
+                                         r"torch.float8_e4m3fn \[2, 160, 144\]"):
+        ops.nn.Fp8Linear.from_fp8(e4_weight.expand(2, 160, 144), scale)
+    with pytest.raises(ValueError, match=r"from_fp8: expected a floating-point bias of shape \(160,\) \(N\), got "
+                                         r"torch.float32 \[10\]"):
+        ops.nn.Fp8Linear.from_fp8(e4_weight, scale, bias=torch.zeros(10))
     with pytest.raises(ValueError, match="multiples of 16"):
         ops.nn.Fp8Linear(20, 16)
     with pytest.raises(ValueError, match="recipe must be one of"):
