@@ -182,13 +182,16 @@ class Fp8Linear(torch.nn.Module):
         """A blockwise Fp8Linear over a checkpoint's FP8 weight (N, K) ``float8_e4m3fn`` and its float32
         ``weight_scale_inv`` (ceil(N/128), ceil(K/128)) (DeepSeek-V3's and transformers' fine-grained FP8
         format; the scale multiplies the codes despite its name), shared, not copied."""
-        n, k = weight.shape
-        expected = _fp8._scale_shape((n, k), "block")
-        if weight.dtype != torch.float8_e4m3fn or weight_scale_inv.dtype != torch.float32 or \
+        n, k = weight.shape if weight.dim() == 2 else (-1, -1)
+        expected = _fp8._scale_shape((n, k), "block") if weight.dim() == 2 else "(ceil(N/128), ceil(K/128))"
+        if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn or weight_scale_inv.dtype != torch.float32 or \
                 tuple(weight_scale_inv.shape) != expected:
             raise ValueError(f"ops.nn.Fp8Linear.from_fp8: expected a float8_e4m3fn weight (N, K) and a float32 "
                              f"weight_scale_inv {expected}, got {weight.dtype} {list(weight.shape)} and "
                              f"{weight_scale_inv.dtype} {list(weight_scale_inv.shape)}")
+        if bias is not None and (bias.shape != (n,) or not bias.is_floating_point() or bias.dtype.itemsize == 1):
+            raise ValueError(f"ops.nn.Fp8Linear.from_fp8: expected a floating-point bias of shape ({n},) (N), got "
+                             f"{bias.dtype} {list(bias.shape)}")
         new = cls(k, n, bias is not None, "blockwise", activation, device="meta")  # buffers replaced below
         new.weight, new.weight_scale_inv = weight.detach(), weight_scale_inv.detach()
         new.bias = None if bias is None else bias.detach()
@@ -206,7 +209,7 @@ class Fp8Linear(torch.nn.Module):
         if input.requires_grad and torch.is_grad_enabled():
             raise RuntimeError("ops.nn.Fp8Linear: inference only (FP8 operands have no gradient), and its input "
                                "requires grad: run the model under torch.no_grad() or torch.inference_mode()")
-        x = input.reshape(-1, self.in_features)
+        x = input.unsqueeze(0) if input.dim() == 1 else input.flatten(0, -2)  # (rows, K), K = 0 too
         codes, scale = _fp8.quantize_fp8(x, "row" if self.recipe == "rowwise" else "group")
         bias = None if self.bias is None else self.bias.to(input.dtype)
         weight_scale: Optional[torch.Tensor] = self.weight_scale
@@ -246,8 +249,12 @@ def _rms_norm_module_forward(x: torch.Tensor, weight: Optional[torch.Tensor], ep
         # a DTensor (DTensor ops take no plain tensor beside a DTensor).
         x_hat = fused.rms_norm(x, x.new_ones(x.shape[-1:]), eps)
         return x_hat if weight is None else weight * x_hat  # Hugging Face Llama: x_hat in x's dtype, times weight
-    # Mixed dtypes otherwise: computed in the wider one (the weight is not rounded), output in x's.
+    # Mixed dtypes otherwise, as torch's rms_norm: the statistics in x's compute type (float32 for half types),
+    # times the weight in the promoted dtype (the weight is not rounded), output in x's.
     wide = torch.promote_types(x.dtype, weight.dtype)
+    if wide == torch.float64 and x.dtype != torch.float64:
+        x_hat = fused.rms_norm(x.float(), x.new_ones(x.shape[-1:], dtype=torch.float32), eps)
+        return (x_hat.double() * weight).to(x.dtype)
     return fused.rms_norm(x.to(wide), weight.to(wide), eps).to(x.dtype)
 
 
@@ -261,8 +268,9 @@ class RMSNorm(torch.nn.RMSNorm):
             which is what torch.nn.RMSNorm computes with.
         elementwise_affine: learnable ``weight`` (hidden,), initialised to ones; without it, ones are used.
 
-    Input (*, hidden), output of the input's shape and dtype: a weight of another dtype is cast to the
-    input's, as torch.nn.RMSNorm's output also has the input's dtype. Converted from a Hugging Face
+    Input (*, hidden), output of the input's shape and dtype, as torch.nn.RMSNorm: with a weight of another
+    dtype, the statistics in the input's compute type (float32 for half types), times the weight in their
+    promoted dtype, rounded once to the input's dtype. Converted from a Hugging Face
     norm (``promote_weight_dtype``), it computes as those do instead: the normalized input, rounded to
     the input's dtype, times the weight, in their promoted dtype.
 
@@ -277,6 +285,8 @@ class RMSNorm(torch.nn.RMSNorm):
         if len(shape) != 1:
             raise ValueError(f"ops.nn.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
         super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
+        if self.eps is not None:  # a numpy scalar is a tensor to Dynamo, and the op's eps a float
+            self.eps = float(self.eps)
         self.promote_weight_dtype = False
         self.hf_formula: Optional[str] = None  # "llama" or "cast": converted from that list's class
 
@@ -290,7 +300,7 @@ class RMSNorm(torch.nn.RMSNorm):
 
     @variance_epsilon.setter
     def variance_epsilon(self, value: Optional[float]) -> None:
-        self.eps = value
+        self.eps = None if value is None else float(value)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():

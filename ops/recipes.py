@@ -96,22 +96,25 @@ def _linears_ready(block, names, x) -> bool:
         child = block._modules.get(name)
         if not _plain_linear(child) or not (_plain_tensor(child.weight) and _plain_tensor(child.bias)):
             return False
-        if child.weight.dtype != x.dtype or child.weight.dtype not in gemm._GEMM_DTYPES:
+        if child.weight.dtype != x.dtype or child.weight.dtype not in gemm._GEMM_DTYPES or \
+                (child.bias is not None and child.bias.dtype != x.dtype):
             return False  # F.linear would raise or promote; the class's forward says what happens
     return True
 
 
 class _GateUp(torch.autograd.Function):
-    """[x W_g^T + b_g, x W_u^T + b_u] as one (M, 2 * d) tensor: two GEMMs write its halves."""
+    """[x W_g^T + b_g, x W_u^T + b_u] as one (M, 2 * d) tensor: two GEMMs write its halves (a half with a
+    bias is ``ops.linear``'s, copied: the bias added before the one rounding, as F.linear adds it)."""
 
     @staticmethod
     def forward(ctx, x, w_gate, b_gate, w_up, b_up):
         d = w_gate.shape[0]
         out = x.new_empty(x.shape[0], 2 * d)
         for half, w, b in ((out[:, :d], w_gate, b_gate), (out[:, d:], w_up, b_up)):
-            gemm.cutlass_gemm(x, w.t(), out=half)
-            if b is not None:
-                half += b
+            if b is None:
+                gemm.cutlass_gemm(x, w.t(), out=half)
+            else:
+                half.copy_(linear(x, w, b))
         ctx.save_for_backward(x, w_gate, w_up)
         ctx.biases = (b_gate is not None, b_up is not None)
         return out

@@ -7,6 +7,7 @@ class gives its stock output and gradients."""
 import copy
 import importlib
 import inspect
+import itertools
 import pickle
 import textwrap
 
@@ -69,6 +70,30 @@ def test_nn_rms_norm_matches_torch_beyond_the_happy_path():
     for module in (norm, ops.nn.RMSNorm(4, elementwise_affine=False)):
         with pytest.raises(RuntimeError, match="ops.nn.RMSNorm: expected input with last dimension"):
             module(torch.randn(3, 5))
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")  # torch.nn.RMSNorm's
+def test_converted_rms_norm_equals_torch_s_for_every_input_and_weight_dtype():
+    # torch's rms_norm: the statistics in the input's compute type, times the weight in the promoted dtype.
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    for x_dtype, w_dtype in itertools.product(dtypes, dtypes):
+        stock = torch.nn.RMSNorm(48, eps=1e-5, dtype=w_dtype)
+        with torch.no_grad():
+            stock.weight.normal_(1, 0.5, generator=torch.Generator().manual_seed(0))
+        converted = torch.nn.Sequential(copy.deepcopy(stock))
+        ops.nn.convert(converted)
+        x = (torch.randn(5, 48, generator=torch.Generator().manual_seed(1)) * 4).to(x_dtype)
+        assert torch.equal(converted(x), stock(x)), (x_dtype, w_dtype)
+
+
+def test_a_converted_norm_with_a_numpy_eps_compiles():
+    # Dynamo takes a numpy scalar for a tensor; the op's eps is a float.
+    stock = torch.nn.RMSNorm(16, eps=np.float32(1e-6))
+    converted = torch.nn.Sequential(copy.deepcopy(stock))
+    ops.nn.convert(converted)
+    assert type(converted[0].eps) is float
+    x = torch.randn(2, 16)
+    assert torch.equal(torch.compile(converted, fullgraph=True)(x), stock(x))
 
 
 def test_converted_modules_trace_with_torch_fx():
@@ -490,6 +515,32 @@ def test_every_listed_recipe_block_gives_its_stock_output_and_gradients(recipe, 
     torch.testing.assert_close(x.grad, grad_x, atol=1e-5, rtol=1e-5)
     for (name, p_stock), p_ops in zip(stock.named_parameters(), block[0].parameters()):
         torch.testing.assert_close(p_ops.grad, p_stock.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_silu_gated_recipe_adds_biases_before_its_one_rounding(dtype, monkeypatch):
+    # F.linear rounds x W^T + b once; the recipe's gate and up halves must equal it.
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, mlp_bias=True, hidden_act="silu")
+    stock = LlamaMLP(config).to(dtype)
+    with torch.no_grad():
+        for p in (stock.gate_proj.bias, stock.up_proj.bias):
+            p.normal_(0, 1, generator=torch.Generator().manual_seed(0))
+    block = torch.nn.Sequential(copy.deepcopy(stock))
+    assert ops.nn.convert(block).recipes == [("0", "gated_mlp")]
+    seen, silu_and_mul = [], ops.fused.silu_and_mul
+    monkeypatch.setattr(ops.fused, "silu_and_mul", lambda t: seen.append(t.clone()) or silu_and_mul(t))
+    x = torch.randn(256, 64, generator=torch.Generator().manual_seed(1)).to(dtype)
+    with torch.no_grad():
+        block(x)
+        expected = torch.cat([stock.gate_proj(x), stock.up_proj(x)], -1)
+    assert len(seen) == 1 and torch.equal(seen[0], expected)
+    for module in (stock, block[0]):  # a bias of another dtype: F.linear raises, and the recipe steps aside
+        module.gate_proj.bias.data = module.gate_proj.bias.data.float()
+        with pytest.raises(RuntimeError, match="dtype"):
+            module(x)
 
 
 def _recipe_of(block):
