@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from . import _library, _overlap, fused as _fused
-from .gemm import _check_gemm_out, _check_gemm_shapes, _check_out_memory
+from .gemm import _check_gemm_out, _check_gemm_shapes, _check_out_memory, _check_plan_device
 from .grouped import _check_out, _shapes
 from .linear import _check_activation
 
@@ -143,7 +143,7 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
     Raises:
         RuntimeError: dtypes, shapes, scale shapes that are no recipe, scale dtypes, bias shape or dtype,
             K or N not a multiple of 16, devices, ``out`` of the wrong shape or dtype or overlapping an
-            input, an argument that requires grad.
+            input (as ATen's overlap analysis decides; docs/gemm.md), an argument that requires grad.
         ValueError: an unknown activation.
     """
     if not torch.jit.is_scripting():  # a constant to TorchScript, which compiles only the calls below
@@ -164,6 +164,7 @@ def plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
     """The path ``scaled_gemm`` takes for these arguments, without running it: ``recipe``, ``path``
     ("cutlass": an SM90 FP8 kernel, named in ``kernel``, with its ``candidates``, ``tactic_source`` and
     ``tuning_key``; "torch._scaled_mm"; "formula": the dequantized ATen formula) and ``reason``. Raises as ``scaled_gemm`` does for bad arguments."""
+    _check_plan_device("ops.fp8.plan", A)
     return json.loads(torch.ops.ops._scaled_gemm_plan(A, B, scale_a, scale_b, bias, out_dtype, activation,
                                                       use_fast_accum))
 
@@ -283,7 +284,8 @@ def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor,
     Raises:
         RuntimeError: dtypes, shapes, the mode's offs, scale shapes that are no recipe, K not a multiple of 128
             for the blockwise recipe, K or N not a multiple of 16, bias shape or dtype, devices, ``out`` of the
-            wrong shape or dtype or overlapping an input, an argument that requires grad.
+            wrong shape or dtype or overlapping an input (as ATen's overlap analysis decides; docs/gemm.md), an
+            argument that requires grad.
     """
     if not torch.jit.is_scripting():
         if out is None:
@@ -304,6 +306,7 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
     "formula"), ``host_sync`` and
     ``reason``. Raises as ``scaled_grouped_gemm`` does for bad arguments, but for offs' values, which only the
     call reads."""
+    _check_plan_device("ops.fp8.grouped_plan", A)
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 
 
@@ -422,15 +425,18 @@ def _quantize_fp8_fake(input, granularity="row", dtype=None, scale=None, pow2_sc
     return _quantize_as("quantize_fp8", input, granularity, dtype, scale, pow2_scale)
 
 
-def _quantize_as(op, input, granularity, dtype, scale, pow2_scale):
-    """csrc/quantize_fp8.cpp's quantize_fp8_as for fake tensors: (codes, scale) of input's shape."""
+def _quantize_as(op, input, granularity, dtype, scale, pow2_scale, whole=None):
+    """csrc/quantize_fp8.cpp's check_quantize_fp8 for fake tensors: (codes, scale) of input's shape. ``whole``:
+    silu_and_mul_fp8's input, whose halves' product is ``input``."""
+    quantized = (f"input of shape {list(input.shape)}" if whole is None else
+                 f"input of shape {list(whole.shape)} (silu(gate) * up: {list(input.shape)})")
     torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., K), got a 0-D tensor")
     torch._check(input.dtype in _library.GEMM_DTYPES, lambda: f"{op}: expected input's dtype to be "
                  f"{_library.GEMM_DTYPES_TEXT}, got {input.dtype}")
     torch._check_value(granularity in _GRANULARITIES, lambda: f'{op}: expected granularity to be one of "tensor", '
                        f'"row", "group" (1x128), "block" (128x128), got "{granularity}"')
     torch._check(granularity != "block" or input.dim() == 2, lambda: f'{op}: granularity "block" (128x128) takes a '
-                 f"2-D matrix, got input of shape {list(input.shape)}")
+                 f"2-D matrix, got {quantized}")
     dtype = torch.float8_e4m3fn if dtype is None else dtype
     torch._check(dtype in _FP8, lambda: f"{op}: expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, "
                  f"got {dtype}")
@@ -441,8 +447,8 @@ def _quantize_as(op, input, granularity, dtype, scale, pow2_scale):
         torch._check(scale.device == input.device, lambda: f"{op}: expected scale on {input.device} (input's device), "
                      f"got {scale.device}")
         torch._check(tuple(scale.shape) == tuple(shape) or (granularity == "tensor" and scale.numel() == 1),
-                     lambda: f'{op}: expected scale of shape {list(shape)} for granularity "{granularity}" and input '
-                     f"of shape {list(input.shape)}, got {list(scale.shape)}")
+                     lambda: f'{op}: expected scale of shape {list(shape)} for granularity "{granularity}" and '
+                     f"{quantized}, got {list(scale.shape)}")
     return (input.new_empty(input.shape, dtype=dtype), input.new_empty(shape, dtype=torch.float32))
 
 
@@ -499,7 +505,7 @@ def _silu_and_mul_fp8_fake(input, granularity="row", dtype=None, scale=None, pow
     op = "silu_and_mul_fp8"
     _fused._check_silu_and_mul(op, input)
     half = input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
-    return _quantize_as(op, half, granularity, dtype, scale, pow2_scale)
+    return _quantize_as(op, half, granularity, dtype, scale, pow2_scale, whole=input)
 
 
 def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=None, pow2_scale=False,

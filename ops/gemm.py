@@ -98,8 +98,9 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
         B: (K, N) matrix, same dtype and device as A.
         out: optional (M, N) tensor of the same dtype and device to write the result into. It may be
             row-major, column-major (a transposed view) or any other strided layout (computed into a
-            temporary and copied back); it must not overlap A or B. Under ``torch.compile`` an out
-            tensor must be contiguous (Dynamo's rule for out= arguments).
+            temporary and copied back); it must not overlap A or B (docs/gemm.md: where ATen's
+            overlap analysis cannot decide, the product is computed apart, then written). Under
+            ``torch.compile`` an out tensor must be contiguous (Dynamo's rule for out= arguments).
 
     Returns:
         C, an (M, N) tensor: a new contiguous tensor, or ``out``.
@@ -156,6 +157,13 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
 # measurements. The settings are process-wide and have no effect on CPU tensors.
 
 
+def _check_plan_device(name: str, A: torch.Tensor) -> None:
+    """A plan is that of a CPU or a CUDA call (a meta tensor runs no kernel)."""
+    if not isinstance(A, torch.Tensor) or A.device.type not in ("cpu", "cuda"):
+        where = A.device if isinstance(A, torch.Tensor) else type(A).__name__
+        raise RuntimeError(f"{name}: expected CPU or CUDA tensors, got A on {where}")
+
+
 def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -> dict:
     """The plan ``cutlass_gemm(A, B, out=out)`` would run on A's CUDA device, without running it.
 
@@ -195,8 +203,7 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
         _check_gemm_args("cutlass_gemm", A, B)
         if out is not None:
             _check_gemm_out("cutlass_gemm", A, B, out)
-    if A.device.type not in ("cpu", "cuda"):
-        raise RuntimeError(f"ops.gemm.plan: expected CPU or CUDA tensors, got A on {A.device}")
+    _check_plan_device("ops.gemm.plan", A)
     return json.loads(torch.ops.ops._cutlass_gemm_plan(A, B, out))
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from . import _library
-from .gemm import _check_out_memory
+from .gemm import _check_out_memory, _check_plan_device
 
 __all__ = ["grouped_gemm", "plan"]
 
@@ -140,7 +140,8 @@ def grouped_gemm(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] 
     Raises:
         RuntimeError: dimensions, dtypes, devices, K or G that do not agree, offs missing or given where
             the mode has none, offs of another dtype, device or count, offs's values out of order or past
-            the end, ``out`` of the wrong shape or dtype or overlapping an input.
+            the end, ``out`` of the wrong shape or dtype or overlapping an input (as ATen's overlap analysis
+            decides; docs/gemm.md).
     """
     if not torch.jit.is_scripting():  # a constant to TorchScript, which compiles only the calls below
         if out is None:
@@ -160,4 +161,5 @@ def plan(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] = None,
     ``path`` ("loop": one ATen mm per group, offs read and checked on the host; "torch._grouped_mm": torch's
     grouped kernel on offs clamped on the device), ``host_sync`` (whether the call waits for the device to
     read offs: then it cannot be captured in a CUDA graph) and ``offsets`` (how they are treated)."""
+    _check_plan_device("ops.grouped.plan", A)
     return json.loads(torch.ops.ops._grouped_gemm_plan(A, B, offs, out_dtype))

@@ -461,6 +461,17 @@ def test_plan_on_cpu_names_aten_as_the_fp8_and_grouped_plans_do():
         ops.gemm.plan(A, torch.randn(4, 4), out=A)
     with pytest.raises(RuntimeError, match="ops.gemm.plan: expected CPU or CUDA tensors, got A on meta"):
         ops.gemm.plan(A.to("meta"), A.to("meta"))
+    # Every plan of the family: a meta tensor runs no kernel, so it has no plan.
+    e4, offs = torch.float8_e4m3fn, torch.tensor([2, 4], dtype=torch.int32, device="meta")
+    codes, grouped_codes = torch.empty(4, 32, dtype=e4, device="meta"), torch.empty(2, 32, 16, dtype=e4, device="meta")
+    meta_plans = {"ops.grouped.plan": lambda: ops.grouped.plan(A.to("meta"), A.expand(2, 4, 4).to("meta"), offs),
+                  "ops.fp8.plan": lambda: ops.fp8.plan(codes, codes[:, :16].t(), torch.empty(4, 1, device="meta"),
+                                                       torch.empty(1, 16, device="meta")),
+                  "ops.fp8.grouped_plan": lambda: ops.fp8.grouped_plan(codes, grouped_codes, torch.empty(4, device="meta"),
+                                                                       torch.empty(2, 16, device="meta"), offs)}
+    for name, call in meta_plans.items():
+        with pytest.raises(RuntimeError, match=f"{name}: expected CPU or CUDA tensors, got A on meta"):
+            call()
 
 
 def test_plan_with_a_column_major_out_lists_forcible_candidates():
