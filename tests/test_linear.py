@@ -39,6 +39,14 @@ def test_cpu_values_are_the_bits_of_f_linear_and_the_activation(dtype, activatio
     act = {"none": lambda v: v, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
            "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[activation]
     assert torch.equal(ops.linear(x, w, b, activation), act(z))
+    # F.linear's path turns on the weight's requires_grad (at::matmul folds a non-contiguous input into rows
+    # then) and on the input's layout: each combination, 3-D and 4-D.
+    for shape in [(2, 40, 3), (2, 2, 40, 3)]:
+        strided = rand(*shape, dtype=dtype, device="cpu", seed=3).transpose(-1, -2)
+        for frozen in (True, False):
+            weight = w.detach().requires_grad_(not frozen)
+            expected = act(F.linear(strided, weight, b)).detach()
+            assert torch.equal(ops.linear(strided, weight, b, activation).detach(), expected), (shape, frozen)
 
 
 @pytest.mark.parametrize("device", DEVICES)

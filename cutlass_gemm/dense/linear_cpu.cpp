@@ -4,6 +4,8 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "../../csrc/activation_ops.h"
 #include "../../csrc/checks.h"
 
@@ -16,8 +18,20 @@ at::Tensor linear_cpu(const at::Tensor& input, const at::Tensor& weight, const c
   const Activation act = parse_activation("linear", activation);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   // ATen's own linear (addmm on folded leading dimensions, as F.linear runs), then the activation in
-  // place: the same BLAS calls as F.linear + activation, one output buffer.
-  at::Tensor out = at::linear(input, weight, bias).contiguous();
+  // place: the same BLAS calls as F.linear + activation, one output buffer. Where at::linear takes
+  // at::matmul (an input of 3 or more dimensions, not contiguous or without bias), F.linear folds it into
+  // rows (a copy) when the weight requires grad: at::matmul's should_fold reads that from weight.t(), a view
+  // that below autograd no longer requires grad, so the fold is made here.
+  const bool fused_bias = bias.has_value() && bias->defined() && input.is_contiguous();
+  at::Tensor out;
+  if (input.dim() >= 3 && weight.requires_grad() && !fused_bias) {
+    std::vector<int64_t> sizes = input.sizes().vec();
+    sizes.back() = weight.size(0);
+    out = at::mm(input.reshape({-1, input.size(-1)}), weight.t()).view(sizes);
+    if (bias.has_value() && bias->defined()) out.add_(*bias);
+  } else {
+    out = at::linear(input, weight, bias).contiguous();
+  }
   apply_activation_(out, act);
   return out;
 }
