@@ -388,9 +388,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     MLPs) that recipe's fused forward.
 
     A swap never changes what a module computes, and never merges two modules: every module, called on
-    its own, gives what it gave (to the last bit for float32 Linears on CPU, where both run ATen's linear,
-    but for a non-contiguous input of 3 or more dimensions: there ATen's own linear sums in another order,
-    1 ulp apart, when the weight requires grad).
+    its own, gives what it gave (to the last bit for Linears on CPU, where both run ATen's linear).
     A recipe replaces its block's forward only and falls back to the class's forward whenever its
     submodules no longer are what it was written for. Only exact classes are swapped (a subclass may
     compute something else). Left alone, and listed in ``report.skipped``: subclasses of ``nn.Linear``,
