@@ -5,6 +5,7 @@
 // scale = amax / max(dtype) (at least 1e-12 / max, so an all-zero group gives zeros), optionally rounded
 // up to a power of two, code = x / scale clamped to +-max(dtype), cast once (round to nearest even). The
 // scales are what ops.scaled_gemm takes.
+#include <ostream>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -92,6 +93,18 @@ at::Tensor pow2_ceil(const at::Tensor& s) {
   return at::where(keep, bits, exponent.add(0x00800000)).view(at::kFloat);
 }
 
+// How the errors name the quantized tensor: input, or silu_and_mul_fp8's product of input's halves (sizes).
+// Streamed only when a check fails.
+struct QuantizedName {
+  at::IntArrayRef input, sizes;
+};
+
+std::ostream& operator<<(std::ostream& os, const QuantizedName& q) {
+  os << "input of shape " << q.input;
+  if (!q.sizes.equals(q.input)) os << " (silu(gate) * up: " << q.sizes << ")";
+  return os;
+}
+
 }  // namespace
 
 Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::IntArrayRef sizes,
@@ -102,10 +115,7 @@ Fp8Quantization check_quantize_fp8(const char* op, const at::Tensor& input, at::
   TORCH_CHECK(is_gemm_dtype(input.scalar_type()), op, ": expected input's dtype to be ", gemm_dtypes_text(),
               ", got ", torch_dtype_name(input.scalar_type()));
   TORCH_CHECK(input.layout() == at::kStrided, op, ": input must be a dense (strided) tensor");
-  // sizes: input's, or silu_and_mul_fp8's product of input's halves, which it quantizes.
-  const std::string quantized = sizes.equals(input.sizes())
-                                    ? c10::str("input of shape ", sizes)
-                                    : c10::str("input of shape ", input.sizes(), " (silu(gate) * up: ", sizes, ")");
+  const QuantizedName quantized{input.sizes(), sizes};
   Fp8Quantization q;
   q.granularity = parse_granularity(op, granularity);
   TORCH_CHECK(q.granularity != Granularity::Block || sizes.size() == 2, op,

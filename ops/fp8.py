@@ -428,15 +428,17 @@ def _quantize_fp8_fake(input, granularity="row", dtype=None, scale=None, pow2_sc
 def _quantize_as(op, input, granularity, dtype, scale, pow2_scale, whole=None):
     """csrc/quantize_fp8.cpp's check_quantize_fp8 for fake tensors: (codes, scale) of input's shape. ``whole``:
     silu_and_mul_fp8's input, whose halves' product is ``input``."""
-    quantized = (f"input of shape {list(input.shape)}" if whole is None else
-                 f"input of shape {list(whole.shape)} (silu(gate) * up: {list(input.shape)})")
+    def quantized():  # formatted only when a check fails
+        return (f"input of shape {list(input.shape)}" if whole is None else
+                f"input of shape {list(whole.shape)} (silu(gate) * up: {list(input.shape)})")
+
     torch._check(input.dim() >= 1, lambda: f"{op}: expected input of shape (..., K), got a 0-D tensor")
     torch._check(input.dtype in _library.GEMM_DTYPES, lambda: f"{op}: expected input's dtype to be "
                  f"{_library.GEMM_DTYPES_TEXT}, got {input.dtype}")
     torch._check_value(granularity in _GRANULARITIES, lambda: f'{op}: expected granularity to be one of "tensor", '
                        f'"row", "group" (1x128), "block" (128x128), got "{granularity}"')
     torch._check(granularity != "block" or input.dim() == 2, lambda: f'{op}: granularity "block" (128x128) takes a '
-                 f"2-D matrix, got {quantized}")
+                 f"2-D matrix, got {quantized()}")
     dtype = torch.float8_e4m3fn if dtype is None else dtype
     torch._check(dtype in _FP8, lambda: f"{op}: expected dtype to be torch.float8_e4m3fn or torch.float8_e5m2, "
                  f"got {dtype}")
@@ -448,7 +450,7 @@ def _quantize_as(op, input, granularity, dtype, scale, pow2_scale, whole=None):
                      f"got {scale.device}")
         torch._check(tuple(scale.shape) == tuple(shape) or (granularity == "tensor" and scale.numel() == 1),
                      lambda: f'{op}: expected scale of shape {list(shape)} for granularity "{granularity}" and '
-                     f"{quantized}, got {list(scale.shape)}")
+                     f"{quantized()}, got {list(scale.shape)}")
     return (input.new_empty(input.shape, dtype=dtype), input.new_empty(shape, dtype=torch.float32))
 
 
