@@ -4,6 +4,8 @@ edges of mixture-of-experts routing (experts with no token, one expert, 256 expe
 FP8 layout of expert weights, errors on the offsets' values, the plan, and torch.compile with symbolic token
 counts. The shared modes (errors, opcheck, fake kernel, export, vmap, TorchScript) run from tests/op_registry.py."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -177,8 +179,7 @@ def _relative_error(got, expected):
     return float((got - expected).norm() / expected.norm())
 
 
-@pytest.mark.parametrize("routing", ["balanced", "skewed"])
-def test_fp8_grouped_mm_trains_like_the_float_formula(routing):
+def check_fp8_grouped_mm_trains_like_the_float_formula(routing, device, around=contextlib.nullcontext):
     # Forward and both gradients within FP8's rounding of the float64 formula: e4m3 rounds each operand by at
     # most 2^-4 relative (measured about 0.035 of the norm); an expert with no token gets a zero gradient.
     G, N, K = 4, 48, 64
@@ -188,9 +189,12 @@ def test_fp8_grouped_mm_trains_like_the_float_formula(routing):
     g = torch.Generator().manual_seed(len(routing))
     x = torch.randn(M, K, generator=g).to(torch.bfloat16).requires_grad_()
     w = torch.randn(G, N, K, generator=g).to(torch.bfloat16).requires_grad_()
-    y = ops.fp8_grouped_mm(x, w, offs)
-    grad = torch.randn(y.shape, generator=g).to(torch.bfloat16)
-    gx, gw = torch.autograd.grad(y, (x, w), grad)
+    grad = torch.randn(M, N, generator=g).to(torch.bfloat16)
+    on = [t.detach().to(device).requires_grad_(t.requires_grad) for t in (x, w, offs, grad)]
+    with around():
+        y = ops.fp8_grouped_mm(*on[:3])
+        gx, gw = torch.autograd.grad(y, on[:2], on[3])
+    y, gx, gw = y.cpu(), gx.cpu(), gw.cpu()
     xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     ends = [0] + offs.tolist()
     yr = torch.cat([xr[ends[e]:ends[e + 1]] @ wr[e].t() for e in range(G)] + [xr.new_zeros(M - ends[-1], N)])
@@ -201,6 +205,28 @@ def test_fp8_grouped_mm_trains_like_the_float_formula(routing):
     assert not y[ends[-1]:].any() and not gx[ends[-1]:].any()
     if routing == "skewed":
         assert not gw[1].any()
+
+
+@pytest.mark.parametrize("routing", ["balanced", "skewed"])
+def test_fp8_grouped_mm_trains_like_the_float_formula(routing):
+    check_fp8_grouped_mm_trains_like_the_float_formula(routing, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("routing", ["balanced", "skewed"])
+def test_fp8_grouped_mm_trains_on_sm90_without_a_host_synchronization(routing):
+    # bfloat16: forward and grad_x (2D x 3D) and grad_w (2D x 2D) on torch._scaled_grouped_mm or the SM90 kernels.
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("torch._scaled_grouped_mm's rowwise kernel: SM90")
+    @contextlib.contextmanager
+    def no_host_sync():
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    check_fp8_grouped_mm_trains_like_the_float_formula(routing, "cuda", no_host_sync)
 
 
 def test_fp8_grouped_mm_compiles():
@@ -401,3 +427,65 @@ def test_where_no_kernel_of_ops_is_built_torch_computes_the_rowwise_recipe():
     o.copy_(short)  # new routing, same graph
     graph.replay()
     torch.testing.assert_close(out, ops.scaled_grouped_gemm(a, b, s_a, s_b, short), atol=0, rtol=0)
+
+
+# ---- 2D x 2D on torch._scaled_grouped_mm: each group's K moved to a 16-aligned start (pad_ragged_k) -------------
+
+RAGGED_K_ENDS = [[3, 3, 40, 41, 100, 144], [0] * 6, [160] * 6, [17, 2, -4, 300, 33, 150], [16, 32, 48, 64, 80, 96]]
+
+
+@pytest.mark.parametrize("ends", RAGGED_K_ENDS, ids=["ragged", "all empty", "one group", "bad", "aligned"])
+def test_the_2d_x_2d_operands_given_to_torch_meet_its_device_assertions_and_compute_the_same(ends):
+    M, K, N = 48, 160, 32
+    A, B = fp8(K, M).t(), fp8(K, N, seed=1)  # A column-major: fp8_grouped_mm's weight gradient passes it so
+    offs, G = offsets(ends), len(ends)
+    a, b, padded = torch.ops.ops._scaled_grouped_gemm_torch_operands(A, B, offs)
+    # torch's FP8 kernel: A row-major, B column-major (K-major both), K a multiple of 16; each group spans more than
+    # 0 of K and, but for the last, a multiple of 16 (GroupMMCommon.cuh prepare_grouped_gemm_data).
+    assert a.is_contiguous() and b.t().is_contiguous() and a.shape[1] == b.shape[0] and a.shape[1] % 16 == 0
+    sizes = torch.diff(padded, prepend=padded.new_zeros(1))
+    assert padded.dtype == torch.int32 and (sizes > 0).all() and (sizes[:-1] % 16 == 0).all()
+    clamped = torch.cummax(offs.clamp(0, K), 0).values.to(torch.int32)
+    start, new_start = 0, 0
+    for end, new_end in zip(clamped.tolist(), padded.tolist()):  # each group's K, then zeros
+        size = end - start
+        assert torch.equal(a[:, new_start:new_start + size].view(torch.uint8), A[:, start:end].view(torch.uint8))
+        assert torch.equal(b[new_start:new_start + size].view(torch.uint8), B[start:end].view(torch.uint8))
+        assert not a[:, new_start + size:new_end].view(torch.uint8).any()
+        assert not b[new_start + size:new_end].view(torch.uint8).any()
+        start, new_start = end, new_end
+    sa, sb = scales(G * M, seed=2), scales(G * N, seed=3)
+    expected = ops.scaled_grouped_gemm(A, B, sa, sb, clamped, out_dtype=torch.float32)
+    assert torch.equal(ops.scaled_grouped_gemm(a, b, sa, sb, padded, out_dtype=torch.float32), expected)
+
+
+@pytest.mark.cuda
+def test_torch_computes_the_2d_x_2d_form_for_any_offsets_without_a_host_synchronization():
+    if not torch_takes("rowwise", torch.bfloat16):
+        pytest.skip("torch._scaled_grouped_mm's rowwise kernel: SM90")
+    M, K, N = 96, 1008, 128
+    A, B = fp8(K, M).t(), fp8(K, N, seed=1)
+    a, b = A.cuda(), B.cuda()
+    for ends in ([100, 100, 357, 500, 501, 800, 900, 960], [5, 2, -1, 40, 1200, 0, 7, 9], [0] * 8):
+        offs = offsets(ends)
+        sa, sb = scales(8 * M, seed=2), scales(8 * N, seed=3)
+        plan = ops.fp8.grouped_plan(a, b, sa.cuda(), sb.cuda(), offs.cuda())
+        assert plan["mode"] == "2D x 2D" and plan["path"] == "torch._scaled_grouped_mm", plan
+        assert plan["host_sync"] is False
+        got = ops.scaled_grouped_gemm(a, b, sa.cuda(), sb.cuda(), offs.cuda()).cpu()
+        expected = ops.scaled_grouped_gemm(A, B, sa, sb, torch.cummax(offs.clamp(0, K), 0).values.to(torch.int32))
+        torch.testing.assert_close(got.float(), expected.float(), atol=1e-2 * expected.float().abs().max().item(),
+                                   rtol=1e-2)
+        for cpu, cuda in zip(torch.ops.ops._scaled_grouped_gemm_torch_operands(A, B, offs),
+                             torch.ops.ops._scaled_grouped_gemm_torch_operands(a, b, offs.cuda())):
+            assert torch.equal(cpu.view(torch.uint8) if cpu.dtype == E4 else cpu, (
+                cuda.view(torch.uint8) if cuda.dtype == E4 else cuda).cpu())
+    s_a, s_b, o = sa.cuda(), sb.cuda(), offsets([100, 100, 357, 500, 501, 800, 900, 960]).cuda()
+    ops.scaled_grouped_gemm(a, b, s_a, s_b, o)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.scaled_grouped_gemm(a, b, s_a, s_b, o)
+    new = offsets([0, 16, 16, 700, 701, 702, 703, 1008])
+    o.copy_(new)  # new groups, same graph
+    graph.replay()
+    torch.testing.assert_close(out, ops.scaled_grouped_gemm(a, b, s_a, s_b, new.cuda()), atol=0, rtol=0)

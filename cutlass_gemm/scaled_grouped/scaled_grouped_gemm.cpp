@@ -8,6 +8,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
+#include <tuple>
 #include <vector>
 
 #include "../../csrc/json.h"
@@ -140,7 +141,25 @@ std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, c
   });
 }
 
+namespace {
+
+// pad_ragged_k on these tensors: a test hook.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> scaled_grouped_gemm_torch_operands(const at::Tensor& A,
+                                                                                  const at::Tensor& B,
+                                                                                  const at::Tensor& offs) {
+  constexpr const char* kHook = "_scaled_grouped_gemm_torch_operands";
+  TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(0), kHook, ": expected A (M, K) and B (K, N)");
+  TORCH_CHECK(offs.dim() == 1 && offs.scalar_type() == at::kInt, kHook, ": expected offs to be 1-D int32");
+  PaddedRaggedK padded = pad_ragged_k(A, B, offs);
+  return {padded.a, padded.b, padded.ends};
+}
+
+}  // namespace
 }  // namespace ops::cutlass_gemm
+
+TORCH_LIBRARY_IMPL(ops, CompositeExplicitAutograd, m) {
+  m.impl("_scaled_grouped_gemm_torch_operands", &ops::cutlass_gemm::scaled_grouped_gemm_torch_operands);
+}
 
 TORCH_LIBRARY_IMPL(ops, CPU, m) {
   m.impl("scaled_grouped_gemm", &ops::cutlass_gemm::scaled_grouped_gemm_cpu);

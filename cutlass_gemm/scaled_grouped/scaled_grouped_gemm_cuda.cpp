@@ -1,8 +1,8 @@
 // ops::scaled_grouped_gemm on CUDA: the SM90 FP8 grouped CUTLASS kernels (sm90_scaled_grouped_gemm.cuh: offs
 // read on the device, no host synchronization) where they are built and take the call (2D x 3D and 3D x 3D, no
 // bias, an sm_90a device); else torch._scaled_grouped_mm where it takes the call (rowwise, bfloat16 out, no
-// bias, SM90, under 1024 groups; offs read on the device too); else the dequantized ATen formula per group
-// (scaled_grouped_gemm.cpp), the group ends copied to the host.
+// bias, SM90, under 1024 groups, 2D x 3D, 3D x 3D and 2D x 2D; offs read on the device too); else the
+// dequantized ATen formula per group (scaled_grouped_gemm.cpp), the group ends copied to the host.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -45,14 +45,15 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
 
 // Why torch._scaled_grouped_mm does not take the call, "" where it does: its rowwise FP8 kernel
 // (aten/src/ATen/native/cuda/GroupedBlas.cpp and ScaledGroupMM.cu: SM90, under 1024 groups, bfloat16 out, no
-// bias; 2D x 3D with offs or 3D x 3D; K and N multiples of 16, as this op checks). For 2D x 3D with a row-major
-// A its prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh); offs reach it clamped.
+// bias; 2D x 3D with offs, 3D x 3D, 2D x 2D with offs over K; K and N multiples of 16, as this op checks). For
+// 2D x 3D with a row-major A its prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh);
+// offs reach it clamped. 2D x 2D gets operands on which its assertions hold (pad_ragged_k). 3D x 2D's
+// assertion on the output's columns per group is not met for every offs: that mode is not sent to it.
 std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
                           const ScaledGroupedProblem& p, at::ScalarType dtype) {
   if (p.recipe != ScaleRecipe::Rowwise) return "torch._scaled_grouped_mm has no blockwise recipe";
-  if (p.grouped.mode != GroupedMode::RaggedM && p.grouped.mode != GroupedMode::Batched)
-    return std::string("torch._scaled_grouped_mm's path here takes 2D x 3D and 3D x 3D, not ") +
-           grouped_mode_name(p.grouped.mode);
+  if (p.grouped.mode == GroupedMode::RaggedN)
+    return "torch._scaled_grouped_mm's path here takes 2D x 3D, 3D x 3D and 2D x 2D, not 3D x 2D";
   if (dtype != at::kBFloat16) return "torch._scaled_grouped_mm's rowwise kernel writes bfloat16 only";
   if (bias.has_value()) return "torch._scaled_grouped_mm takes no bias";
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(A.device().index());
@@ -61,6 +62,7 @@ std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::o
                     "compute capability ", prop->major, ".", prop->minor);
   if (p.grouped.groups >= 1024) return "torch._scaled_grouped_mm takes fewer than 1024 groups";
   if (A.numel() == 0 || B.numel() == 0) return "an empty operand";
+  if (p.grouped.groups == 0) return "no group";
   return "";
 }
 
@@ -68,6 +70,12 @@ std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::o
 at::Tensor torch_scaled_grouped(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                 const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                 const ScaledGroupedProblem& p) {
+  if (p.grouped.mode == GroupedMode::RaggedK) {
+    const PaddedRaggedK padded = pad_ragged_k(A, B, *offs);
+    return at::_scaled_grouped_mm(padded.a, padded.b, scale_a.contiguous(), scale_b.contiguous(), padded.ends,
+                                  c10::nullopt, c10::nullopt, at::kBFloat16, /*use_fast_accum=*/false)
+        .contiguous();
+  }
   const auto [a, b] = torch_operands(A, B);
   if (!a.defined()) return {};
   const bool ragged = p.grouped.mode == GroupedMode::RaggedM;
@@ -125,7 +133,8 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
   const c10::cuda::CUDAGuard guard(A.device());
   const std::string why = why_not_cutlass(A, B, bias, p);
   std::string why_torch = why.empty() ? "" : why_not_torch(A, B, bias, p, dtype);
-  if (!why.empty() && why_torch.empty() && !torch_operands(A, B).first.defined())
+  if (!why.empty() && why_torch.empty() && p.grouped.mode != GroupedMode::RaggedK &&
+      !torch_operands(A, B).first.defined())
     why_torch = "no layout torch._scaled_grouped_mm takes";
   PlanHead head;
   head.kind = GemmKind::ScaledGrouped;
@@ -136,7 +145,8 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
     head.reason = "an SM90 FP8 grouped kernel takes the call (offsets read on the device)";
   } else if (why_torch.empty()) {
     head.path = "torch._scaled_grouped_mm";
-    head.reason = why + "; torch._scaled_grouped_mm takes the call (offsets read on the device)";
+    head.reason = why + "; torch._scaled_grouped_mm takes the call (offsets read on the device" +
+                  (p.grouped.mode == GroupedMode::RaggedK ? "; each group's K moved to a 16-aligned start)" : ")");
   } else {
     head.path = "formula";
     head.reason =
