@@ -149,7 +149,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> scaled_grouped_gemm_torch_operand
                                                                                   const at::Tensor& offs) {
   constexpr const char* kHook = "_scaled_grouped_gemm_torch_operands";
   TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(0), kHook, ": expected A (M, K) and B (K, N)");
-  TORCH_CHECK(offs.dim() == 1 && offs.scalar_type() == at::kInt, kHook, ": expected offs to be 1-D int32");
+  TORCH_CHECK(offs.dim() == 1 && offs.scalar_type() == at::kInt && offs.numel() > 0, kHook,
+              ": expected offs to be 1-D int32 of at least one group");
   PaddedRaggedK padded = pad_ragged_k(A, B, offs);
   return {padded.a, padded.b, padded.ends};
 }
