@@ -118,7 +118,8 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
             * blockwise 1x128 x 1x128: scale_a as above, scale_b (ceil(K/128), N), one per 128 elements
               of a column of B.
 
-            Where two recipes fit the shapes (K <= 128, or M = 1) they compute the same product.
+            Where two recipes fit the shapes (K <= 128: rowwise and blockwise 1x128 x 1x128; with M = 1 and
+            N <= 128 too, tensorwise and blockwise 1x128 x 128x128) they compute the same product.
         bias: optional (N,) of ``out_dtype``, added before the activation.
         out_dtype: torch.bfloat16 (None: the default; with ``out``, out's dtype), torch.float16 or
             torch.float32.

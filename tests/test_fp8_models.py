@@ -427,11 +427,12 @@ def test_convert_fp8_keeps_every_moe_router_in_high_precision(family, tmp_path):
 
 
 def test_an_fp8_router_changes_which_experts_tokens_go_to():
-    # Why convert keeps routers: a tiny HunYuan-MoE's router in FP8 sends tokens elsewhere (measured: 5 of 128
+    # Why convert keeps routers: a tiny HunYuan-MoE's router in FP8 sends tokens elsewhere (measured: 7 of 128
     # tokens change their top-2 experts), where the router convert keeps picks as before.
+    torch.manual_seed(0)
     model, _ = _tiny_moe("HunYuanMoEV1")
     model.eval()
-    hidden = torch.randn(128, 64)
+    hidden = torch.randn(128, 64, generator=torch.Generator().manual_seed(0))
     gate = model.model.layers[0].mlp.gate
     with torch.no_grad():
         reference = gate(hidden)[2].sort(-1).values
