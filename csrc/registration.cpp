@@ -161,9 +161,11 @@ TORCH_LIBRARY(ops, m) {
   // (the output poisoned with NaN first). cutlass_gemm/scaled_grouped/scaled_grouped_gemm_launch.cpp
   m.def("_scaled_grouped_gemm_emulate(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
         "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor");
-  // The 2D x 2D operands and group ends scaled_grouped_gemm's CUDA path gives torch._scaled_grouped_mm
-  // (core/group_ends.h pad_ragged_k). cutlass_gemm/scaled_grouped/scaled_grouped_gemm.cpp
-  m.def("_scaled_grouped_gemm_torch_operands(Tensor A, Tensor B, Tensor offs) -> (Tensor, Tensor, Tensor)");
+  // What scaled_grouped_gemm's CUDA path gives torch._scaled_grouped_mm in 2D x 2D and 3D x 2D: A, B, scale_a,
+  // scale_b, the group ends, and (3D x 2D) the output's columns in its result.
+  // cutlass_gemm/scaled_grouped/scaled_grouped_gemm.cpp torch_ragged_operands
+  m.def("_scaled_grouped_gemm_torch_operands(Tensor A, Tensor B, Tensor scale_a, Tensor scale_b, Tensor offs) "
+        "-> Tensor[]");
 #if OPS_WITH_CUDA
   // JSON of each CUTLASS 2.x kernel's host-built problem for a launch descriptor. cutlass_gemm/dense/gemm_cuda.cpp
   m.def("_cutlass_gemm_kernel_problems() -> str");

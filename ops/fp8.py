@@ -276,7 +276,7 @@ def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor,
     product and the bias in float32, one rounding to ``out_dtype``. On CUDA, in a build with
     OPS_CANDIDATE_KERNELS=1 on an sm_90a device, 2D x 3D and 3D x 3D without bias run SM90 CUTLASS kernels
     (offs read on the device); otherwise ``torch._scaled_grouped_mm`` runs the rowwise recipe with bfloat16 out
-    and no bias (2D x 3D, 3D x 3D, 2D x 2D, under 1024 groups) on SM90, offs read on the device too; otherwise
+    and no bias (every mode, under 1024 groups) on SM90, offs read on the device too; otherwise
     the same ATen formula runs on the device, the group ends copied to the host. None of them has run on a GPU
     yet. ``grouped_plan()`` says which path a call takes.
 

@@ -429,64 +429,102 @@ def test_where_no_kernel_of_ops_is_built_torch_computes_the_rowwise_recipe():
     torch.testing.assert_close(out, ops.scaled_grouped_gemm(a, b, s_a, s_b, short), atol=0, rtol=0)
 
 
-# ---- 2D x 2D on torch._scaled_grouped_mm: each group's K moved to a 16-aligned start (pad_ragged_k) -------------
+# ---- 2D x 2D and 3D x 2D on torch._scaled_grouped_mm: each group moved to a 16-aligned start -------------------
 
-RAGGED_K_ENDS = [[3, 3, 40, 41, 100, 144], [0] * 6, [160] * 6, [17, 2, -4, 300, 33, 150], [16, 32, 48, 64, 80, 96]]
+RAGGED_ENDS = [[3, 3, 40, 41, 100, 144], [0] * 6, [160] * 6, [17, 2, -4, 300, 33, 150], [16, 32, 48, 64, 80, 96]]
+RAGGED_IDS = ["ragged", "all empty", "one group", "bad", "aligned"]
 
 
-@pytest.mark.parametrize("ends", RAGGED_K_ENDS, ids=["ragged", "all empty", "one group", "bad", "aligned"])
+def torch_operands(A, B, sa, sb, offs):
+    """What the CUDA path gives torch._scaled_grouped_mm, checked against torch's device assertions: A row-major,
+    B column-major (both K-major for FP8), the cut extent a multiple of 16, each group more than 0 wide and, but
+    for the last, a multiple of 16 (GroupMMCommon.cuh prepare_grouped_gemm_data)."""
+    a, b, s_a, s_b, ends, columns = torch.ops.ops._scaled_grouped_gemm_torch_operands(A, B, sa, sb, offs)
+    assert a.stride(-1) == 1 and b.t().is_contiguous() and a.shape[-1] == b.shape[0] and b.shape[0] % 16 == 0
+    sizes = torch.diff(ends, prepend=ends.new_zeros(1))
+    assert ends.dtype == torch.int32 and (sizes > 0).all() and (sizes[:-1] % 16 == 0).all()
+    return a, b, s_a, s_b, ends, columns
+
+
+def check_moved(moved, original, clamped, ends, dim):
+    """Each group's slices along `dim` at their new start, then zeros up to its new end."""
+    start, new_start = 0, 0
+    for end, new_end in zip(clamped.tolist(), ends.tolist()):
+        size = end - start
+        assert torch.equal(moved.narrow(dim, new_start, size).view(torch.uint8),
+                           original.narrow(dim, start, size).view(torch.uint8))
+        assert not moved.narrow(dim, new_start + size, new_end - new_start - size).view(torch.uint8).any()
+        start, new_start = end, new_end
+
+
+@pytest.mark.parametrize("ends", RAGGED_ENDS, ids=RAGGED_IDS)
 def test_the_2d_x_2d_operands_given_to_torch_meet_its_device_assertions_and_compute_the_same(ends):
     M, K, N = 48, 160, 32
     A, B = fp8(K, M).t(), fp8(K, N, seed=1)  # A column-major: fp8_grouped_mm's weight gradient passes it so
     offs, G = offsets(ends), len(ends)
-    a, b, padded = torch.ops.ops._scaled_grouped_gemm_torch_operands(A, B, offs)
-    # torch's FP8 kernel: A row-major, B column-major (K-major both), K a multiple of 16; each group spans more than
-    # 0 of K and, but for the last, a multiple of 16 (GroupMMCommon.cuh prepare_grouped_gemm_data).
-    assert a.is_contiguous() and b.t().is_contiguous() and a.shape[1] == b.shape[0] and a.shape[1] % 16 == 0
-    sizes = torch.diff(padded, prepend=padded.new_zeros(1))
-    assert padded.dtype == torch.int32 and (sizes > 0).all() and (sizes[:-1] % 16 == 0).all()
-    clamped = torch.cummax(offs.clamp(0, K), 0).values.to(torch.int32)
-    start, new_start = 0, 0
-    for end, new_end in zip(clamped.tolist(), padded.tolist()):  # each group's K, then zeros
-        size = end - start
-        assert torch.equal(a[:, new_start:new_start + size].view(torch.uint8), A[:, start:end].view(torch.uint8))
-        assert torch.equal(b[new_start:new_start + size].view(torch.uint8), B[start:end].view(torch.uint8))
-        assert not a[:, new_start + size:new_end].view(torch.uint8).any()
-        assert not b[new_start + size:new_end].view(torch.uint8).any()
-        start, new_start = end, new_end
     sa, sb = scales(G * M, seed=2), scales(G * N, seed=3)
+    a, b, s_a, s_b, padded, columns = torch_operands(A, B, sa, sb, offs)
+    assert a.is_contiguous() and torch.equal(s_a, sa) and torch.equal(s_b, sb) and columns.numel() == 0
+    clamped = torch.cummax(offs.clamp(0, K), 0).values.to(torch.int32)
+    check_moved(a, A, clamped, padded, 1)
+    check_moved(b, B, clamped, padded, 0)
     expected = ops.scaled_grouped_gemm(A, B, sa, sb, clamped, out_dtype=torch.float32)
-    got = ops.scaled_grouped_gemm(a, b, sa, sb, padded, out_dtype=torch.float32)  # zeros added: float32's order
+    got = ops.scaled_grouped_gemm(a, b, s_a, s_b, padded, out_dtype=torch.float32)  # zeros added: float32's order
     torch.testing.assert_close(got, expected, rtol=0, atol=2.0 ** -16 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("ends", RAGGED_ENDS, ids=RAGGED_IDS)
+def test_the_3d_x_2d_operands_given_to_torch_meet_its_device_assertions_and_give_the_same_columns(ends):
+    G, M, K, N = 6, 24, 64, 160
+    A, B = fp8(G, M, K), fp8(N, K, seed=1).t()  # B column-major, as torch takes it
+    offs = offsets(ends)
+    sa, sb = scales(G, M, seed=2), scales(N, seed=3)
+    a, b, s_a, s_b, padded, columns = torch_operands(A, B, sa, sb, offs)
+    assert a is A or torch.equal(a.view(torch.uint8), A.view(torch.uint8))
+    assert torch.equal(s_a, sa) and columns.shape == (N,)
+    clamped = torch.cummax(offs.clamp(0, N), 0).values.to(torch.int32)
+    check_moved(b, B, clamped, padded, 1)
+    check_moved(s_b, sb, clamped, padded, 0)
+    expected = ops.scaled_grouped_gemm(A, B, sa, sb, clamped, out_dtype=torch.float32)
+    got = ops.scaled_grouped_gemm(a, b, s_a, s_b, padded, out_dtype=torch.float32).index_select(1, columns)
+    got[:, clamped[-1]:] = 0  # as the CUDA path zeroes the columns past the last end
+    torch.testing.assert_close(got, expected, rtol=0, atol=2.0 ** -16 * expected.abs().max().item())  # GEMM blocking
+
+
 @pytest.mark.cuda
-def test_torch_computes_the_2d_x_2d_form_for_any_offsets_without_a_host_synchronization():
+@pytest.mark.parametrize("mode", ["2D x 2D", "3D x 2D"])
+def test_torch_computes_the_ragged_k_and_n_forms_for_any_offsets_without_a_host_synchronization(mode):
     if not torch_takes("rowwise", torch.bfloat16):
         pytest.skip("torch._scaled_grouped_mm's rowwise kernel: SM90")
-    M, K, N = 96, 1008, 128
-    A, B = fp8(K, M).t(), fp8(K, N, seed=1)
-    a, b = A.cuda(), B.cuda()
+    G, M, K, N = 8, 96, 1008, 128
+    if mode == "2D x 2D":  # offs over K
+        A, B, extent = fp8(K, M).t(), fp8(K, N, seed=1), K
+        sa, sb = scales(G * M, seed=2), scales(G * N, seed=3)
+    else:  # offs over N
+        N = K
+        A, B, extent = fp8(G, M, 256), fp8(N, 256, seed=1).t(), N
+        sa, sb = scales(G, M, seed=2), scales(N, seed=3)
+    cuda = [t.cuda() for t in (A, B, sa, sb)]
     for ends in ([100, 100, 357, 500, 501, 800, 900, 960], [5, 2, -1, 40, 1200, 0, 7, 9], [0] * 8):
         offs = offsets(ends)
-        sa, sb = scales(8 * M, seed=2), scales(8 * N, seed=3)
-        plan = ops.fp8.grouped_plan(a, b, sa.cuda(), sb.cuda(), offs.cuda())
-        assert plan["mode"] == "2D x 2D" and plan["path"] == "torch._scaled_grouped_mm", plan
+        plan = ops.fp8.grouped_plan(*cuda, offs.cuda())
+        assert plan["mode"] == mode and plan["path"] == "torch._scaled_grouped_mm", plan
         assert plan["host_sync"] is False
-        got = ops.scaled_grouped_gemm(a, b, sa.cuda(), sb.cuda(), offs.cuda()).cpu()
-        expected = ops.scaled_grouped_gemm(A, B, sa, sb, torch.cummax(offs.clamp(0, K), 0).values.to(torch.int32))
+        got = ops.scaled_grouped_gemm(*cuda, offs.cuda()).cpu()
+        clamped = torch.cummax(offs.clamp(0, extent), 0).values.to(torch.int32)
+        expected = ops.scaled_grouped_gemm(A, B, sa, sb, clamped)
         torch.testing.assert_close(got.float(), expected.float(), atol=1e-2 * expected.float().abs().max().item(),
                                    rtol=1e-2)
-        for cpu, cuda in zip(torch.ops.ops._scaled_grouped_gemm_torch_operands(A, B, offs),
-                             torch.ops.ops._scaled_grouped_gemm_torch_operands(a, b, offs.cuda())):
-            assert torch.equal(cpu.view(torch.uint8) if cpu.dtype == E4 else cpu, (
-                cuda.view(torch.uint8) if cuda.dtype == E4 else cuda).cpu())
-    s_a, s_b, o = sa.cuda(), sb.cuda(), offsets([100, 100, 357, 500, 501, 800, 900, 960]).cuda()
-    ops.scaled_grouped_gemm(a, b, s_a, s_b, o)  # warm-up outside the capture
+        for cpu, gpu in zip(torch.ops.ops._scaled_grouped_gemm_torch_operands(A, B, sa, sb, offs),
+                            torch.ops.ops._scaled_grouped_gemm_torch_operands(*cuda, offs.cuda())):
+            bytes_of = (lambda t: t.view(torch.uint8) if t.dtype == E4 else t)
+            assert torch.equal(bytes_of(cpu), bytes_of(gpu).cpu())
+    o = offsets([100, 100, 357, 500, 501, 800, 900, 960]).cuda()
+    ops.scaled_grouped_gemm(*cuda, o)  # warm-up outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = ops.scaled_grouped_gemm(a, b, s_a, s_b, o)
+        out = ops.scaled_grouped_gemm(*cuda, o)
     new = offsets([0, 16, 16, 700, 701, 702, 703, 1008])
     o.copy_(new)  # new groups, same graph
     graph.replay()
-    torch.testing.assert_close(out, ops.scaled_grouped_gemm(a, b, s_a, s_b, new.cuda()), atol=0, rtol=0)
+    torch.testing.assert_close(out, ops.scaled_grouped_gemm(*cuda, new.cuda()), atol=0, rtol=0)

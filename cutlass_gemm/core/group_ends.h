@@ -40,32 +40,38 @@ inline bool torch_grouped_layout(const at::Tensor& t) {
   return false;
 }
 
-// 2D x 2D operands torch._scaled_grouped_mm's FP8 kernel takes whatever the offsets: FP8 reads both K-major,
-// and for that layout its prepare kernel asserts on the device (a sticky error; GroupMMCommon.cuh,
-// prepare_grouped_gemm_data) that every group spans more than 0 of K and, but for the last, a multiple of 16.
-// Each group's columns of A and rows of B start at a multiple of 16 with zeros after them, at least 16 per group
-// (an empty group's product: 0); the K past the last end follows. a (M, L) row-major, b (L, N) column-major,
-// L = K + 16 G rounded up to 16; ends: the groups' new ends (int32). ATen ops on A's device, no synchronization.
-struct PaddedRaggedK {
-  at::Tensor a, b, ends;
+// offs's groups over an extent moved to starts at multiples of 16, each at least 16 wide with zeros after it,
+// the extent past the last end following (torch._scaled_grouped_mm's FP8 kernel asserts on the device that the
+// groups it cuts along a TMA-strided dimension span multiples of 16 bytes; an empty group's product is then 0
+// there): dest, each index's new index (int64); ends, the new group ends (int32); clamped, device_group_ends;
+// width, extent + 16 G rounded up to 16. ATen ops on offs's device, no synchronization.
+struct AlignedGroups {
+  at::Tensor dest, ends, clamped;
+  int64_t width;
 };
-inline PaddedRaggedK pad_ragged_k(const at::Tensor& A, const at::Tensor& B, const at::Tensor& offs) {
-  const int64_t K = A.size(1), G = offs.size(0);
-  TORCH_CHECK(G > 0, "pad_ragged_k: no group");
-  const at::Tensor ends = device_group_ends(offs.to(at::kLong), K);
+inline AlignedGroups align_groups(const at::Tensor& offs, int64_t extent) {
+  const int64_t G = offs.size(0);
+  TORCH_CHECK(G > 0, "align_groups: no group");
+  const at::Tensor ends = device_group_ends(offs.to(at::kLong), extent);
   const at::Tensor sizes = at::diff(ends, 1, 0, at::zeros({1}, ends.options()));
   const at::Tensor padded = at::clamp_min(at::div(sizes + 15, 16, "floor") * 16, 16);
   const at::Tensor padded_ends = at::cumsum(padded, 0);
-  // Column k, after g ends (g = G: past the last one), moves by shift[g].
+  // Index i, after g ends (g = G: past the last one), moves by shift[g].
   const at::Tensor shift = at::cat({padded_ends - padded - (ends - sizes), (padded_ends - ends).narrow(0, G - 1, 1)});
-  const at::Tensor k = at::arange(K, ends.options());
-  const at::Tensor dest = k + shift.index_select(0, at::searchsorted(ends, k, /*out_int32=*/false, /*right=*/true));
-  const int64_t L = (K + 16 * G + 15) / 16 * 16;
-  at::Tensor a = at::zeros({A.size(0), L}, A.options().dtype(at::kByte));
-  a.index_copy_(1, dest, A.view(at::kByte));
-  at::Tensor bt = at::zeros({B.size(1), L}, B.options().dtype(at::kByte));
-  bt.index_copy_(1, dest, B.t().view(at::kByte));
-  return {a.view(A.scalar_type()), bt.view(B.scalar_type()).t(), padded_ends.to(at::kInt)};
+  const at::Tensor i = at::arange(extent, ends.options());
+  const at::Tensor dest = i + shift.index_select(0, at::searchsorted(ends, i, /*out_int32=*/false, /*right=*/true));
+  return {dest, padded_ends.to(at::kInt), ends, (extent + 16 * G + 15) / 16 * 16};
+}
+
+// `t` with its slices along `dim` at their aligned indices in zeros `groups.width` wide there (FP8 moved as bytes).
+inline at::Tensor spread_groups(const at::Tensor& t, int64_t dim, const AlignedGroups& groups) {
+  const bool fp8 = t.scalar_type() == at::kFloat8_e4m3fn;
+  const at::Tensor source = fp8 ? t.view(at::kByte) : t;
+  std::vector<int64_t> sizes = source.sizes().vec();
+  sizes[dim] = groups.width;
+  at::Tensor spread = at::zeros(sizes, source.options());
+  spread.index_copy_(dim, groups.dest, source);
+  return fp8 ? spread.view(t.scalar_type()) : spread;
 }
 
 // Zeros what torch's grouped GEMMs leave unwritten: output rows (RaggedM) or columns (RaggedN) past the last

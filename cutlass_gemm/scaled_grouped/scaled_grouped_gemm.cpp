@@ -8,7 +8,6 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
-#include <tuple>
 #include <vector>
 
 #include "../../csrc/json.h"
@@ -141,18 +140,45 @@ std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, c
   });
 }
 
+TorchRaggedOperands torch_ragged_operands(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
+                                          const at::Tensor& scale_b, const at::Tensor& offs, GroupedMode mode) {
+  TorchRaggedOperands t;
+  if (mode == GroupedMode::RaggedK) {
+    const AlignedGroups k = align_groups(offs, A.size(1));
+    t.a = spread_groups(A, 1, k);
+    t.b = spread_groups(B.t(), 1, k).t();
+    t.scale_a = scale_a.contiguous();
+    t.scale_b = scale_b.contiguous();
+    t.ends = k.ends;
+    t.clamped = k.clamped;
+    return t;
+  }
+  TORCH_CHECK(mode == GroupedMode::RaggedN, "torch_ragged_operands: 2D x 2D or 3D x 2D, not ", grouped_mode_name(mode));
+  const AlignedGroups n = align_groups(offs, B.size(1));
+  t.a = A.stride(-1) == 1 && torch_grouped_layout(A) ? A : A.contiguous();
+  t.b = spread_groups(B.t(), 0, n).t();
+  t.scale_a = scale_a.contiguous();
+  t.scale_b = spread_groups(scale_b, 0, n);
+  t.ends = n.ends;
+  t.columns = n.dest;
+  t.clamped = n.clamped;
+  return t;
+}
+
 namespace {
 
-// pad_ragged_k on these tensors: a test hook.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> scaled_grouped_gemm_torch_operands(const at::Tensor& A,
-                                                                                  const at::Tensor& B,
-                                                                                  const at::Tensor& offs) {
+// torch_ragged_operands on these tensors: a test hook.
+std::vector<at::Tensor> scaled_grouped_gemm_torch_operands(const at::Tensor& A, const at::Tensor& B,
+                                                           const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                                           const at::Tensor& offs) {
   constexpr const char* kHook = "_scaled_grouped_gemm_torch_operands";
-  TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(0), kHook, ": expected A (M, K) and B (K, N)");
+  TORCH_CHECK(B.dim() == 2 && (A.dim() == 2 || A.dim() == 3) && A.size(-1) == B.size(0), kHook,
+              ": expected A (M, K) or (G, M, K) and B (K, N)");
   TORCH_CHECK(offs.dim() == 1 && offs.scalar_type() == at::kInt && offs.numel() > 0, kHook,
               ": expected offs to be 1-D int32 of at least one group");
-  PaddedRaggedK padded = pad_ragged_k(A, B, offs);
-  return {padded.a, padded.b, padded.ends};
+  const TorchRaggedOperands t = torch_ragged_operands(
+      A, B, scale_a, scale_b, offs, A.dim() == 2 ? GroupedMode::RaggedK : GroupedMode::RaggedN);
+  return {t.a, t.b, t.scale_a, t.scale_b, t.ends, t.columns.defined() ? t.columns : at::empty({0}, t.ends.options())};
 }
 
 }  // namespace

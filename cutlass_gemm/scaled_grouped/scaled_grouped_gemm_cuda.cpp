@@ -1,8 +1,8 @@
 // ops::scaled_grouped_gemm on CUDA: the SM90 FP8 grouped CUTLASS kernels (sm90_scaled_grouped_gemm.cuh: offs
 // read on the device, no host synchronization) where they are built and take the call (2D x 3D and 3D x 3D, no
 // bias, an sm_90a device); else torch._scaled_grouped_mm where it takes the call (rowwise, bfloat16 out, no
-// bias, SM90, under 1024 groups, 2D x 3D, 3D x 3D and 2D x 2D; offs read on the device too); else the
-// dequantized ATen formula per group (scaled_grouped_gemm.cpp), the group ends copied to the host.
+// bias, SM90, under 1024 groups, every mode; offs read on the device too); else the dequantized ATen formula
+// per group (scaled_grouped_gemm.cpp), the group ends copied to the host.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -45,15 +45,13 @@ std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::
 
 // Why torch._scaled_grouped_mm does not take the call, "" where it does: its rowwise FP8 kernel
 // (aten/src/ATen/native/cuda/GroupedBlas.cpp and ScaledGroupMM.cu: SM90, under 1024 groups, bfloat16 out, no
-// bias; 2D x 3D with offs, 3D x 3D, 2D x 2D with offs over K; K and N multiples of 16, as this op checks). For
-// 2D x 3D with a row-major A its prepare_grouped_gemm_data asserts nothing on the device (GroupMMCommon.cuh);
-// offs reach it clamped. 2D x 2D gets operands on which its assertions hold (pad_ragged_k). 3D x 2D's
-// assertion on the output's columns per group is not met for every offs: that mode is not sent to it.
+// bias; 2D x 3D with offs, 3D x 3D, 2D x 2D (offs over K), 3D x 2D (offs over N); K and N multiples of 16, as
+// this op checks). For 2D x 3D with a row-major A its prepare_grouped_gemm_data asserts nothing on the device
+// (GroupMMCommon.cuh); offs reach it clamped. For 2D x 2D and 3D x 2D it asserts on the group sizes: they get
+// operands on which its assertions hold (torch_ragged_operands).
 std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::optional<at::Tensor>& bias,
                           const ScaledGroupedProblem& p, at::ScalarType dtype) {
   if (p.recipe != ScaleRecipe::Rowwise) return "torch._scaled_grouped_mm has no blockwise recipe";
-  if (p.grouped.mode == GroupedMode::RaggedN)
-    return "torch._scaled_grouped_mm's path here takes 2D x 3D, 3D x 3D and 2D x 2D, not 3D x 2D";
   if (dtype != at::kBFloat16) return "torch._scaled_grouped_mm's rowwise kernel writes bfloat16 only";
   if (bias.has_value()) return "torch._scaled_grouped_mm takes no bias";
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(A.device().index());
@@ -70,11 +68,15 @@ std::string why_not_torch(const at::Tensor& A, const at::Tensor& B, const c10::o
 at::Tensor torch_scaled_grouped(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                 const at::Tensor& scale_b, const c10::optional<at::Tensor>& offs,
                                 const ScaledGroupedProblem& p) {
-  if (p.grouped.mode == GroupedMode::RaggedK) {
-    const PaddedRaggedK padded = pad_ragged_k(A, B, *offs);
-    return at::_scaled_grouped_mm(padded.a, padded.b, scale_a.contiguous(), scale_b.contiguous(), padded.ends,
-                                  c10::nullopt, c10::nullopt, at::kBFloat16, /*use_fast_accum=*/false)
-        .contiguous();
+  if (p.grouped.mode == GroupedMode::RaggedK || p.grouped.mode == GroupedMode::RaggedN) {
+    const TorchRaggedOperands t = torch_ragged_operands(A, B, scale_a, scale_b, *offs, p.grouped.mode);
+    at::Tensor out = at::_scaled_grouped_mm(t.a, t.b, t.scale_a, t.scale_b, t.ends, c10::nullopt, c10::nullopt,
+                                            at::kBFloat16, /*use_fast_accum=*/false);
+    if (p.grouped.mode == GroupedMode::RaggedN) {
+      out = out.index_select(1, t.columns);
+      zero_outside_groups(out, t.clamped, p.grouped);
+    }
+    return out.is_contiguous() ? out : out.contiguous();
   }
   const auto [a, b] = torch_operands(A, B);
   if (!a.defined()) return {};
@@ -133,8 +135,8 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
   const c10::cuda::CUDAGuard guard(A.device());
   const std::string why = why_not_cutlass(A, B, bias, p);
   std::string why_torch = why.empty() ? "" : why_not_torch(A, B, bias, p, dtype);
-  if (!why.empty() && why_torch.empty() && p.grouped.mode != GroupedMode::RaggedK &&
-      !torch_operands(A, B).first.defined())
+  const bool ragged = p.grouped.mode == GroupedMode::RaggedK || p.grouped.mode == GroupedMode::RaggedN;
+  if (!why.empty() && why_torch.empty() && !ragged && !torch_operands(A, B).first.defined())
     why_torch = "no layout torch._scaled_grouped_mm takes";
   PlanHead head;
   head.kind = GemmKind::ScaledGrouped;
@@ -146,7 +148,7 @@ std::string scaled_grouped_gemm_cuda_plan(const at::Tensor& A, const at::Tensor&
   } else if (why_torch.empty()) {
     head.path = "torch._scaled_grouped_mm";
     head.reason = why + "; torch._scaled_grouped_mm takes the call (offsets read on the device" +
-                  (p.grouped.mode == GroupedMode::RaggedK ? "; each group's K moved to a 16-aligned start)" : ")");
+                  (ragged ? "; each group moved to a 16-aligned start)" : ")");
   } else {
     head.path = "formula";
     head.reason =
