@@ -520,6 +520,13 @@ def test_torch_computes_the_ragged_k_and_n_forms_for_any_offsets_without_a_host_
             bytes_of = (lambda t: t.view(torch.uint8) if t.dtype == E4 else t)
             assert torch.equal(bytes_of(cpu), bytes_of(gpu).cpu())
     o = offsets([100, 100, 357, 500, 501, 800, 900, 960]).cuda()
+    # NaN scale_a of the empty group 1 leaves no NaN: the group has no product, as on CPU.
+    nan_scales = cuda[2].clone()
+    if mode == "2D x 2D":
+        nan_scales[M:2 * M] = float("nan")
+    else:
+        nan_scales[1] = float("nan")
+    assert not ops.scaled_grouped_gemm(cuda[0], cuda[1], nan_scales, cuda[3], o).isnan().any()
     ops.scaled_grouped_gemm(*cuda, o)  # warm-up outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -55,7 +55,7 @@ ScaledGroupedLaunch prepare_scaled_grouped_launch(const at::Tensor& A, const at:
 // What torch._scaled_grouped_mm is given for 2D x 2D (the groups' K) and 3D x 2D (the groups' columns of B and
 // scale_b) so that its device assertions hold for any offs (core/group_ends.h align_groups): a row-major, b
 // column-major, the scales, the new group ends; `columns` (3D x 2D) picks the output's columns back from its
-// result, whose columns past `clamped`'s last end are then zeroed. ATen ops on A's device, no synchronization.
+// result; `clamped`: the group ends zero_outside_groups takes. ATen ops on A's device, no synchronization.
 struct TorchRaggedOperands {
   at::Tensor a, b, scale_a, scale_b, ends, columns, clamped;
 };

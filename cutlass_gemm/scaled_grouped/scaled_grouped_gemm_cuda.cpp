@@ -72,10 +72,8 @@ at::Tensor torch_scaled_grouped(const at::Tensor& A, const at::Tensor& B, const 
     const TorchRaggedOperands t = torch_ragged_operands(A, B, scale_a, scale_b, *offs, p.grouped.mode);
     at::Tensor out = at::_scaled_grouped_mm(t.a, t.b, t.scale_a, t.scale_b, t.ends, c10::nullopt, c10::nullopt,
                                             at::kBFloat16, /*use_fast_accum=*/false);
-    if (p.grouped.mode == GroupedMode::RaggedN) {
-      out = out.index_select(1, t.columns);
-      zero_outside_groups(out, t.clamped, p.grouped);
-    }
+    if (p.grouped.mode == GroupedMode::RaggedN) out = out.index_select(1, t.columns);
+    zero_outside_groups(out, t.clamped, p.grouped);  // an empty group's 0 * a NaN or infinite scale: NaN there
     return out.is_contiguous() ? out : out.contiguous();
   }
   const auto [a, b] = torch_operands(A, B);
