@@ -1,7 +1,7 @@
 """C++/CUDA custom operators for PyTorch, registered with torch.library as ``torch.ops.ops.*``.
 
 ``import ops`` loads the compiled library (checking it was built for the running torch) and registers
-the ops' fake kernels. Python users call ``ops.<op>(...)``; TorchScript and C++ users call
+the ops' fake kernels. Python users call ``ops.<op>(...)`` (scripted functions can too); C++ users call
 ``torch.ops.ops.<op>(...)`` after loading the library.
 """
 

@@ -13,11 +13,14 @@
   ``torch.cuda.use_mem_pool(pool)``. PyTorch's caching allocator stays in charge (its stats,
   ``record_stream`` and graph pools work) and takes whole segments from our pool.
 
-Statistics (``stats()``) are bytes and counts per device; out of memory raises
-``torch.cuda.OutOfMemoryError`` and leaves the pool usable.
+Statistics (``stats()``) are bytes and counts per device; out of memory is meant to raise
+``torch.cuda.OutOfMemoryError`` and leave the pool usable. On the one GPU run
+(benchmarks/results/2026-11-30-h200) that test crashed under ``install()``; the allocator has changed since
+and has not run on a GPU, nor has anything else this docstring says about the device.
 
 Errors: every function raises ``RuntimeError`` with a message saying what is missing when this build
-of ops has no CUDA (``OPS_WITH_CUDA=0`` or no nvcc at build time) or no GPU is visible.
+of ops has no CUDA (``OPS_WITH_CUDA=0`` or no nvcc at build time), and all but ``pluggable()`` (which
+needs no GPU to construct) when no GPU is visible.
 ``pluggable()``, ``install()`` and ``pool()`` raise ``ValueError`` when the environment variable
 ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is set to anything but a number of bytes.
 """

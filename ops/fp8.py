@@ -1,7 +1,10 @@
-"""FP8: ``ops.scaled_gemm``, the GEMM of FP8 operands with float32 scales, and ``ops.scaled_grouped_gemm``, its
-grouped form. Python API and fake kernels; schema in csrc/registration.cpp, checks in csrc/checks.cpp
-(``check_scaled_gemm_inputs``, ``check_scaled_grouped_gemm_inputs``), kernels in cutlass_gemm/scaled/ and
-cutlass_gemm/scaled_grouped/, the refusal of autograd in csrc/autograd.cpp."""
+"""FP8: ``ops.scaled_gemm``, the GEMM of FP8 operands with float32 scales, ``ops.scaled_grouped_gemm``, its
+grouped form, ``ops.fp8_grouped_mm`` (MoE training over it), ``ops.quantize_fp8`` and the fused quantizing
+forms of the norms and silu_and_mul. Python API and fake kernels; schema in csrc/registration.cpp, checks in
+csrc/checks.cpp (``check_scaled_gemm_inputs``, ``check_scaled_grouped_gemm_inputs``), host paths in
+cutlass_gemm/scaled/ and cutlass_gemm/scaled_grouped/, the SM90 kernels in cutlass_gemm/kernels/sm90_scaled*.cuh,
+the quantization kernels in csrc/quantize_fp8*.cpp and csrc/fp8_fused.cpp, the refusal of autograd in
+csrc/autograd.cpp."""
 
 import json
 import math
@@ -105,7 +108,7 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
 
     Args:
         A: (M, K), torch.float8_e4m3fn or torch.float8_e5m2.
-        B: (K, N), torch.float8_e4m3fn or torch.float8_e5m2 (not both e5m2, as ``torch._scaled_mm``).
+        B: (K, N), torch.float8_e4m3fn or torch.float8_e5m2 (not both e5m2, as ``torch._scaled_mm`` on CUDA).
             K and N multiples of 16; any strides.
         scale_a, scale_b: float32 scales (the factors that dequantize: value = code * scale), one of the
             recipes ``torch._scaled_mm`` defines, told apart by their shapes:
@@ -131,8 +134,9 @@ def scaled_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b
 
     Computation: each code times its scale in float32, the product, the bias and the activation in
     float32, one rounding to ``out_dtype``: what ATen's emulated CPU kernel of ``torch._scaled_mm`` computes,
-    equal bit for bit for the recipes it runs (torch's oneDNN path, taken for e4m3 x e4m3 on CPUs with
-    AMX-INT8, scales after accumulating and differs in the last bits). On CUDA an SM90 FP8 CUTLASS kernel
+    equal bit for bit for the recipes it runs (torch's oneDNN path, taken for e4m3 x e4m3 with tensorwise
+    scales on CPUs with AMX-INT8, scales after accumulating and differs in the last bits). On CUDA (not run
+    on a GPU) an SM90 FP8 CUTLASS kernel
     where one takes the call (e4m3 A and B, a binary built with the candidate kernels: float32 accumulation
     on the tensor cores, the bias and activation in its epilogue), else ``torch._scaled_mm`` for tensorwise and rowwise (its float32 product
     where there is an activation, applied before one rounding), else the same ATen formula (also every call
@@ -164,7 +168,8 @@ def plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
          use_fast_accum: bool = False) -> dict:
     """The path ``scaled_gemm`` takes for these arguments, without running it: ``recipe``, ``path``
     ("cutlass": an SM90 FP8 kernel, named in ``kernel``, with its ``candidates``, ``tactic_source`` and
-    ``tuning_key``; "torch._scaled_mm"; "formula": the dequantized ATen formula) and ``reason``. Raises as ``scaled_gemm`` does for bad arguments."""
+    ``tuning_key``; "torch._scaled_mm"; "formula": the dequantized ATen formula) and ``reason``. Raises as
+    ``scaled_gemm`` does for bad arguments, but for inputs that require grad."""
     _check_plan_device("ops.fp8.plan", A)
     return json.loads(torch.ops.ops._scaled_gemm_plan(A, B, scale_a, scale_b, bias, out_dtype, activation,
                                                       use_fast_accum))
@@ -263,12 +268,12 @@ def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor,
               (G, M) and (G, N); 3D x 2D (G, M) and (N,); 2D x 2D (G * M,) and (G * N,), each group's own.
             * blockwise 1x128 x 128x128 (DeepSeek-V3's): 2D x 3D scale_a (M, K/128), one per 1x128 group of a
               row of A, scale_b (G, K/128, ceil(N/128)), one per 128x128 block of each B (a checkpoint's
-              ``weight_scale_inv`` (G, N/128, K/128) transposed); 3D x 3D (G, M, K/128) and (G, K/128,
+              ``weight_scale_inv`` (G, ceil(N/128), K/128) transposed); 3D x 3D (G, M, K/128) and (G, K/128,
               ceil(N/128)). K a multiple of 128.
         offs: int32 cumulative group ends, required where A or B is 2-D. On CPU they are checked
             (non-negative, non-decreasing, at most the size they cut).
         bias: optional (G, N), or (N,) in 3D x 2D, of ``out_dtype``; added to each group's rows (not to the
-            zero rows past offs[-1]).
+            zero rows, or 3D x 2D columns, past offs[-1]).
         out_dtype: torch.bfloat16 (None: the default; with ``out``, out's dtype), torch.float16 or torch.float32.
         out: optional tensor of the output's shape and ``out_dtype`` to write into.
 
@@ -277,10 +282,11 @@ def scaled_grouped_gemm(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor,
     OPS_CANDIDATE_KERNELS=1 on an sm_90a device, 2D x 3D and 3D x 3D without bias run SM90 CUTLASS kernels
     (offs read on the device); otherwise ``torch._scaled_grouped_mm`` runs the rowwise recipe with bfloat16 out
     and no bias (every mode, under 1024 groups) on SM90, offs read on the device too; otherwise
-    the same ATen formula runs on the device, the group ends copied to the host. None of them has run on a GPU
-    yet. ``grouped_plan()`` says which path a call takes.
+    the same ATen formula runs on the device, the group ends copied to the host. None of them has run on a
+    GPU. ``grouped_plan()`` says which path a call takes.
 
-    Autograd: not differentiable (FP8 operands have no gradient): an argument that requires grad raises.
+    Autograd: not differentiable (FP8 operands have no gradient): an argument that requires grad raises, one
+    with a forward-mode tangent raises NotImplementedError.
 
     Raises:
         RuntimeError: dtypes, shapes, the mode's offs, scale shapes that are no recipe, K not a multiple of 128
@@ -303,10 +309,10 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
                  offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
                  out_dtype: Optional[torch.dtype] = None) -> dict:
     """The path ``scaled_grouped_gemm`` takes for these arguments, without running it: ``mode``, ``recipe``,
-    ``path`` ("cutlass": an SM90 FP8 grouped kernel, then also ``kernel``; "torch._scaled_grouped_mm"; or
-    "formula"), ``host_sync`` and
-    ``reason``. Raises as ``scaled_grouped_gemm`` does for bad arguments, but for offs' values, which only the
-    call reads."""
+    ``path`` ("cutlass": an SM90 FP8 grouped kernel, named in ``kernel``, which is None on the other paths;
+    "torch._scaled_grouped_mm"; or "formula"), ``host_sync`` and ``reason``. Raises as
+    ``scaled_grouped_gemm`` does for bad arguments, but for offs' values, which only the call reads, and for
+    inputs that require grad."""
     _check_plan_device("ops.fp8.grouped_plan", A)
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 
@@ -373,7 +379,7 @@ class _Fp8GroupedMm(torch.autograd.Function):
 def fp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """The experts' projection of mixture-of-experts training in FP8: ``x_g @ w_g^T`` for each expert g, x (M, K)
     of tokens sorted by expert (offs: int32 cumulative ends of the experts' rows), w (G, N, K) the experts'
-    weights, both high precision; returns (M, N) in x's dtype, rows past offs[-1] zero.
+    weights, both float32, bfloat16 or float16; returns (M, N) in x's dtype, rows past offs[-1] zero.
 
     torchao's float8 MoE recipe, rowwise: x is quantized per token and w per expert and output channel
     (float8_e4m3fn, dynamic scales amax / 448), then ``scaled_grouped_gemm``. The backward quantizes the
@@ -471,12 +477,14 @@ def quantize_fp8(input: torch.Tensor, granularity: str = "row", dtype: Optional[
 
     Returns:
         (codes, scale). Computed scales are amax / max(dtype) over each group in float32, at least
-        1e-12 / max(dtype) (an all-zero group gives zero codes); codes are input / scale in float32,
-        clamped to +-max(dtype), rounded once. Not differentiable.
+        1e-12 / max(dtype) (an all-zero group gives zero codes); codes are input / scale in float32 (float64
+        input rounded to float32 first), clamped to +-max(dtype), rounded once. Not differentiable: an input
+        that requires grad raises.
 
     Numerics (docs/numerics.md): the code is the float32 quotient ``x / scale``; vLLM's quantization
     kernels multiply by the float32 reciprocal ``1 / scale`` instead, which rounds twice and lands one
-    FP8 step away on a few elements in a million.
+    FP8 step away where x / scale sits on (or within a float32 rounding of) a midpoint between two codes
+    (e4m3, row scales: 312 of 1,048,576 bfloat16 values, 62 float16, none float32).
     """
     return torch.ops.ops.quantize_fp8(input, granularity, dtype, scale, pow2_scale)
 
@@ -516,7 +524,8 @@ def rms_norm_fp8(input, weight, eps=1e-6, granularity="row", dtype=None, scale=N
     """``quantize_fp8(rms_norm(input, weight, eps, round_before_weight=...), granularity, dtype, scale,
     pow2_scale)`` in one op: the norm rounded to input's dtype, then its FP8 codes and scales (those of the
     two ops, exactly). With ``round_before_weight=True`` the codes are those of quantizing Llama's or vLLM's
-    native norm, bit for bit on CPU (docs/numerics.md); by default, those of quantizing ``F.rms_norm``."""
+    native norm, bit for bit on CPU for float16, bfloat16 and float32 (docs/numerics.md); by default, those
+    of quantizing ``F.rms_norm``."""
     return torch.ops.ops.rms_norm_fp8(input, weight, eps, granularity, dtype, scale, pow2_scale,
                                       round_before_weight=round_before_weight)
 

@@ -89,11 +89,13 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
         A new contiguous tensor of input's shape and dtype. Statistics are computed in float32 (float64
         for float64 inputs).
 
-    Numerics (docs/numerics.md): on CPU the sum of squares adds in the order torch's own sum does, so the
-    result is ``F.rms_norm(input, (hidden,), weight, eps)`` bit for bit, and with ``round_before_weight``
+    Numerics (docs/numerics.md): on CPU the sum of squares adds in the order torch's own sum does, so for
+    an input whose rows are contiguous the result is ``F.rms_norm(input, (hidden,), weight, eps)`` bit for
+    bit (other inputs are copied to contiguous rows first: the bits of ``input.contiguous()``), and with
+    ``round_before_weight``
     ``weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(input.dtype)`` with
     ``x = input.float()`` (Llama's formula) bit for bit, for every dtype but float64 (which that formula
-    computes in float32). On CUDA the sum runs in another order: within an ulp of those.
+    computes in float32). On CUDA the sum runs in another order: within an ulp of those (not run on a GPU).
 
     Autograd (registered in C++): differentiable in input and weight, in reverse mode (double backward
     too) and forward mode; gradients computed in float32 for half types.
@@ -184,8 +186,9 @@ def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
     Returns:
         A new contiguous (..., d) tensor; computed in float32 (float64 for float64 inputs), rounded once.
 
-    Numerics (docs/numerics.md): on CPU each element is what ``F.silu(a) * b`` computes for float32 and
-    float64 (``a, b = input[..., :d], input[..., d:]``), bit for bit: ATen's silu takes a vectorised
+    Numerics (docs/numerics.md): on CPU, for an input whose rows are contiguous (others are copied to
+    contiguous rows first), each element is what ``F.silu(a) * b`` computes for float32 and float64
+    (``a, b = input[..., :d], input[..., d:]``), bit for bit: ATen's silu takes a vectorised
     exp for most elements and the scalar one for the rest of each run, and this op makes the same
     choice per element. For float16 and bfloat16 it is that float32 formula on ``input.float()``,
     rounded once, bit for bit (``F.silu(a) * b`` in those dtypes rounds silu(a) first).

@@ -91,7 +91,8 @@ _CUTLASS_GEMM_OUT = torch.ops.ops.cutlass_gemm.out
 
 
 def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Matrix product C = A @ B, on CUDA by CUTLASS tensor-core kernels, on CPU by ATen's BLAS.
+    """Matrix product C = A @ B, on CUDA by CUTLASS tensor-core kernels (ATen on Hopper for float32 without TF32
+    and float64, below), on CPU by ATen's BLAS.
 
     Args:
         A: (M, K) matrix. float16, bfloat16, float32 or float64.
@@ -100,7 +101,8 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
             row-major, column-major (a transposed view) or any other strided layout (computed into a
             temporary and copied back); it must not overlap A or B (docs/gemm.md: where ATen's
             overlap analysis cannot decide, the product is computed apart, then written). Under
-            ``torch.compile`` an out tensor must be contiguous (Dynamo's rule for out= arguments).
+            ``torch.compile`` a non-contiguous out is a graph break, an error with ``fullgraph=True``
+            (Dynamo's rule for out= arguments).
 
     Returns:
         C, an (M, N) tensor: a new contiguous tensor, or ``out``.
@@ -111,12 +113,14 @@ def cutlass_gemm(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] =
     CUTLASS 3xTF32 "fast accurate" kernels (float32-level accuracy; NVIDIA CUTLASS example 27). 3xTF32
     splits each operand into a TF32 part and a remainder, so an infinite element of A or B gives NaN
     where ``torch.mm`` gives +-inf (inf - inf and inf * 0 in the split); finite inputs are unaffected.
-    On Hopper that float32 case (and float64) runs through ATen until a GPU run validates the SM80
-    kernels there (README: ``OPS_CUTLASS_SM80_ON_SM90``).
+    On Hopper that float32 case (and float64) runs through ATen: the SM80 kernels gave wrong results on the
+    H200 (benchmarks/results/2026-11-30-h200) and their fix has not run on a GPU (docs/gemm.md:
+    ``OPS_CUTLASS_SM80_ON_SM90=1`` runs them anyway). The CUDA paths here have not run on a GPU since,
+    but for the fp16/bf16 SM90 layouts and out variants that passed on that H200.
 
     Layouts (CUDA): row- and column-major A, B and out run without copies (a column-major out is
     computed as C^T = B^T A^T). Other strides, pointers or leading dimensions that are not 16-byte
-    aligned, and extents the kernels cannot vectorise (e.g. float16 with K % 8 != 0) are copied into
+    aligned, and extents the kernels cannot vectorise (e.g. a row-major float16 A with K % 8 != 0) are copied into
     aligned, zero-padded buffers first: slower, never wrong. M, N or K = 0 are handled (K = 0 gives
     zeros).
 
@@ -179,15 +183,16 @@ def plan(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None) -
         ``set_tactic`` and the tuning cache), ``tactic_source`` ("heuristic"), ``tuning_key`` (its key in
         the tuning cache), ``candidates`` (every tactic name ``set_tactic`` accepts for this GEMM),
         ``candidates_not_built`` (candidate-only kernels of this GEMM's family that the build leaves
-        out: OPS_CANDIDATE_KERNELS=1 builds them), ``swap_ab``, the kernel's ``m``/``n``/``k`` and
+        out: OPS_CANDIDATE_KERNELS=1 builds them), ``swap_ab``, ``kind``, the kernel's ``m``/``n``/``k`` and
         how each operand is read (``a``, ``b``, ``d``: in place or copied, layout, leading dimension).
         Where no CUTLASS kernel may run for this dtype on this GPU (fp32 without TF32 and fp64 on Hopper,
-        until the SM80 kernels are confirmed there: README), ``{"path": "aten", "kernel": "aten", "tactic":
+        whose SM80 kernels' fix has not run on a GPU: docs/gemm.md), ``{"path": "aten", "kernel": "aten", "tactic":
         {"name": "aten"}, "tactic_source": "fallback", "fallback": <reason>, "reason": <reason>,
         "candidates": [], "m", "n", "k"}``: the GEMM runs through ATen (cuBLAS) with torch.mm's precision
         rules. CPU tensors get that plan too, the reason naming ATen's BLAS (torch.mm's kernel). Every plan
         of the GEMM family (``ops.fp8.plan``, ``ops.grouped.plan``) opens with ``kind``, ``path`` and
-        ``kernel`` (None where no kernel runs), and on the CUTLASS path names its ``candidates``,
+        ``kernel`` (None where no CUTLASS kernel runs; "aten" in this plan), and on the CUTLASS path names its
+        ``candidates``,
         ``tactic_source``, ``tuning_key`` and ``swap_ab``.
 
     Raises:
@@ -218,8 +223,10 @@ def set_tactic(name: Optional[str]) -> Optional[str]:
     ``plan(A, B)["candidates"]``, e.g.
     ``"sm90_bf16_128x128x64_1x1x1_tnt_align8_stream_k_warpspecialized_cooperative/splitk4"``), or restore the normal choice
     with ``None``. The SM90 kernels of ``scaled_gemm`` and ``grouped_gemm`` follow it too (their
-    ``ops.fp8.plan`` / ``ops.grouped.plan`` ``candidates``: unswapped and swapped). For benchmarking and
-    experiments: a GEMM whose candidates do not include ``name`` raises a RuntimeError listing them.
+    ``ops.fp8.plan`` / ``ops.grouped.plan`` ``candidates``: unswapped and swapped; a candidate's launch
+    variants, ``/swz2/raster_m`` and the like, are accepted too). For benchmarking and experiments: a CUTLASS
+    GEMM whose candidates do not include ``name`` raises a RuntimeError listing them; GEMMs on the ATen path
+    ignore it. Not run on a GPU.
     Returns the previous setting."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"ops.gemm.set_tactic: expected a tactic name (str) or None, got {type(name).__name__}")
@@ -243,7 +250,8 @@ def set_autotune(enabled: bool) -> bool:
 
     With autotuning on, the first CUDA GEMM of each shape (kernel family, M, N, K, leading dimensions,
     device model) without a cached choice times every candidate tactic (a warm-up run and the median of
-    5 runs each, between CUDA events: this synchronizes the stream once) and caches the fastest. A
+    5 runs each, between CUDA events: this synchronizes the stream once per candidate) and caches the
+    fastest (not run on a GPU). A
     shape first seen during CUDA graph capture runs the heuristic's choice and is not tuned (timing
     would synchronize a capturing stream). The SM90 kernels of ``scaled_gemm`` and ``grouped_gemm`` are
     tuned the same way between their candidates (keyed by ``ops.fp8.plan`` / ``ops.grouped.plan``

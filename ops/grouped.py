@@ -1,7 +1,7 @@
 """``ops.grouped_gemm``: one GEMM per group of rows, columns or K, with ``torch._grouped_mm``'s modes (the
 experts of mixture-of-experts models). Python API and fake kernels; schema in csrc/registration.cpp,
-checks in csrc/checks.cpp (``check_grouped_gemm_inputs``), kernels in cutlass_gemm/grouped/,
-autograd in csrc/autograd.cpp."""
+checks in csrc/checks.cpp (``check_grouped_gemm_inputs``), host paths in cutlass_gemm/grouped/, the SM90
+kernels in cutlass_gemm/kernels/sm90_grouped_gemm.cuh, autograd in csrc/autograd.cpp."""
 
 import json
 from typing import Optional
@@ -124,15 +124,19 @@ def grouped_gemm(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] 
         A, B: float16, bfloat16, float32 or float64, one dtype and device, any strides.
         offs: int32 cumulative group ends on A's device (None for 3D x 3D): non-negative, non-decreasing,
             the last at most the size it cuts.
-        out_dtype: A's dtype (None), or torch.float32 for float16 and bfloat16 inputs (returned unrounded).
+        out_dtype: A's dtype (None; with ``out``, out's dtype), or torch.float32 for float16 and bfloat16
+            inputs (returned unrounded).
         out: optional output of the mode's shape and ``out_dtype`` to write into (any strides, not
             overlapping the inputs); not differentiable.
 
-    Computation: on CPU one ATen ``mm`` per group, ``torch._grouped_mm``'s own CPU path (equal bit for bit).
-    On CUDA, until the CUTLASS grouped kernel lands: ``torch._grouped_mm`` where it runs the problem (its
-    CUTLASS kernel for bfloat16 on SM90/SM100 reads offs on the device: no synchronization), on offs
-    clamped to [0, extent] and made non-decreasing on the device (bad offsets are not errors there, and
-    never read out of bounds); else the loop (offs read and checked on the host). ``plan`` says which.
+    Computation: on CPU one ATen ``mm`` per group (3D x 3D: one ``bmm``), ``torch._grouped_mm``'s own CPU
+    path (equal bit for bit where torch writes; it leaves rows or columns past the last end unwritten). On
+    CUDA: in a build with OPS_CANDIDATE_KERNELS=1 on an sm_90a device, SM90 CUTLASS grouped kernels (offs
+    read on the device); else ``torch._grouped_mm`` where it runs the problem (its CUTLASS kernel for
+    bfloat16 on SM90/SM100 reads offs on the device: no synchronization), on offs clamped to [0, extent]
+    and made non-decreasing on the device (bad offsets are not errors there, and never read out of bounds);
+    else the loop (offs read and checked on the host). ``plan`` says which. None of the CUDA paths has run
+    on a GPU.
 
     Autograd: differentiable in A and B (offs is an index): the input gradient is a grouped GEMM against
     the transposed weights, the weight gradient a grouped GEMM over the cut dimension; any gradient layout.
@@ -159,7 +163,9 @@ def plan(A: torch.Tensor, B: torch.Tensor, offs: Optional[torch.Tensor] = None,
          out_dtype: Optional[torch.dtype] = None) -> dict:
     """The path ``grouped_gemm(A, B, offs, out_dtype)`` takes on A's device: ``mode`` ("2D x 3D", ...),
     ``path`` ("loop": one ATen mm per group, offs read and checked on the host; "torch._grouped_mm": torch's
-    grouped kernel on offs clamped on the device), ``host_sync`` (whether the call waits for the device to
-    read offs: then it cannot be captured in a CUDA graph) and ``offsets`` (how they are treated)."""
+    grouped kernel on offs clamped on the device; "cutlass": an SM90 grouped kernel, named in ``kernel``, with
+    ``candidates``, ``tactic_source``, ``tuning_key`` and ``swap_ab``), ``kind``, ``reason``, ``host_sync``
+    (whether the call waits for the device to read offs: then it cannot be captured in a CUDA graph) and
+    ``offsets`` (how they are treated)."""
     _check_plan_device("ops.grouped.plan", A)
     return json.loads(torch.ops.ops._grouped_gemm_plan(A, B, offs, out_dtype))

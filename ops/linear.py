@@ -59,7 +59,7 @@ def _linear_fake(input, weight, bias=None, activation="none"):
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            activation: str = "none") -> torch.Tensor:
     """``act(input @ weight.T + bias)``: ``torch.nn.functional.linear`` followed by an activation, in one
-    kernel on CUDA.
+    kernel on CUDA for float16 and bfloat16.
 
     Args:
         input: (..., in_features); float16, bfloat16, float32 or float64.
@@ -73,14 +73,16 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
     On CUDA, float16/bfloat16 run a CUTLASS GEMM (SM90 warp-specialized on Hopper, SM80 on Ampere/Ada)
     whose epilogue adds the bias and applies the activation in float32 before the single rounding to the
-    output dtype; float32/float64 run the CUTLASS GEMM of ``cutlass_gemm``, then bias and activation as
-    separate ATen ops. On CPU: ATen's linear (addmm) plus the activation. The two agree to the output's rounding,
-    except where a float16/bfloat16 pre-activation lies beyond the dtype's range: CPU (like
-    ``F.linear`` + activation) rounds it to +-inf first, so gelu/gelu_tanh/silu of -inf give NaN, while the
-    fused CUDA epilogue applies the activation to the float32 value and gives -0.
+    output dtype; float32/float64 run ``cutlass_gemm``'s path (ATen on Hopper for float32 without TF32 and
+    float64), then bias and activation as separate ATen ops. None of it has run on a GPU. On CPU: ATen's
+    linear (addmm) plus the activation. The two agree to the output's rounding, except where a
+    float16/bfloat16 pre-activation lies beyond the dtype's range: CPU (like ``F.linear`` + activation)
+    rounds it to +-inf first, so gelu/gelu_tanh/silu of -inf give NaN, while the fused CUDA epilogue applies
+    the activation to the float32 value, by its formula -0.
 
     Autograd (registered in C++): differentiable in input, weight and bias, in reverse mode (backward
-    recomputes the pre-activation with this op, applies ATen's activation derivative in float32, and
+    recomputes the pre-activation with this op, applies ATen's activation derivative in float32 (float64
+    for float64), and
     uses ``cutlass_gemm`` on transposed views; double backward works) and forward mode. Saved for
     backward: without an activation, what ``F.linear`` saves (input only if weight needs a gradient,
     weight only if input does); with one, input, weight and bias (to recompute the pre-activation
@@ -89,7 +91,7 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
     Raises:
         RuntimeError: shapes that do not chain ((..., K) with (N, K) and (N,)), dtypes that differ or are
-            not floating, tensors on different devices, a tensor that is not dense and strided (sparse,
+            not one of the four above, tensors on different devices, a tensor that is not dense and strided (sparse,
             nested, quantized). ValueError: an unknown activation.
     """
     # The overload packet: its one overload matches at once, as fast as .default (benchmarks/host_cost.py).

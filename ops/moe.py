@@ -1,6 +1,7 @@
 """Mixture-of-experts models on ``ops.grouped_gemm``: an experts implementation named "ops" for transformers'
-experts interface (``transformers.integrations.moe``), which every transformers MoE model (Qwen3-MoE,
-Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...) calls for its experts.
+experts interface (``transformers.integrations.moe``), which the transformers MoE models built on it
+(Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V3, GPT-OSS, ...; not DBRX, JetMoe, Switch or NLLB-MoE) call for their
+experts.
 
     import ops                                 # registers "ops" once transformers' interface is imported
     model.set_experts_implementation("ops")    # or ops.nn.convert(model), which reports the experts
@@ -141,8 +142,9 @@ def why_not_fp8(module: torch.nn.Module):
 def quantize(module: torch.nn.Module, recipe: str) -> str:
     """Quantizes a floating-point experts module's weights to float8_e4m3fn in place (``why_not_fp8`` None), the
     module's class and layout kept: each weight becomes its codes (a parameter that does not require grad, stored
-    K-major, the layout the FP8 grouped GEMM reads) beside ``<name>_scale_inv`` (float32, the layouts above
-    ``_projections``), with ``block_size`` and ``activation_scheme`` "dynamic" as transformers' FP8Experts.
+    K-major, the layout the FP8 grouped GEMM reads) beside ``<name>_scale_inv`` (float32: (E, ceil(N/128),
+    ceil(K/128)) blocks or (E, N, 1) rows, transposed where the module's weights are), with ``block_size`` and
+    ``activation_scheme`` "dynamic" as transformers' FP8Experts.
     "blockwise": 128x128 blocks where every input feature count is whole blocks, else (GPT-OSS's 2880) one
     scale per output feature, as "rowwise". Then ``module.to(dtype)`` and the like keep the codes and scales (a
     device move applies), and ``load_state_dict`` of floating-point weights without scales quantizes them.
@@ -273,7 +275,8 @@ def keep_fp8_through_casts(module: torch.nn.Module) -> None:
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
-    """The experts of a transformers MoE layer on ``ops.grouped_gemm``: hidden_states (T, H), the top-k
+    """The experts of a transformers MoE layer on ``ops.grouped_gemm`` (``ops.scaled_grouped_gemm`` for FP8
+    weights): hidden_states (T, H), the top-k
     experts of each token and their routing weights (T, k); returns (T, H). A pick of an id outside
     [0, num_experts) contributes nothing: transformers' expert-parallel sentinel (num_experts), vLLM's -1."""
     if hidden_states.requires_grad and torch.is_grad_enabled() and is_fp8(self):

@@ -49,8 +49,9 @@ class Linear(torch.nn.Linear):
     Args: as ``torch.nn.Linear``, plus ``activation``: "none", "relu", "gelu", "gelu_tanh" or "silu".
     Parameters and ``state_dict`` keys (``weight`` (out, in), ``bias`` (out,)) are nn.Linear's. Under
     ``torch.autocast`` it runs in the autocast dtype, as nn.Linear does. Real floating dtypes only
-    (float16, bfloat16, float32, float64) and dense tensors (no complex, sparse or nested inputs, which
-    torch.nn.Linear takes): ``ops.linear`` raises for those.
+    (float16, bfloat16, float32, float64) and dense tensors (no complex, sparse or strided nested inputs,
+    which torch.nn.Linear takes): ``ops.linear`` raises for those. A tensor subclass with its own
+    ``__torch_function__`` (a jagged nested tensor, for one) is computed by ``F.linear`` and the activation.
     """
 
     __constants__ = torch.nn.Linear.__constants__ + ["activation"]
@@ -164,7 +165,7 @@ class Fp8Linear(torch.nn.Module):
 
     @classmethod
     def from_linear(cls, module: torch.nn.Linear, recipe: str = "rowwise", activation: str = "none") -> "Fp8Linear":
-        """The Fp8Linear of ``module``'s weight, quantized now (the bias is copied in its dtype)."""
+        """The Fp8Linear of ``module``'s weight, quantized now (the bias copied into the weight's dtype)."""
         new = cls(module.in_features, module.out_features, module.bias is not None, recipe, activation,
                   module.weight.device, module.weight.dtype)
         with torch.no_grad():
@@ -344,7 +345,7 @@ class RMSNorm(torch.nn.RMSNorm):
 
 @dataclasses.dataclass
 class ConversionReport:
-    """What ``convert`` did: module names (as in ``named_modules``)."""
+    """What ``convert`` did: module names (as in ``named_modules``; the model itself is "(model)")."""
 
     linear: List[str] = dataclasses.field(default_factory=list)
     rms_norm: List[str] = dataclasses.field(default_factory=list)
@@ -385,7 +386,7 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     dimension, the transformers classes listed in ``ops._hf_classes``) for ``ops.nn.RMSNorm`` in
     ``model``, in place, sharing parameters (the state_dict is unchanged); then, with ``recipes``, give
     each block whose class a recipe lists (``ops.recipes``: BERT's intermediate block, Llama-style gated
-    MLPs) that recipe's fused forward.
+    MLPs, Phi-3-style fused gate-up MLPs) that recipe's fused forward.
 
     A swap never changes what a module computes, and never merges two modules: every module, called on
     its own, gives what it gave (to the last bit for Linears on CPU, where both run ATen's linear).
@@ -404,9 +405,10 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
 
     Numerics: a converted transformers Llama-style norm rounds x_hat to the input's dtype before the weight
     multiply, as the original (``ops.rms_norm``'s ``round_before_weight``): equal to it bit for bit on CPU
-    (on CUDA the row statistic is summed in another order); for float64 input it computes in float64 where
-    the original computes in float32. A fused CUDA epilogue applies the activation to the float32 accumulator and
-    rounds once, where the unfused block rounds the pre-activation first.
+    (on CUDA the row statistic is summed in another order; not run on a GPU); for float64 input it computes in
+    float64 where the original computes in float32. A fused CUDA epilogue (float16, bfloat16; not run on a GPU)
+    applies the activation to the float32 accumulator and rounds once, where the unfused block rounds the
+    pre-activation first.
 
     FP8 (opt-in, inference): ``fp8="rowwise"`` or ``"blockwise"`` replaces each Linear (``nn.Linear``, or
     ``ops.nn.Linear``, whose maths is nn.Linear's) with an ``Fp8Linear`` of that recipe (its weight quantized
@@ -430,11 +432,14 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     blocks alone. A model already in
     transformers' fine-grained FP8 format (its ``FP8Linear`` modules, 128x128 block scales: DeepSeek-V3,
     Qwen3 FP8 checkpoints) has those modules replaced by ``Fp8Linear.from_fp8`` sharing their weights,
-    with or without ``fp8``; they are listed in ``report.fp8``. The state_dict keeps transformers' key
+    without ``fp8`` or with ``fp8="blockwise"`` (``"rowwise"`` raises); they are listed in ``report.fp8``.
+    The state_dict keeps transformers' key
     names (``weight_scale_inv`` blockwise, ``weight_scale`` rowwise), and a transformers model without a
     ``config.quantization_config`` gets the one of that format (``report.quantization_config``: "fp8" or
     "fbgemm_fp8"), so that ``save_pretrained`` writes a checkpoint transformers' ``from_pretrained`` reads
-    as FP8 (on CPU, "fp8" dequantizes and "fbgemm_fp8" refuses) rather than as float weights. To load
+    as FP8 (on CPU, "fp8" dequantizes and "fbgemm_fp8" refuses) rather than as float weights, but where
+    convert warns (blockwise Linears with a partial last 128-block, FP8 experts whose scales transformers
+    does not read). To load
     it into ops' modules: ``_from_config``, ``convert(model, fp8=...)``, then ``load_state_dict`` of the
     file: convert gives a transformers model a load_state_dict pre-hook that turns the keys
     ``save_pretrained`` writes and the model lacks (MoE experts one per expert, Mixtral's
@@ -449,18 +454,19 @@ def convert(model: torch.nn.Module, recipes: bool = True, fp8: Optional[str] = N
     activation scales, other blocks) are left alone, with their config, and listed in ``report.skipped``.
     With ``fp8``, floating-point experts are quantized in place (``ops.moe.quantize``: the class kept, the
     weights FP8 codes beside ``<name>_scale_inv``) and run on ``ops.scaled_grouped_gemm``; experts whose
-    features are not multiples of 16 stay in floating point (``report.kept_high_precision``). Blockwise
+    features are not multiples of 16, or of float64, stay in floating point (``report.kept_high_precision``). Blockwise
     quantizes experts whose input features are not whole 128-blocks (GPT-OSS: 2880) rowwise
     (``report.experts_rowwise``). ``report.fp8_experts`` lists the experts with FP8 weights. The routers stay
     in high precision (above).
 
     Returns:
-        A ConversionReport naming every replaced module, every recipe applied and every module left alone.
+        A ConversionReport naming every replaced module, every recipe applied and every candidate module it
+        left alone.
 
     Raises:
         TypeError: ``model`` is not a ``torch.nn.Module``.
-        ValueError: ``fp8`` is not None, "rowwise" or "blockwise", or the model holds FP8 Linears of the other
-            recipe.
+        ValueError: ``fp8`` is not None, "rowwise" or "blockwise", or the model holds FP8 Linears or FP8
+            experts of the other recipe.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"ops.nn.convert: expected model to be a torch.nn.Module, got {type(model).__name__}")

@@ -9,12 +9,13 @@ The classes are listed by name (``ops._hf_classes``: every transformers class wh
 reference class's); tests/test_models.py runs each against its stock output and gradients.
 
 * ``dense_act`` (BertIntermediate's forward): ``intermediate_act_fn(dense(x))`` becomes one
-  ``ops.linear(x, W, b, activation)``: on CUDA a CUTLASS GEMM with the bias and activation in its
-  epilogue.
+  ``ops.linear(x, W, b, activation)``: on CUDA, for float16 and bfloat16, a CUTLASS GEMM with the bias and
+  activation in its epilogue (not run on a GPU).
 * ``gated_mlp`` (LlamaMLP's forward: Llama, Qwen, Mistral, Gemma, ...): ``down(act(gate(x)) * up(x))``.
   With SiLU, the gate and up GEMMs write the two halves of one (..., 2 * intermediate) tensor (no
-  concatenation copy) that ``ops.silu_and_mul`` reads; with another activation (Gemma's GELU-tanh), the
-  activation runs in the gate GEMM's epilogue (``ops.linear``). Under torch.compile it runs the class's
+  concatenation copy for bias-free projections) that ``ops.silu_and_mul`` reads; with another activation
+  (Gemma's GELU-tanh), the gate GEMM runs ``ops.linear`` with that activation (on CUDA in its epilogue).
+  Under torch.compile it runs the class's
   forward, whose activation and product Inductor fuses into one kernel itself (Dynamo does not take the
   strided out tensors the half-writes use).
 * ``gate_up_mlp`` (Phi3MLP's forward: Phi-3, GLM, ...): ``gate, up = gate_up_proj(x).chunk(2)``;
