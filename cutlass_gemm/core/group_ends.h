@@ -40,6 +40,11 @@ inline bool torch_grouped_layout(const at::Tensor& t) {
   return false;
 }
 
+// `t`, or a contiguous copy where it is not a row-major view torch's grouped GEMMs take.
+inline at::Tensor torch_row_major(const at::Tensor& t) {
+  return t.stride(-1) == 1 && torch_grouped_layout(t) ? t : t.contiguous();
+}
+
 // offs's groups over an extent moved to starts at multiples of 16, each at least 16 wide with zeros after it,
 // the extent past the last end following (torch._scaled_grouped_mm's FP8 kernel asserts on the device that the
 // groups it cuts along a TMA-strided dimension span multiples of 16 bytes; an empty group's product is then 0

@@ -142,26 +142,18 @@ std::string scaled_grouped_gemm_plan(const at::Tensor& A, const at::Tensor& B, c
 
 TorchRaggedOperands torch_ragged_operands(const at::Tensor& A, const at::Tensor& B, const at::Tensor& scale_a,
                                           const at::Tensor& scale_b, const at::Tensor& offs, GroupedMode mode) {
+  TORCH_CHECK(mode == GroupedMode::RaggedK || mode == GroupedMode::RaggedN,
+              "torch_ragged_operands: 2D x 2D or 3D x 2D, not ", grouped_mode_name(mode));
+  const bool cut_k = mode == GroupedMode::RaggedK;  // else N: B's columns and scale_b
+  const AlignedGroups groups = align_groups(offs, cut_k ? A.size(1) : B.size(1));
   TorchRaggedOperands t;
-  if (mode == GroupedMode::RaggedK) {
-    const AlignedGroups k = align_groups(offs, A.size(1));
-    t.a = spread_groups(A, 1, k);
-    t.b = spread_groups(B.t(), 1, k).t();
-    t.scale_a = scale_a.contiguous();
-    t.scale_b = scale_b.contiguous();
-    t.ends = k.ends;
-    t.clamped = k.clamped;
-    return t;
-  }
-  TORCH_CHECK(mode == GroupedMode::RaggedN, "torch_ragged_operands: 2D x 2D or 3D x 2D, not ", grouped_mode_name(mode));
-  const AlignedGroups n = align_groups(offs, B.size(1));
-  t.a = A.stride(-1) == 1 && torch_grouped_layout(A) ? A : A.contiguous();
-  t.b = spread_groups(B.t(), 0, n).t();
+  t.a = cut_k ? spread_groups(A, 1, groups) : torch_row_major(A);
+  t.b = spread_groups(B.t(), cut_k ? 1 : 0, groups).t();
   t.scale_a = scale_a.contiguous();
-  t.scale_b = spread_groups(scale_b, 0, n);
-  t.ends = n.ends;
-  t.columns = n.dest;
-  t.clamped = n.clamped;
+  t.scale_b = cut_k ? scale_b.contiguous() : spread_groups(scale_b, 0, groups);
+  t.ends = groups.ends;
+  t.clamped = groups.clamped;
+  if (!cut_k) t.columns = groups.dest;
   return t;
 }
 

@@ -37,7 +37,7 @@ std::string why_not_cutlass(const at::Tensor& A, const at::Tensor& B, const c10:
 // transposed), each a view it takes (torch_grouped_layout), copied where it is not; undefined where a copy is
 // no such view either.
 std::pair<at::Tensor, at::Tensor> torch_operands(const at::Tensor& A, const at::Tensor& B) {
-  at::Tensor a = A.stride(-1) == 1 && torch_grouped_layout(A) ? A : A.contiguous();
+  at::Tensor a = torch_row_major(A);
   at::Tensor b = B.stride(-2) == 1 && torch_grouped_layout(B) ? B : B.transpose(-2, -1).contiguous().transpose(-2, -1);
   if (a.stride(-1) != 1 || !torch_grouped_layout(a) || b.stride(-2) != 1 || !torch_grouped_layout(b)) return {};
   return {a, b};
