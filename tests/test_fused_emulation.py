@@ -12,7 +12,8 @@ import torch
 import ops
 from emulation import DTYPE_CODE
 
-# rtol, atol per dtype: an ulp of the output (the sum order moves 1/rms by an ulp of float32).
+# rtol, atol per dtype: about two of the dtype's epsilons (the sum order moves 1/rms by an ulp of float32,
+# which can move the output's rounding).
 TOL = {torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1e-7),
        torch.float64: (1e-12, 1e-14)}
 PACK = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4, torch.float64: 2}

@@ -13,8 +13,15 @@ ops_params = pytest.mark.parametrize("spec", OPS, ids=OP_IDS)
 SLEEP_CYCLES = 200_000_000  # ~0.1 s on a 2 GHz GPU: long enough for a wrong stream to win the race
 
 
-def _cuda_args(spec, dtype=torch.float32):
-    return [a.cuda() if isinstance(a, torch.Tensor) else a for a in spec.samples("cuda", dtype, False)[0].args]
+def _cuda_args(spec):
+    """The first CUDA sample, in float32 then bfloat16, whose call reads nothing on the host (spec.plan), and
+    whether there is one (else the first float32 sample: the grouped GEMMs off their SM90 paths)."""
+    candidates = [[a.cuda() if isinstance(a, torch.Tensor) else a for a in sample.args]
+                  for dtype in (torch.float32, torch.bfloat16) for sample in spec.samples("cuda", dtype, False)]
+    for args in candidates:
+        if spec.plan is None or not spec.plan(*args)["host_sync"]:
+            return args, True
+    return candidates[0], False
 
 
 def _fresh(a):
@@ -28,7 +35,7 @@ def _fresh(a):
 
 @ops_params
 def test_runs_on_current_stream(spec):
-    args = _cuda_args(spec)
+    args, sync_free = _cuda_args(spec)
     expected = spec.run(spec.call, args)  # outputs, then the arguments it writes (copies)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -38,7 +45,8 @@ def test_runs_on_current_stream(spec):
         for s, a in zip(staged, args):
             if isinstance(a, torch.Tensor):
                 s.copy_(a)
-        torch.cuda.set_sync_debug_mode("error")  # the op must not synchronise the host
+        if sync_free:
+            torch.cuda.set_sync_debug_mode("error")  # the op must not synchronise the host
         try:
             out = spec.run(spec.call, staged)
         finally:
@@ -49,7 +57,9 @@ def test_runs_on_current_stream(spec):
 
 @ops_params
 def test_cuda_graph_capture_and_replay_with_new_inputs(spec):
-    args = _cuda_args(spec)
+    args, sync_free = _cuda_args(spec)
+    if not sync_free:
+        pytest.skip(f"{spec.name}: every sample's call reads offsets on the host here ({spec.plan(*args)['reason']})")
     static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     warm = torch.cuda.Stream()
     warm.wait_stream(torch.cuda.current_stream())
@@ -73,6 +83,7 @@ def test_cuda_graph_capture_and_replay_with_new_inputs(spec):
 
 @ops_params
 def test_compile_reduce_overhead_large(spec):
+    spec.skip("cuda_graph_module")
     torch._dynamo.reset()
     model = spec.module().cuda()
     compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
@@ -85,7 +96,7 @@ def test_compile_reduce_overhead_large(spec):
 @ops_params
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_device_guard_second_gpu(spec):
-    args = [a.to("cuda:1") if isinstance(a, torch.Tensor) else a for a in _cuda_args(spec)]
+    args = [a.to("cuda:1") if isinstance(a, torch.Tensor) else a for a in _cuda_args(spec)[0]]
     torch.cuda.set_device(0)
     out = spec.run(spec.call, args)
     assert all(o.device == torch.device("cuda:1") for o in out)
