@@ -317,12 +317,13 @@ def grouped_plan(A: torch.Tensor, B: torch.Tensor, scale_a: torch.Tensor, scale_
     return json.loads(torch.ops.ops._scaled_grouped_gemm_plan(A, B, scale_a, scale_b, offs, bias, out_dtype))
 
 
-_E4M3_MAX = 448.0
-
-
 def _quantize_over(t, dim, groups=None, group_of=None):
     """float8_e4m3fn codes of t and float32 scales (amax / 448) over dimension `dim`; with `group_of` (each row's
     group, `groups` of them: rows past the last group have group `groups`), one scale per group and column."""
+    # A local literal: with dynamic=True, Dynamo lifts a module-level float read in an autograd.Function's
+    # forward as an input, and a second call in one graph fails ("lift_tracked_freevar_to_input should not
+    # be called on root SubgraphTracer", torch 2.14).
+    e4m3_max = 448.0
     a = t.detach().float().abs()
     if group_of is None:
         scale = a.amax(dim)
@@ -331,9 +332,9 @@ def _quantize_over(t, dim, groups=None, group_of=None):
         index = group_of.unsqueeze(1).expand_as(a)
         scale = a.new_zeros(groups + 1, t.shape[1]).scatter_reduce_(0, index, a, "amax")[:groups]
         expanded = torch.cat([scale, scale.new_ones(1, t.shape[1])])[group_of]
-    scale = scale.clamp(min=torch.finfo(torch.float32).tiny) / _E4M3_MAX
-    expanded = expanded.clamp(min=torch.finfo(torch.float32).tiny) / _E4M3_MAX
-    codes = (t.detach().float() / expanded).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn)
+    scale = scale.clamp(min=torch.finfo(torch.float32).tiny) / e4m3_max
+    expanded = expanded.clamp(min=torch.finfo(torch.float32).tiny) / e4m3_max
+    codes = (t.detach().float() / expanded).clamp(-e4m3_max, e4m3_max).to(torch.float8_e4m3fn)
     return codes, scale
 
 
@@ -411,6 +412,18 @@ def _check_fp8_grouped_mm(x, w, offs):
                            f"{tuple(x.shape)} and w of shape {tuple(w.shape)}")
     if offs.shape[0] != w.shape[0]:
         raise RuntimeError(f"{op}: expected offs of one end per expert, {w.shape[0]} (w's G), got {offs.shape[0]}")
+    if x.shape[1] % 16 or w.shape[1] % 16:
+        raise RuntimeError(f"{op}: expected K and N to be multiples of 16 (the FP8 tensor cores' 16-byte rows), got "
+                           f"x of shape {tuple(x.shape)} and w of shape {tuple(w.shape)}")
+    for name, t in (("w", w), ("offs", offs)):
+        if t.device != x.device:
+            raise RuntimeError(f"{op}: expected {name} on x's device, {x.device}, got {t.device}")
+    if offs.device.type == "cpu" and not torch.compiler.is_compiling():
+        # On CUDA the kernels clamp offs on the device (no host synchronization); on CPU bad ends raise.
+        ends = offs.tolist()
+        if any(e < 0 or e > x.shape[0] for e in ends) or any(a > b for a, b in zip(ends, ends[1:])):
+            raise RuntimeError(f"{op}: expected offs to be non-decreasing ends of the experts' rows of x, at most "
+                               f"M = {x.shape[0]}, got {ends}")
 
 
 _GRANULARITIES = ("tensor", "row", "group", "block")

@@ -229,16 +229,26 @@ def test_fp8_grouped_mm_trains_on_sm90_without_a_host_synchronization(routing):
     check_fp8_grouped_mm_trains_like_the_float_formula(routing, "cuda", no_host_sync)
 
 
-def test_fp8_grouped_mm_compiles():
-    G, N, K = 2, 16, 32
-    offs = ends_of([3, 5])
-    x, w = torch.randn(9, K, requires_grad=True), torch.randn(G, N, K, requires_grad=True)
-    compiled = torch.compile(ops.fp8_grouped_mm, fullgraph=True)
-    torch.testing.assert_close(compiled(x, w, offs), ops.fp8_grouped_mm(x, w, offs))
-    got = torch.autograd.grad(compiled(x, w, offs).sum(), (x, w))
-    expected = torch.autograd.grad(ops.fp8_grouped_mm(x, w, offs).sum(), (x, w))
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_fp8_grouped_mm_compiles_an_experts_mlp(dynamic):
+    # Two calls in one graph, as the experts' up and down projections; symbolic token counts with dynamic=True.
+    G, N, K = 2, 32, 16
+
+    def mlp(x, w_up, w_down, offs):
+        return ops.fp8_grouped_mm(ops.fp8_grouped_mm(x, w_up, offs).relu(), w_down, offs)
+
+    g = torch.Generator().manual_seed(3)
+    w_up = torch.randn(G, N, K, generator=g, requires_grad=True)
+    w_down = torch.randn(G, K, N, generator=g, requires_grad=True)
+    compiled = torch.compile(mlp, fullgraph=True, dynamic=dynamic)
+    for sizes in ([3, 5], [10, 0], [4, 12]):
+        offs = ends_of(sizes)
+        x = torch.randn(sum(sizes) + 1, K, generator=g, requires_grad=True)
+        got, expected = compiled(x, w_up, w_down, offs), mlp(x, w_up, w_down, offs)
+        torch.testing.assert_close(got, expected)
+        grads = torch.autograd.grad(got.sum(), (x, w_up, w_down))
+        for a, b in zip(grads, torch.autograd.grad(expected.sum(), (x, w_up, w_down))):
+            torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("x, w, offs, message", [
@@ -252,6 +262,15 @@ def test_fp8_grouped_mm_compiles():
                                                                      r"shape \(2, 48, 64\)"),
     (torch.randn(30, 64), torch.randn(2, 48, 64), torch.tensor([10, 20]), "offs of dtype torch.int32"),
     (torch.randn(30, 64), torch.randn(2, 48, 64), ends_of([10, 10, 20]), r"one end per expert, 2 \(w's G\), got 3"),
+    (torch.randn(30, 40), torch.randn(2, 48, 40), ends_of([10, 20]), r"K and N to be multiples of 16 .* x of shape "
+                                                                     r"\(30, 40\)"),
+    (torch.randn(30, 64), torch.randn(2, 40, 64), ends_of([10, 20]), r"K and N to be multiples of 16"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64, device="meta"), ends_of([10, 20]), "w on x's device, cpu, got meta"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64), ends_of([10, 20]).to("meta"), "offs on x's device"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64), torch.tensor([20, 10], dtype=torch.int32),
+     r"offs to be non-decreasing .* at most M = 30, got \[20, 10\]"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64), torch.tensor([10, 31], dtype=torch.int32), r"got \[10, 31\]"),
+    (torch.randn(30, 64), torch.randn(2, 48, 64), torch.tensor([-1, 20], dtype=torch.int32), r"got \[-1, 20\]"),
 ])
 def test_fp8_grouped_mm_names_the_argument_it_refuses(x, w, offs, message):
     # Checked before quantizing: the messages name fp8_grouped_mm's own arguments, in forward (a float64 w
