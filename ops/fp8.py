@@ -419,7 +419,7 @@ def _check_fp8_grouped_mm(x, w, offs):
         if t.device != x.device:
             raise RuntimeError(f"{op}: expected {name} on x's device, {x.device}, got {t.device}")
     if offs.device.type == "cpu" and not torch.compiler.is_compiling():
-        # On CUDA the kernels clamp offs on the device (no host synchronization); on CPU bad ends raise.
+        # On CUDA offs go to scaled_grouped_gemm as they are: reading them here would synchronize.
         ends = offs.tolist()
         if any(e < 0 or e > x.shape[0] for e in ends) or any(a > b for a, b in zip(ends, ends[1:])):
             raise RuntimeError(f"{op}: expected offs to be non-decreasing ends of the experts' rows of x, at most "
