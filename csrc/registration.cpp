@@ -102,6 +102,10 @@ TORCH_LIBRARY(ops, m) {
   // Times every candidate on the first call of a shape and caches the fastest. cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_set_autotune(bool enabled) -> ()");
   m.def("_cutlass_gemm_autotune_enabled() -> bool");
+  // Whether a candidate build's candidate-only kernels take calls (off: the default build's paths).
+  // cutlass_gemm/introspection_ops.cpp
+  m.def("_cutlass_gemm_set_candidate_kernels(bool enabled) -> ()");
+  m.def("_cutlass_gemm_candidate_kernels_enabled() -> bool");
   // JSON of the tuning cache; clearing it; adding entries (load_tuning_cache). cutlass_gemm/introspection_ops.cpp
   m.def("_cutlass_gemm_tuning_cache() -> str");
   m.def("_cutlass_gemm_clear_tuning_cache() -> ()");

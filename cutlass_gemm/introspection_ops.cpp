@@ -50,7 +50,7 @@ DeviceTarget emulated_target(int64_t cc_major, int64_t cc_minor, c10::string_vie
   target.allow_tf32 = allow_tf32;
   target.sm_count = static_cast<int>(sm_count);
   target.sm80_on_sm90 = sm80_on_sm90_from_env();  // read per call: tests set it in os.environ
-  target.candidates_built = candidate_kernels.value_or(OPS_WITH_CANDIDATE_KERNELS != 0);
+  target.candidates_built = candidate_kernels.value_or(OPS_WITH_CANDIDATE_KERNELS != 0) && candidate_kernels_enabled();
   return target;
 }
 
@@ -104,6 +104,10 @@ std::string get_tactic() { return forced_tactic(); }
 void set_autotune_op(bool enabled) { set_autotune(enabled); }
 
 bool autotune_enabled_op() { return autotune_enabled(); }
+
+void set_candidate_kernels_op(bool enabled) { set_candidate_kernels(enabled); }
+
+bool candidate_kernels_enabled_op() { return candidate_kernels_enabled(); }
 
 std::string tuning_cache() { return tuning_cache_json(); }
 
@@ -165,6 +169,8 @@ TORCH_LIBRARY_IMPL(ops, CompositeImplicitAutograd, m) {
   m.impl("_cutlass_gemm_get_tactic", &cg::get_tactic);
   m.impl("_cutlass_gemm_set_autotune", &cg::set_autotune_op);
   m.impl("_cutlass_gemm_autotune_enabled", &cg::autotune_enabled_op);
+  m.impl("_cutlass_gemm_set_candidate_kernels", &cg::set_candidate_kernels_op);
+  m.impl("_cutlass_gemm_candidate_kernels_enabled", &cg::candidate_kernels_enabled_op);
   m.impl("_cutlass_gemm_tuning_cache", &cg::tuning_cache);
   m.impl("_named_tactic_choice", &cg::named_tactic_choice);
   m.impl("_cutlass_gemm_clear_tuning_cache", &cg::clear_tuning_cache_op);

@@ -148,8 +148,15 @@ def install() -> None:
 def pool() -> "torch.cuda.MemPool":
     """A ``torch.cuda.MemPool`` whose segments come from ops' allocator; use it with
     ``torch.cuda.use_mem_pool(pool)``. Our free runs on ``torch.cuda.empty_cache()`` or when the pool
-    and its tensors are gone. ValueError: ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is not a number of bytes."""
+    and its tensors are gone. ValueError: ``OPS_ALLOCATOR_RELEASE_THRESHOLD`` is not a number of bytes.
+    RuntimeError: the process's CUDA allocator is not PyTorch's caching allocator (after ``install()``, say),
+    which alone keeps MemPools (``CUDAAllocator::createOrIncrefPool``)."""
     _require_gpu()
+    backend = torch.cuda.get_allocator_backend()
+    if backend != "native":
+        raise RuntimeError(f"ops.allocator.pool(): the process's CUDA allocator is {backend!r}, not PyTorch's caching "
+                           "allocator, the one that keeps MemPools; after ops.allocator.install() every CUDA "
+                           "allocation goes through ops' allocator already")
     return torch.cuda.MemPool(pluggable(POOL_ALLOC_FN).allocator())
 
 

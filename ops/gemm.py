@@ -15,8 +15,9 @@ from . import _overlap
 # The tuning cache's files: public here, written and read in ops/_tuning.py.
 from ._tuning import TUNING_CACHE_MAX_BYTES, load_tuning_cache, save_tuning_cache  # noqa: F401
 
-__all__ = ["cutlass_gemm", "plan", "set_tactic", "get_tactic", "set_autotune", "autotune_enabled", "tuning_cache",
-           "clear_tuning_cache", "save_tuning_cache", "load_tuning_cache", "TUNING_CACHE_MAX_BYTES"]
+__all__ = ["cutlass_gemm", "plan", "set_tactic", "get_tactic", "set_autotune", "autotune_enabled",
+           "set_candidate_kernels", "candidate_kernels_enabled", "tuning_cache", "clear_tuning_cache",
+           "save_tuning_cache", "load_tuning_cache", "TUNING_CACHE_MAX_BYTES"]
 
 _GEMM_DTYPES = _library.GEMM_DTYPES
 
@@ -272,6 +273,26 @@ def set_autotune(enabled: bool) -> bool:
 def autotune_enabled() -> bool:
     """Whether autotuning is on (``set_autotune``)."""
     return bool(torch.ops.ops._cutlass_gemm_autotune_enabled())
+
+
+def set_candidate_kernels(enabled: bool) -> bool:
+    """Let the candidate-only kernels of a build with ``OPS_CANDIDATE_KERNELS=1`` take calls (the default), or
+    not: then every op chooses as the default build does (``torch._scaled_mm``, ``torch._grouped_mm``,
+    ``torch._scaled_grouped_mm``, the default CUTLASS configurations), so that one build runs both builds'
+    paths, e.g. in the GPU check. No effect on a build without them (``ops.build_info.CANDIDATE_KERNELS``).
+    ``plan()`` and the other plans follow it. Returns the previous setting."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"ops.gemm.set_candidate_kernels: expected enabled to be True or False, got "
+                        f"{type(enabled).__name__} {enabled!r}")
+    with _CONTROLS_LOCK:
+        previous = candidate_kernels_enabled()
+        torch.ops.ops._cutlass_gemm_set_candidate_kernels(enabled)
+    return previous
+
+
+def candidate_kernels_enabled() -> bool:
+    """Whether a build's candidate-only kernels take calls (``set_candidate_kernels``; on by default)."""
+    return bool(torch.ops.ops._cutlass_gemm_candidate_kernels_enabled())
 
 
 def tuning_cache() -> list:

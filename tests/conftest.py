@@ -23,6 +23,17 @@ def _seeded_global_generator():
     torch.manual_seed(0)
 
 
+@pytest.fixture(params=[True, False], ids=["candidate-kernels", "default-build"])
+def candidate_kernels(request):
+    """Both builds' choices in one (ops.gemm.set_candidate_kernels): a build without the candidate-only kernels
+    runs the default build's paths either way."""
+    import ops
+
+    previous = ops.gemm.set_candidate_kernels(request.param)
+    yield request.param
+    ops.gemm.set_candidate_kernels(previous)
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
     for item in items:

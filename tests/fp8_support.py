@@ -85,6 +85,17 @@ def torch_scaled_mm_on_cpu(A, B, sa, sb, bias, out_dtype):
 
 FP8_MAX = {E4: 448.0, E5: 57344.0}
 
+# Hopper's FP8 tensor cores keep about 14 bits of a partial sum (DeepSeek-V3 technical report, 3.3.2); without
+# fast accumulation the partial sums of each 128-deep K step are added into float32 (CUTLASS's promotion, cuBLAS
+# alike). So on the tensor-core paths (torch._scaled_mm, the CUTLASS FP8 kernels) an element is within 2^-12 of
+# |a| @ |b| of the float64 product, where the float32 formula is within K * 2^-24 of it.
+TENSOR_CORE_FP8_ACCUMULATION = 2.0 ** -12
+
+
+def accumulation_bound(plan, K):
+    """The relative accumulation error, of |a| @ |b| per element, of the path ops.fp8.plan says a call takes."""
+    return K * 2.0 ** -24 + (0.0 if plan["path"] == "formula" else TENSOR_CORE_FP8_ACCUMULATION)
+
 
 def quantize_reference(x, granularity, dtype, pow2):
     """The formula, group by group in Python loops over float32 slices."""

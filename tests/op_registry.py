@@ -96,10 +96,12 @@ def close_codes(got: List[torch.Tensor], expected: List[torch.Tensor]):
 
 def close_scaled_gemm(got: List[torch.Tensor], expected: List[torch.Tensor]):
     """The GPU paths' bound against the float32 formula (tests/test_fp8_numerics.py): |y - y_ref| <= e max |y_ref|,
-    e = 2^-20, 2^-7, 2^-10 for float32, bfloat16, float16 out."""
+    e = 2^-20, 2^-7, 2^-10 for float32, bfloat16, float16 out; float32 out on CUDA 2^-8 (FP8 tensor cores keep
+    about 14 bits of each partial sum: 2^-12 of |a| @ |b|, which is at most 5.1 max |y| in the samples)."""
     (y,), (want,) = got, expected
     assert (y.dtype, y.shape) == (want.dtype, want.shape)
-    e = {torch.float32: 2.0 ** -20, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[y.dtype]
+    e = {torch.float32: 2.0 ** -8 if y.is_cuda else 2.0 ** -20, torch.bfloat16: 2.0 ** -7,
+         torch.float16: 2.0 ** -10}[y.dtype]
     if want.numel():
         y, want = y.double().cpu(), want.double().cpu()
         assert (y - want).abs().max() <= e * want.abs().max(), (y - want).abs().max()

@@ -148,6 +148,20 @@ def test_out_of_memory_raises_and_pool_stays_usable():
 
 
 @pytest.mark.cuda
+def test_pool_after_install_is_a_clear_error():
+    _run_gpu("""
+        ops.allocator.install()
+        try:
+            ops.allocator.pool()
+        except RuntimeError as e:
+            assert "ops.allocator.pool(): the process's CUDA allocator is " in str(e) and "install()" in str(e), e
+        else:
+            raise AssertionError("a MemPool needs PyTorch's caching allocator")
+        assert torch.ones(8, device="cuda").sum().item() == 8
+    """)
+
+
+@pytest.mark.cuda
 def test_mem_pool_out_of_memory():
     _run_gpu("""
         pool = ops.allocator.pool()

@@ -295,7 +295,11 @@ def test_fp8_linear_agrees_with_transformers_fp8_linear_on_the_gpu():
     ours = ops.nn.Fp8Linear.from_fp8(codes, scale)
     x = torch.randn(3, 40, 1024, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        a, b = ours(x).float(), theirs(x).float()
+        a = ours(x).float()
+        try:
+            b = theirs(x).float()
+        except (ImportError, OSError) as e:  # its kernels come from the Hugging Face Hub ("kernels" package)
+            pytest.skip(f"transformers' FP8 kernels cannot be loaded here: {e}")
     assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.999
 
 

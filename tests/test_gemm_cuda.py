@@ -235,7 +235,7 @@ def test_simt_gemv_every_row_count(restore_tactic_settings, dtype):
         pytest.skip("the SIMT GEMV kernels are candidate-only: built for sm_90a with OPS_CANDIDATE_KERNELS=1")
     name = KERNEL_NAME[f"sm90_{'f16' if dtype == torch.float16 else 'bf16'}_rc_gemv"]
     for M in range(1, 17):
-        for N, K in [(1000, 4104), (44, 264), (8, 8)]:
+        for N, K in [(1000, 4104), (40, 264), (8, 8)]:  # N = 44 the planner swaps (fewer elements copied)
             A, B = make(M, K, dtype, "row"), make(K, N, dtype, "col")
             assert name in ops.gemm.plan(A, B)["candidates"], (M, N, K)
             ops.gemm.set_tactic(name)

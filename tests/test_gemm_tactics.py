@@ -62,6 +62,7 @@ def plan_only(A, B, sm_count=H200_SMS, target=HOPPER, allow_tf32=False, epilogue
 def _no_forced_tactic():
     yield
     ops.gemm.set_tactic(None)
+    ops.gemm.set_candidate_kernels(True)
 
 
 # ---- the instantiation list ----------------------------------------------------------------------
@@ -351,6 +352,23 @@ def test_a_build_without_the_candidate_kernels_leaves_them_out_and_says_so():
     with pytest.raises(RuntimeError, match="cannot run this GEMM") as error:
         emulate(*operands(64, 256, 512), candidate_kernels=False)
     assert "OPS_CANDIDATE_KERNELS" not in str(error.value)
+
+
+def test_candidate_kernels_turned_off_leave_the_default_builds_choice():
+    A, B = operands(1, 4096, 4096, values=False)
+    full = plan_only(A, B)
+    assert ops.gemm.candidate_kernels_enabled() and ops.gemm.set_candidate_kernels(False) is True
+    assert not ops.gemm.candidate_kernels_enabled()
+    assert plan_only(A, B) == plan_only(A, B, candidate_kernels=False) != full
+    swap = KERNEL_NAME["sm90_bf16_rc_swap"]
+    ops.gemm.set_tactic(tactic("sm90_bf16_rc_swap", "dp"))
+    with pytest.raises(RuntimeError, match=f"{swap} is a candidate-only kernel, turned off by "
+                                           r"ops.gemm.set_candidate_kernels\(False\)\)"):
+        emulate(*operands(1, 256, 512))
+    assert ops.gemm.set_candidate_kernels(True) is False
+    assert plan_only(A, B) == full
+    with pytest.raises(TypeError, match="ops.gemm.set_candidate_kernels: expected enabled to be True or False"):
+        ops.gemm.set_candidate_kernels(1)
 
 
 def test_a_tactic_named_by_kernel_id_says_the_name():

@@ -354,8 +354,18 @@ def test_the_kernels_are_listed_by_output_dtype_and_recipe():
 
 
 def sm90_kernels_built():
-    """Whether this device runs the SM90 FP8 grouped kernels: sm_90a, a build with OPS_CANDIDATE_KERNELS=1."""
-    return torch.cuda.get_device_capability() == (9, 0) and ops.build_info.CANDIDATE_KERNELS
+    """Whether this device runs the SM90 FP8 grouped kernels: sm_90a, a build with OPS_CANDIDATE_KERNELS=1 (and
+    ops.gemm.set_candidate_kernels not off)."""
+    return (torch.cuda.get_device_capability() == (9, 0) and ops.build_info.CANDIDATE_KERNELS
+            and ops.gemm.candidate_kernels_enabled())
+
+
+@pytest.fixture
+def default_build_paths():
+    """The default build's choices, also in a build with the candidate-only kernels (the GPU check's)."""
+    previous = ops.gemm.set_candidate_kernels(False)
+    yield
+    ops.gemm.set_candidate_kernels(previous)
 
 
 def torch_takes(recipe, out_dtype):
@@ -414,9 +424,9 @@ def test_the_sm90_kernels_clamp_bad_offsets_and_capture_in_a_graph():
 
 
 @pytest.mark.cuda
-def test_where_no_kernel_of_ops_is_built_torch_computes_the_rowwise_recipe():
-    if sm90_kernels_built() or not torch_takes("rowwise", torch.bfloat16):
-        pytest.skip("torch._scaled_grouped_mm's path: a build without the SM90 FP8 grouped kernels, on SM90")
+def test_where_no_kernel_of_ops_takes_the_call_torch_computes_the_rowwise_recipe(default_build_paths):
+    if not torch_takes("rowwise", torch.bfloat16):
+        pytest.skip("torch._scaled_grouped_mm's rowwise kernel: SM90")
     A, B, sa, sb, offs = moe_case(1000, 8, 512, 384, "rowwise", sizes=[100, 0, 257, 143, 1, 299, 129, 61])
     a, b, s_a, s_b, o = (t.cuda() for t in (A, B, sa, sb, offs))
     plan = ops.fp8.grouped_plan(a, b, s_a, s_b, o)

@@ -13,6 +13,7 @@ namespace ops::cutlass_gemm {
 namespace {
 
 std::atomic<bool> autotune_flag{false};
+std::atomic<bool> candidate_kernels_flag{true};
 std::atomic<bool> forced_flag{false};       // forced non-empty: lets every GEMM skip the mutex
 std::atomic<bool> tuning_cache_used{false};  // the tuning cache is not empty: worth a look-up
 
@@ -126,6 +127,10 @@ std::string forced_tactic() {
 void set_autotune(bool enabled) { autotune_flag.store(enabled); }
 
 bool autotune_enabled() { return autotune_flag.load(std::memory_order_relaxed); }
+
+void set_candidate_kernels(bool enabled) { candidate_kernels_flag.store(enabled); }
+
+bool candidate_kernels_enabled() { return candidate_kernels_flag.load(std::memory_order_relaxed); }
 
 std::string tuning_cache_json() {
   std::lock_guard<std::mutex> lock(controls().mutex);

@@ -54,6 +54,11 @@ std::string forced_tactic();
 void set_autotune(bool enabled);
 bool autotune_enabled();
 
+// Whether a build's candidate-only kernels (OPS_CANDIDATE_KERNELS=1) take calls (on by default); off, every op
+// chooses as the default build does: its torch and ATen paths can run in a candidate build.
+void set_candidate_kernels(bool enabled);
+bool candidate_kernels_enabled();
+
 // The tuning cache: one choice per key, filled by the autotuner or loaded (ops.gemm.load_tuning_cache). A
 // cached choice is used whenever present, with autotuning on or off; set_tactic takes precedence.
 struct TuningRecord {

@@ -44,8 +44,9 @@ std::string why_not_a_candidate(const std::string& name, const GemmPlan& plan, c
   for (const Tactic& t : unbuilt_candidate_tactics(plan, target)) {
     for (const Tactic& variant : launch_variants(t)) {
       if (tactic_name(variant) == name) {
-        return " (" + kernel_name(t.kernel) + " is a candidate-only kernel, which this build leaves out: "
-               "rebuild with OPS_CANDIDATE_KERNELS=1 to run it)";
+        return " (" + kernel_name(t.kernel) + " is a candidate-only kernel, " +
+               (candidate_kernels_enabled() ? "which this build leaves out: rebuild with OPS_CANDIDATE_KERNELS=1 to run it)"
+                                            : "turned off by ops.gemm.set_candidate_kernels(False))");
       }
     }
   }

@@ -22,7 +22,8 @@ namespace ops::cutlass_gemm {
 DeviceTarget current_device_target();
 
 // Why the candidate-only SM90 kernels of `family` (e.g. "FP8", "grouped") do not run on the current device:
-// not built (OPS_CANDIDATE_KERNELS=0), or not an sm_90a device of a binary built for 9.0a; "" where they run.
+// not built (OPS_CANDIDATE_KERNELS=0) or turned off (set_candidate_kernels), or not an sm_90a device of a binary
+// built for 9.0a; "" where they run.
 std::string sm90a_candidates_refusal(const char* family);
 
 // One kernel entry point of any kind, over its kind's launch arguments (kernels/launch_args.h, scaled_args.h,

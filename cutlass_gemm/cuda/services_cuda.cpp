@@ -210,13 +210,16 @@ DeviceTarget current_device_target() {
   target.name = props->name;
   static const bool sm80_on_sm90 = sm80_on_sm90_from_env();  // read once: this runs on every GEMM
   target.sm80_on_sm90 = sm80_on_sm90;
-  target.candidates_built = OPS_WITH_CANDIDATE_KERNELS != 0;
+  target.candidates_built = OPS_WITH_CANDIDATE_KERNELS != 0 && candidate_kernels_enabled();
   return target;
 }
 
 std::string sm90a_candidates_refusal(const char* family) {
   if (!OPS_WITH_CANDIDATE_KERNELS) {
     return std::string("the SM90 ") + family + " kernels are candidate-only until measured (build with OPS_CANDIDATE_KERNELS=1)";
+  }
+  if (!candidate_kernels_enabled()) {
+    return std::string("the SM90 ") + family + " kernels are candidate-only, turned off (ops.gemm.set_candidate_kernels)";
   }
   const DeviceTarget target = current_device_target();
   bool built = false;
