@@ -330,11 +330,14 @@ fi
 
 if want ops; then
   stage "benchmark: fused ops vs PyTorch"
-  step ops 60 "$PY" -m benchmarks.ops --out "$MORE"
+  # bf16 only: each torch.compile reference is an Inductor compile (76 in the full three-dtype suite).
+  step ops 60 "$PY" -m benchmarks.ops --dtypes bf16 --out "$MORE"
   pack
-  # The sweeps in their own process, as for the GEMM (ops_candidates/ also gets its own ops.md).
-  stage "benchmark: every fused-linear tactic and rms_norm kernel variant"
-  step ops-candidates 120 "$PY" -m benchmarks.ops --candidates --out "$MORE/ops_candidates"
+  # The rms_norm kernel variants in their own process (the fused linear's tactics: the sweep stage's
+  # fused and fused-decode groups), without torch.compile references.
+  stage "benchmark: every rms_norm kernel variant"
+  step ops-candidates 120 "$PY" -m benchmarks.ops --candidates --no-compile --ops rms_norm,fused_add_rms_norm \
+    --out "$MORE/ops_candidates"
   pack
 fi
 

@@ -52,9 +52,9 @@ def gemm_cases(device, quick, tokens=None, nk=None):
 def operands(m, n, k, recipe, device):
     """(A, B, scale_a, scale_b) quantized from N(0, 1) data with ops.quantize_fp8: the recipe's scales;
     B = W^T column-major, as a checkpoint's weight (N, K) gives it."""
-    g = torch.Generator(device="cpu").manual_seed(m * 7 + n)
-    x = torch.randn(m, k, generator=g).to(device)
-    w = torch.randn(n, k, generator=g).to(device) / k ** 0.5
+    g = torch.Generator(device).manual_seed(m * 7 + n)  # on the device: W is up to 117 M values
+    x = torch.randn(m, k, generator=g, device=device)
+    w = torch.randn(n, k, generator=g, device=device) / k ** 0.5
     if recipe == "tensorwise":
         (a, sa), (wq, sw) = ops.quantize_fp8(x, "tensor"), ops.quantize_fp8(w, "tensor")
         return a, wq.t(), sa, sw
@@ -198,12 +198,20 @@ def main(argv=None):
     if device == "cpu":
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite).", flush=True)
     gemm = []
-    for case in gemm_cases(device, quick, args.tokens, args.nk):
-        for recipe in recipes:
-            gemm.append(measure_gemm(case, recipe, device, timed, args.fast_accum))
-            r = gemm[-1]
-            print(f"{r['case']} M={r['m']} {recipe}: {r['ops_tflops']:.3g} TFLOP/s, "
-                  f"x{r.get('vs_torch', float('nan')):.2f} torch._scaled_mm, x{r['vs_bf16_mm']:.2f} bf16 mm", flush=True)
+    # Interrupted (Ctrl-C, device_check.sh's `timeout -s INT`): the GEMM rows measured so far are reported and
+    # the quantization rows skipped.
+    interrupted = False
+    try:
+        for case in gemm_cases(device, quick, args.tokens, args.nk):
+            for recipe in recipes:
+                gemm.append(measure_gemm(case, recipe, device, timed, args.fast_accum))
+                r = gemm[-1]
+                print(f"{r['case']} M={r['m']} {recipe}: {r['ops_tflops']:.3g} TFLOP/s, "
+                      f"x{r.get('vs_torch', float('nan')):.2f} torch._scaled_mm, x{r['vs_bf16_mm']:.2f} bf16 mm",
+                      flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"interrupted: reporting the {len(gemm)} GEMM rows measured so far", file=sys.stderr, flush=True)
     rows = [[r["case"], r["m"], r["n"], r["k"], r["recipe"], r["path"], f"{r['ops_ms']:.4f}", f"{r['ops_tflops']:.3g}",
              f"{r['vs_torch']:.2f}" if "vs_torch" in r else f"n/a ({r['torch_unavailable'][:60]})",
              f"{r['vs_bf16_mm']:.2f}", f"{r['ops_error']:.1e}",
@@ -216,13 +224,13 @@ def main(argv=None):
             "formula: the dequantized ATen formula). Ratios above 1: ops faster.")
     write_report(args.out, "fp8_gemm", {"benchmark": "fp8_gemm", "machine": facts, "results": gemm},
                  "FP8 scaled GEMM", note + "\n\n" + table)
+    if interrupted:
+        return 130
     quant = []
-    copy_GBps = None
     for case in quant_cases(device, quick, args.tokens if args.nk else None):
         row, nbytes = measure_quant(case, device, timed, not args.no_compile, hidden=args.hidden)
-        if copy_GBps is None or row["tokens"] != quant[-1]["tokens"]:
-            copy_GBps = copy_bandwidth(nbytes, timed, device)
-        row["copy_GBps"] = copy_GBps
+        # A copy moving the op's bytes (half read, half written), per case: the ops move different amounts.
+        row["copy_GBps"] = copy_bandwidth(nbytes // 2, timed, device)
         quant.append(row)
     rows = [[r["op"], r["tokens"], r["dtype"], f"{r['ops_ms']:.4f}", f"{r['ops_GBps']:.1f}", f"{r['copy_GBps']:.1f}",
              f"{r['vs_formula']:.2f}", f"{r['vs_compiled']:.2f}" if "vs_compiled" in r else "-"] for r in quant]

@@ -63,13 +63,20 @@ def loop_mm(x, w, sizes):
 _WEIGHTS = {}
 
 
+def tokens_of(sizes, kdim, seed, device, dtype):
+    """The routed tokens' activations (sum(sizes), kdim), drawn on the device."""
+    g = torch.Generator(device).manual_seed(seed)
+    return torch.randn(int(sizes.sum()), kdim, generator=g, device=device, dtype=dtype)
+
+
 def expert_weights(experts, n, kdim, device, dtype):
     """(E, N, K) weights as transformers' experts hold them, passed transposed; made once per shape."""
     key = (experts, n, kdim, device, dtype)
     if key not in _WEIGHTS:
         _WEIGHTS.clear()  # one model's projection at a time: the largest are gigabytes
-        g = torch.Generator().manual_seed(n + kdim)
-        _WEIGHTS[key] = (torch.randn(experts, n, kdim, generator=g, dtype=dtype) / kdim ** 0.5).to(device)
+        # Drawn on the device: DeepSeek-V3's up projection is 3.8 G values, a minute of one CPU core.
+        g = torch.Generator(device).manual_seed(n + kdim)
+        _WEIGHTS[key] = torch.randn(experts, n, kdim, generator=g, device=device, dtype=dtype) / kdim ** 0.5
     return _WEIGHTS[key].transpose(1, 2)
 
 
@@ -79,8 +86,7 @@ def measure_experts(case, device, timed, dtype):
     n, kdim = (2 * width, hidden) if proj == "up" else (hidden, width)
     sizes = group_sizes(tokens, experts, k, routing)
     offs = sizes.cumsum(0).to(torch.int32).to(device)
-    g = torch.Generator().manual_seed(tokens)
-    x = torch.randn(int(sizes.sum()), kdim, generator=g).to(device=device, dtype=dtype)
+    x = tokens_of(sizes, kdim, tokens, device, dtype)
     w = expert_weights(experts, n, kdim, device, dtype)
     flops = 2 * x.shape[0] * n * kdim * (2 if direction == "backward" else 1)
     plan = ops.grouped.plan(x, w, offs)  # the forward's path: the CUTLASS kernel's name, torch's or the loop
@@ -130,13 +136,15 @@ def measure_fp8(case, device, timed, recipe="rowwise"):
         return None
     sizes = group_sizes(tokens, experts, k, routing)
     offs = sizes.cumsum(0).to(torch.int32).to(device)
-    x = torch.randn(int(sizes.sum()), kdim, generator=torch.Generator().manual_seed(tokens)).to(device, torch.bfloat16)
+    x = tokens_of(sizes, kdim, tokens, device, torch.bfloat16)
     w = expert_weights(experts, n, kdim, device, torch.bfloat16)  # (E, K, N), a view of (E, N, K)
     if recipe == "rowwise":
         xq, xs = ops.quantize_fp8(x, "row")
         xs = xs.reshape(-1)
-        ws = w.float().abs().amax(1).clamp(min=1e-12) / 448  # (E, N)
-        wq = (w.float() / ws.unsqueeze(1)).to(torch.float8_e4m3fn).transpose(1, 2).contiguous().transpose(1, 2)
+        ws = w.abs().amax(1).float().clamp(min=1e-12) / 448  # (E, N)
+        # One expert at a time: a float32 copy of DeepSeek-V3's up projection would be 28 GiB.
+        wq = torch.stack([(w[e].float() / ws[e]).to(torch.float8_e4m3fn).t().contiguous() for e in range(experts)])
+        wq = wq.transpose(1, 2)  # (E, K, N), K-major
     else:
         xq, xs = ops.quantize_fp8(x, "group")  # (M, K/128)
         codes, scale_inv = zip(*(ops.quantize_fp8(w[e].t(), "block") for e in range(experts)))
@@ -160,7 +168,7 @@ def sweep_candidates(case, device, timed, dtype):
     n, kdim = (2 * width, hidden) if proj == "up" else (hidden, width)
     sizes = group_sizes(tokens, experts, k, routing)
     offs = sizes.cumsum(0).to(torch.int32).to(device)
-    x = torch.randn(int(sizes.sum()), kdim, generator=torch.Generator().manual_seed(tokens)).to(device=device, dtype=dtype)
+    x = tokens_of(sizes, kdim, tokens, device, dtype)
     w = expert_weights(experts, n, kdim, device, dtype)
     names = ops.grouped.plan(x, w, offs).get("candidates", [])
     if len(names) < 2:
@@ -237,16 +245,23 @@ def main(argv=None):
     if device == "cpu":
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite).", flush=True)
     rows = []
-    for model in models:
-        for proj in ("up", "down"):
-            for t in tokens[model]:
-                for routing in ("balanced", "skewed"):
-                    for direction in ("forward", "backward"):
-                        r = measure_experts((model, proj, t, routing, direction), device, timed, dtype)
-                        rows.append(r)
-                        print(f"{model} {proj} T={t} {routing} {direction}: {r.get('ops_tflops', float('nan')):.3g} "
-                              f"TFLOP/s, x{r.get('vs_torch', float('nan')):.2f} torch._grouped_mm, "
-                              f"x{r.get('vs_loop', float('nan')):.2f} loop", flush=True)
+    # Interrupted (Ctrl-C, device_check.sh's `timeout -s INT`): the rows measured so far are reported, and the
+    # sections after it skipped.
+    interrupted = False
+    try:
+        for model in models:
+            for proj in ("up", "down"):
+                for t in tokens[model]:
+                    for routing in ("balanced", "skewed"):
+                        for direction in ("forward", "backward"):
+                            r = measure_experts((model, proj, t, routing, direction), device, timed, dtype)
+                            rows.append(r)
+                            print(f"{model} {proj} T={t} {routing} {direction}: "
+                                  f"{r.get('ops_tflops', float('nan')):.3g} TFLOP/s, x{r.get('vs_torch', float('nan')):.2f} "
+                                  f"torch._grouped_mm, x{r.get('vs_loop', float('nan')):.2f} loop", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"interrupted: reporting the {len(rows)} rows measured so far", file=sys.stderr, flush=True)
 
     def ratio(r, name):
         return f"{r[f'vs_{name}']:.2f}" if f"vs_{name}" in r else f"n/a ({r.get(f'{name}_unavailable', '')[:50]})"
@@ -261,16 +276,20 @@ def main(argv=None):
             "suite. Ratios above 1: ops faster.")
     _WEIGHTS.clear()
     layers = []
-    for model in models:
-        for t in tokens[model]:
-            try:
-                r = measure_layer(model, t, device, timed, dtype)
-            except ImportError as e:
-                print(f"no layer rows: {first_line(e)}", flush=True)
-                break
-            if r is not None:
-                layers.append(r)
-                print(f"{model} layer T={t}: x{r['vs_grouped_mm']:.2f} transformers grouped_mm", flush=True)
+    try:
+        for model in models if not interrupted else ():
+            for t in tokens[model]:
+                try:
+                    r = measure_layer(model, t, device, timed, dtype)
+                except ImportError as e:
+                    print(f"no layer rows: {first_line(e)}", flush=True)
+                    break
+                if r is not None:
+                    layers.append(r)
+                    print(f"{model} layer T={t}: x{r['vs_grouped_mm']:.2f} transformers grouped_mm", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"interrupted: reporting the {len(layers)} layer rows measured so far", file=sys.stderr, flush=True)
     if layers:
         table += "\n\nMoE layer (transformers' Qwen3MoeSparseMoeBlock, forward, no grad):\n\n" + markdown_table(
             ["model", "tokens", "grouped_mm ms", "ops ms", "grouped_mm / ops", "max |ops - grouped_mm|"],
@@ -279,10 +298,20 @@ def main(argv=None):
     write_report(args.out, "grouped_gemm", {"benchmark": "grouped_gemm", "machine": facts, "results": rows,
                                             "layers": layers}, "Grouped GEMM", note + "\n\n" + table)
     print(f"wrote {args.out}/grouped_gemm.{{json,md}}")
-    if args.fp8:
-        fp8_rows = [r for r in (measure_fp8((model, proj, t, routing), device, timed, recipe) for model in models
-                                for proj in ("up", "down") for t in tokens[model] for routing in ("balanced", "skewed")
-                                for recipe in ("rowwise", "blockwise")) if r is not None]
+    if args.fp8 and not interrupted:
+        fp8_rows = []
+        try:
+            for model in models:
+                for proj in ("up", "down"):
+                    for t in tokens[model]:
+                        for routing in ("balanced", "skewed"):
+                            for recipe in ("rowwise", "blockwise"):
+                                r = measure_fp8((model, proj, t, routing), device, timed, recipe)
+                                if r is not None:
+                                    fp8_rows.append(r)
+        except KeyboardInterrupt:
+            interrupted = True
+            print(f"interrupted: reporting the {len(fp8_rows)} FP8 rows measured so far", file=sys.stderr, flush=True)
         table = markdown_table(
             ["model", "proj", "tokens", "rows", "N", "K", "routing", "recipe", "ops ms", "ops TFLOP/s",
              "torch._scaled_grouped_mm / ops", "bf16 grouped_gemm / ops", "ops path"],
@@ -294,7 +323,7 @@ def main(argv=None):
                      note.replace("bfloat16", "e4m3 in, bfloat16 out") + "\n\n" + table)
         print(f"wrote {args.out}/grouped_fp8.{{json,md}}")
         _WEIGHTS.clear()
-    if args.candidates:
+    if args.candidates and not interrupted:
         sweeps = [r for r in (sweep_candidates((model, proj, t, routing, "forward"), device, timed, dtype)
                               for model in models for proj in ("up", "down") for t in tokens[model]
                               for routing in ("balanced", "skewed")) if r is not None]
@@ -314,7 +343,7 @@ def main(argv=None):
                                                       "results": sweeps}, "Grouped GEMM candidate kernels",
                      note + " Forward, ms per call.\n\n" + table)
         print(f"wrote {args.out}/grouped_candidates.{{json,md}}")
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

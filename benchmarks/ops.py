@@ -4,10 +4,10 @@
 
 rms_norm vs F.rms_norm; fused_add_rms_norm vs (x + r, F.rms_norm); silu_and_mul vs F.silu(a) * b;
 linear (bias + activation) vs F.linear + activation and, where it applies, torch._addmm_activation
-(cuBLASLt's fused bias + ReLU/GELU). Reports median time, the ratio (reference time / ops time: above 1
-means ops is faster) and, for the memory-bound ops, the achieved bandwidth in GB/s (bytes each op must
-read and write once, over its time) next to a device-to-device copy of the same bytes measured in the
-same run (the bandwidth ceiling: "ops / copy"). On CPU it runs a quick suite by default.
+(cuBLASLt's fused bias + ReLU or tanh GELU: against linear[relu] and linear[gelu_tanh]). Reports median
+time, the ratio (reference time / ops time: above 1 means ops is faster) and, for the memory-bound ops,
+the achieved bandwidth in GB/s (bytes each op must read and write once, over its time) next to a
+device-to-device copy of the same bytes measured in the same run (the bandwidth ceiling: "ops / copy"). On CPU it runs a quick suite by default.
 """
 
 import argparse
@@ -30,7 +30,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def compiled(formula, *args):
     """The reference a user would pick under torch.compile: `formula` compiled by Inductor (static
-    shapes), called on `args`; compiled here, before it is timed."""
+    shapes), called on `args`; compiled here, before it is timed. Dynamo first forgets the earlier cases' graphs:
+    the formulas are lambdas sharing a code object, which past torch._dynamo.config.recompile_limit (8) would
+    run eagerly; each case is timed before the next one is built."""
+    torch._dynamo.reset()
     fn = torch.compile(formula, dynamic=False)
     fn(*args)
     return lambda: fn(*args)
@@ -115,8 +118,9 @@ def cases(device, quick, compile_refs=True, hidden=4096, only=None, tokens=None,
                 w = torch.randn(n, k, device=device, dtype=dtype) / k ** 0.5
                 b = torch.randn(n, device=device, dtype=dtype)
                 refs = references("F.linear + act", lambda x, w, b: ACT[act](F.linear(x, w, b)), x, w, b)
-                if act in ("relu", "gelu") and device == "cuda":
-                    refs.append(("torch._addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu")))
+                if act in ("relu", "gelu_tanh") and device == "cuda":  # its CUDA GELU is the tanh form (cuBLASLt)
+                    refs.append(("torch._addmm_activation",
+                                 lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu_tanh")))
                 return (lambda: ops.linear(x, w, b, act)), refs, None, (x, w, b, act)
             out.append((f"linear[{act}]", f"T={t} x {4096 if device == 'cuda' else 1024} -> 4096", lin))
     return [case for case in out if only is None or case[0].split("[")[0] in only]
