@@ -424,8 +424,9 @@ def sweep_tactics(fn, names, timer, check=None, progress=None, case="", skip=Non
     Returns (times, problems): times {name: seconds per call, or None where there is no time}, problems
     {name: why not: "refused: ..." where CUTLASS refuses the tactic for the shape (not fatal), "WRONG
     RESULT: ..." where its output failed the check (then it is not timed: a fast wrong kernel must not
-    come out "best"), "HANG: ..." or "CRASH: ..." from skip}. Raises DeviceUnusable when a tactic leaves
-    the CUDA context unusable."""
+    come out "best"), "HANG: ..." or "CRASH: ..." from skip}. When a tactic leaves the CUDA context
+    unusable, a supervised worker's progress ends the process (a crash row, benchmarks.watchdog); otherwise
+    it raises DeviceUnusable."""
     times, problems = {}, {}
     skip = skip or {}
     try:
@@ -441,6 +442,8 @@ def sweep_tactics(fn, names, timer, check=None, progress=None, case="", skip=Non
                 times[name] = timer(fn) if problem is None else None
             except RuntimeError as e:
                 if not cuda_context_usable():
+                    if progress is not None:
+                        progress.device_lost(case, name, first_line(e))
                     raise DeviceUnusable(f"tactic {name} left the CUDA context unusable: {first_line(e)}") from e
                 times[name], problem = None, None
                 problems[name] = f"refused: {first_line(e)}"
@@ -459,6 +462,8 @@ def sweep_tactics(fn, names, timer, check=None, progress=None, case="", skip=Non
                     times[name] = min(times[name], timer(fn))
                 except RuntimeError as e:  # ran before, fails now: no time, so never "best"
                     if not cuda_context_usable():
+                        if progress is not None:
+                            progress.device_lost(case, name, first_line(e))
                         raise DeviceUnusable(f"tactic {name} left the CUDA context unusable: {first_line(e)}") from e
                     times[name], problems[name] = None, f"failed in a later round: {first_line(e)}"
                     print(f"  {name}: {problems[name]}", file=sys.stderr)

@@ -148,7 +148,7 @@ def run(args, log=None, resume=None):
     planned = len(cases)
     cases = [c for c in cases if (c[0], c[1]) not in done]
     tuning = None
-    progress = watchdog.Progress(log) if log is not None and args.candidates else None
+    progress = watchdog.Progress(log, supervised=args.worker) if log is not None and args.candidates else None
     skips = resume.skips if resume else {}
     overhead = args.suite == "overhead"
     if args.autotune:

@@ -195,7 +195,7 @@ def main(argv=None):
     results, sweeps, rms_sweeps = of_finished("result"), of_finished("linear_candidates"), of_finished("rms_kernels")
     todo = [case for case in todo if label(case) not in finished]
     log = PartialLog(args.out, "ops", append=args.worker)
-    progress = watchdog.Progress(log) if args.candidates and timer else None
+    progress = watchdog.Progress(log, supervised=args.worker) if args.candidates and timer else None
 
     def timed(fn):
         """Seconds per call of fn (CudaTimer, or cpu_time on CPU), after fn.restore() where fn has one."""

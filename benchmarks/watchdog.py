@@ -22,6 +22,9 @@ WORKER_FLAG = "--worker"
 # kill grace (timeout -k 20), whose SIGKILL reaches the supervisor only (the worker has a session of its
 # own) and would leave a worker stuck in a kernel running on the GPU.
 INTERRUPT_GRACE_S = 10
+# A worker's exit status after a tactic left its CUDA context unusable (a sticky error: nothing after it can run
+# in that process): the supervisor records it as a crash of that tactic and goes on in a new worker.
+DEVICE_LOST_EXIT = 5
 
 
 def read_records(path):
@@ -45,10 +48,20 @@ def _append(path, record):
 
 
 class Progress:
-    """Worker side: start/end records of each tactic (and of any other launch worth watching)."""
+    """Worker side: start/end records of each tactic (and of any other launch worth watching). `supervised`: the
+    process is a worker of ``supervise``, which restarts it past a tactic that loses the device."""
 
-    def __init__(self, log):
+    def __init__(self, log, supervised=False):
         self.log = log
+        self.supervised = supervised
+
+    def device_lost(self, case, tactic, error):
+        """Under a supervisor, ends the process at once, the tactic's "start" record last (its crash row);
+        otherwise returns (the caller raises)."""
+        if self.supervised:
+            print(f"  [{case}] {tactic} left the CUDA context unusable ({error}): a new worker goes on",
+                  file=sys.stderr, flush=True)
+            os._exit(DEVICE_LOST_EXIT)
 
     def start(self, case, tactic):
         print(f"  [{case}] {tactic}", file=sys.stderr, flush=True)  # named before it launches
@@ -70,7 +83,8 @@ class ResumeState:
                 self.records.append(r)
             elif r.get("kind") in ("hang", "crash"):
                 why = (f"HANG: no return within {r.get('limit_s')} s" if r["kind"] == "hang"
-                       else "CRASH: the process died in this tactic")
+                       else "CRASH: the tactic left the CUDA context unusable"
+                       if r.get("returncode") == DEVICE_LOST_EXIT else "CRASH: the process died in this tactic")
                 self.skips.setdefault(r["case"], {})[r["tactic"]] = why
 
     def of(self, kind):

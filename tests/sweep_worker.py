@@ -1,6 +1,6 @@
 """A candidate sweep on CPU whose tactics are stand-ins, run by tests/test_benchmarks.py under
-benchmarks.watchdog.supervise: tactic "hangs" never returns and tactic "crashes" kills its process, as a
-CUTLASS kernel can on a GPU. Writes <out>/sweep.json when every case is done. With --stuck, the first
+benchmarks.watchdog.supervise: tactic "hangs" never returns, tactic "crashes" kills its process and tactic
+"loses" raises with the CUDA context left unusable (a sticky error), as a CUTLASS kernel can on a GPU. Writes <out>/sweep.json when every case is done. With --stuck, the first
 tactic ignores SIGINT and never returns (a worker blocked in a launch); its pid goes to <out>/worker.pid.
 
     python -m sweep_worker OUT [--stuck] [--worker]
@@ -15,11 +15,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ops.gemm  # noqa: E402
-from benchmarks import watchdog  # noqa: E402
+from benchmarks import common, watchdog  # noqa: E402
 from benchmarks.common import PartialLog, sweep_tactics  # noqa: E402
 
 CASES = ["bf16 case A", "bf16 case B"]
-TACTICS = ["fast", "hangs", "slow", "crashes", "last"]
+TACTICS = ["fast", "hangs", "slow", "crashes", "loses", "last"]
+LOST = []  # the "loses" tactic ran in this process: its CUDA context is gone
 
 
 def run_tactic(name):
@@ -27,6 +28,9 @@ def run_tactic(name):
         time.sleep(3600)
     if name == "crashes":
         os.kill(os.getpid(), signal.SIGSEGV)
+    if name == "loses":
+        LOST.append(name)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
     return name
 
 
@@ -36,7 +40,8 @@ def main():
     ops.gemm.set_tactic = lambda name: current.update(name=name)  # sweep_tactics forces each tactic
     resume = watchdog.ResumeState(os.path.join(out, "sweep.partial.jsonl"), kinds=("case",))
     log = PartialLog(out, "sweep", append=True)
-    progress = watchdog.Progress(log)
+    common.cuda_context_usable = lambda: not LOST
+    progress = watchdog.Progress(log, supervised=watchdog.WORKER_FLAG in sys.argv)
     if "--stuck" in sys.argv:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         with open(os.path.join(out, "worker.pid"), "w") as f:

@@ -639,8 +639,9 @@ def test_gemm_benchmark_rejects_bad_arguments_before_writing(tmp_path, dtypes, c
 
 
 def test_a_sweep_goes_on_past_a_tactic_that_hangs_or_crashes(tmp_path):
-    # benchmarks.watchdog: the tactic that never returns and the one that kills its process each become a
-    # row of their case; every other tactic of both cases is measured, each case once.
+    # benchmarks.watchdog: the tactic that never returns, the one that kills its process and the one that
+    # leaves the CUDA context unusable each become a row of their case; every other tactic of both cases is
+    # measured, each case once.
     from benchmarks import watchdog
 
     env_path = os.path.join(REPO, "tests")
@@ -660,6 +661,7 @@ def test_a_sweep_goes_on_past_a_tactic_that_hangs_or_crashes(tmp_path):
     for c in cases:
         assert {k for k, v in c["times"].items() if v} == {"fast", "slow", "last"}, c
         assert c["problems"]["hangs"].startswith("HANG: no return within 3") and c["problems"]["crashes"].startswith("CRASH"), c
+        assert c["problems"]["loses"] == "CRASH: the tactic left the CUDA context unusable", c
     assert not (tmp_path / "sweep.partial.jsonl").exists()
     assert time.time() - t0 < 120
 
