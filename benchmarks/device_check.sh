@@ -277,7 +277,7 @@ if want sanitizer; then
   for tool in memcheck racecheck; do
     start=$(date +%s)
     if ! seconds=$(seconds_for 75); then rc=200; else
-      PYTORCH_NO_CUDA_MEMORY_CACHING=1 OPS_CUTLASS_SM80_ON_SM90=1 timeout "$seconds" compute-sanitizer --tool "$tool" \
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 OPS_CUTLASS_SM80_ON_SM90=1 timeout -k 10 "$seconds" compute-sanitizer --tool "$tool" \
         --error-exitcode 9 --print-limit 50 --log-file "$MORE/sanitizer_$tool.log" \
         "$PY" -m benchmarks.sanitizer_smoke > "$MORE/sanitizer_${tool}_app.log" 2>&1
       rc=$?

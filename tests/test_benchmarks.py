@@ -384,7 +384,7 @@ def test_interrupted_model_benchmark_reports_what_it_measured(tmp_path, monkeypa
 
     def time_then_interrupt(fn_a, fn_b, **kwargs):
         comparisons.append(fn_a)
-        if len(comparisons) == 2:  # MiniLM eager measured; then the decoder's first comparison
+        if len(comparisons) == 2:  # the Llama-3-8B MLP block measured (it runs first); then MiniLM's
             raise KeyboardInterrupt
         return 2e-3, 1e-3
 
@@ -392,8 +392,8 @@ def test_interrupted_model_benchmark_reports_what_it_measured(tmp_path, monkeypa
     args = ["--no-compile", "--quick", "--batch", "2", "--out", str(tmp_path)]
     assert model_benchmark.main(args) == 3
     report = json.loads((tmp_path / "model.json").read_text())
-    assert report["interrupted"] == {"measured": 1, "planned": 3} and list(report["results"]) == ["minilm_eager"]
-    assert report["results"]["minilm_eager"]["ratio"] == 2.0
+    assert report["interrupted"] == {"measured": 1, "planned": 3} and list(report["results"]) == ["llama_mlp_T16"]
+    assert report["results"]["llama_mlp_T16"]["ratio"] == 2.0
     assert "INTERRUPTED: 1 of 3 cases measured" in (tmp_path / "model.md").read_text()
 
 
