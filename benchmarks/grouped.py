@@ -248,17 +248,16 @@ def main(argv=None):
     # Interrupted (Ctrl-C, device_check.sh's `timeout -s INT`): the rows measured so far are reported, and the
     # sections after it skipped.
     interrupted = False
+    # (model, projection, tokens, routing) of every row
+    shapes = [(m, p, t, r) for m in models for p in ("up", "down") for t in tokens[m] for r in ("balanced", "skewed")]
     try:
-        for model in models:
-            for proj in ("up", "down"):
-                for t in tokens[model]:
-                    for routing in ("balanced", "skewed"):
-                        for direction in ("forward", "backward"):
-                            r = measure_experts((model, proj, t, routing, direction), device, timed, dtype)
-                            rows.append(r)
-                            print(f"{model} {proj} T={t} {routing} {direction}: "
-                                  f"{r.get('ops_tflops', float('nan')):.3g} TFLOP/s, x{r.get('vs_torch', float('nan')):.2f} "
-                                  f"torch._grouped_mm, x{r.get('vs_loop', float('nan')):.2f} loop", flush=True)
+        for model, proj, t, routing in shapes:
+            for direction in ("forward", "backward"):
+                r = measure_experts((model, proj, t, routing, direction), device, timed, dtype)
+                rows.append(r)
+                print(f"{model} {proj} T={t} {routing} {direction}: {r.get('ops_tflops', float('nan')):.3g} "
+                      f"TFLOP/s, x{r.get('vs_torch', float('nan')):.2f} torch._grouped_mm, "
+                      f"x{r.get('vs_loop', float('nan')):.2f} loop", flush=True)
     except KeyboardInterrupt:
         interrupted = True
         print(f"interrupted: reporting the {len(rows)} rows measured so far", file=sys.stderr, flush=True)
@@ -301,14 +300,11 @@ def main(argv=None):
     if args.fp8 and not interrupted:
         fp8_rows = []
         try:
-            for model in models:
-                for proj in ("up", "down"):
-                    for t in tokens[model]:
-                        for routing in ("balanced", "skewed"):
-                            for recipe in ("rowwise", "blockwise"):
-                                r = measure_fp8((model, proj, t, routing), device, timed, recipe)
-                                if r is not None:
-                                    fp8_rows.append(r)
+            for shape in shapes:
+                for recipe in ("rowwise", "blockwise"):
+                    r = measure_fp8(shape, device, timed, recipe)
+                    if r is not None:
+                        fp8_rows.append(r)
         except KeyboardInterrupt:
             interrupted = True
             print(f"interrupted: reporting the {len(fp8_rows)} FP8 rows measured so far", file=sys.stderr, flush=True)
@@ -324,9 +320,8 @@ def main(argv=None):
         print(f"wrote {args.out}/grouped_fp8.{{json,md}}")
         _WEIGHTS.clear()
     if args.candidates and not interrupted:
-        sweeps = [r for r in (sweep_candidates((model, proj, t, routing, "forward"), device, timed, dtype)
-                              for model in models for proj in ("up", "down") for t in tokens[model]
-                              for routing in ("balanced", "skewed")) if r is not None]
+        sweeps = [r for r in (sweep_candidates((*shape, "forward"), device, timed, dtype) for shape in shapes)
+                  if r is not None]
         if not sweeps:
             print("--candidates: no call here has more than one candidate kernel (the SM90 grouped kernels run on "
                   "sm_90a in a build with OPS_CANDIDATE_KERNELS=1)", flush=True)
