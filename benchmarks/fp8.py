@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import ops
 from benchmarks.common import (RESULTS, CudaTimer, copy_bandwidth, cpu_time, first_line, int_list, machine_facts,
-                               markdown_table, max_rel_error, write_report)
+                               markdown_table, max_rel_error, measure_all, write_report)
 
 E4 = torch.float8_e4m3fn
 RECIPES = ("tensorwise", "rowwise", "block128")
@@ -198,20 +198,17 @@ def main(argv=None):
     if device == "cpu":
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite).", flush=True)
     gemm = []
-    # Interrupted (Ctrl-C, device_check.sh's `timeout -s INT`): the GEMM rows measured so far are reported and
-    # the quantization rows skipped.
-    interrupted = False
-    try:
-        for case in gemm_cases(device, quick, args.tokens, args.nk):
-            for recipe in recipes:
-                gemm.append(measure_gemm(case, recipe, device, timed, args.fast_accum))
-                r = gemm[-1]
-                print(f"{r['case']} M={r['m']} {recipe}: {r['ops_tflops']:.3g} TFLOP/s, "
-                      f"x{r.get('vs_torch', float('nan')):.2f} torch._scaled_mm, x{r['vs_bf16_mm']:.2f} bf16 mm",
-                      flush=True)
-    except KeyboardInterrupt:
-        interrupted = True
-        print(f"interrupted: reporting the {len(gemm)} GEMM rows measured so far", file=sys.stderr, flush=True)
+
+    def measure_row(case):
+        gemm.append(measure_gemm(*case, device, timed, args.fast_accum))
+        r = gemm[-1]
+        print(f"{r['case']} M={r['m']} {r['recipe']}: {r['ops_tflops']:.3g} TFLOP/s, "
+              f"x{r.get('vs_torch', float('nan')):.2f} torch._scaled_mm, x{r['vs_bf16_mm']:.2f} bf16 mm", flush=True)
+
+    # Stopped before the last case (Ctrl-C, device_check.sh's `timeout -s INT`, or an error): the GEMM rows
+    # measured so far are reported and the quantization rows skipped.
+    cases = [(case, recipe) for case in gemm_cases(device, quick, args.tokens, args.nk) for recipe in recipes]
+    done, aborted = measure_all(cases, measure_row, "fp8 gemm")
     rows = [[r["case"], r["m"], r["n"], r["k"], r["recipe"], r["path"], f"{r['ops_ms']:.4f}", f"{r['ops_tflops']:.3g}",
              f"{r['vs_torch']:.2f}" if "vs_torch" in r else f"n/a ({r['torch_unavailable'][:60]})",
              f"{r['vs_bf16_mm']:.2f}", f"{r['ops_error']:.1e}",
@@ -224,8 +221,8 @@ def main(argv=None):
             "formula: the dequantized ATen formula). Ratios above 1: ops faster.")
     write_report(args.out, "fp8_gemm", {"benchmark": "fp8_gemm", "machine": facts, "results": gemm},
                  "FP8 scaled GEMM", note + "\n\n" + table)
-    if interrupted:
-        return 130
+    if done < len(cases):
+        return 1 if aborted else 130
     quant = []
     for case in quant_cases(device, quick, args.tokens if args.nk else None):
         row, nbytes = measure_quant(case, device, timed, not args.no_compile, hidden=args.hidden)

@@ -28,7 +28,7 @@ import torch
 
 import ops
 from benchmarks.common import RESULTS, CudaTimer, cpu_time, fastest, first_line, int_list, machine_facts, \
-    markdown_table, output_check, sweep_tactics, wrong_results, write_report
+    markdown_table, measure_all, output_check, sweep_tactics, wrong_results, write_report
 
 # experts, top-k, hidden, expert width (REFERENCES.md: Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3).
 MODELS = {"qwen3-30b-a3b": (128, 8, 2048, 768), "mixtral-8x7b": (8, 2, 4096, 14336), "deepseek-v3": (256, 8, 7168, 2048),
@@ -244,23 +244,30 @@ def main(argv=None):
     dtype = torch.bfloat16
     if device == "cpu":
         print(f"No NVIDIA GPU here: measuring the CPU kernels ({'quick' if quick else 'full'} suite).", flush=True)
+    # Why a section ended before its last case (interrupted: Ctrl-C or device_check.sh's `timeout -s INT`; or the
+    # error that stopped it): its rows are reported and the sections after it skipped.
+    stopped = []
+
+    def measure_each(cases, measure, desc):
+        """measure(case) for each case (measure_all), unless a section before it stopped."""
+        if not stopped:
+            done, aborted = measure_all(cases, measure, desc)
+            if done < len(cases):
+                stopped.append(aborted or "interrupted")
+
     rows = []
-    # Interrupted (Ctrl-C, device_check.sh's `timeout -s INT`): the rows measured so far are reported, and the
-    # sections after it skipped.
-    interrupted = False
+
+    def measure_row(case):
+        r = measure_experts(case, device, timed, dtype)
+        rows.append(r)
+        model, proj, t, routing, direction = case
+        print(f"{model} {proj} T={t} {routing} {direction}: {r.get('ops_tflops', float('nan')):.3g} TFLOP/s, "
+              f"x{r.get('vs_torch', float('nan')):.2f} torch._grouped_mm, x{r.get('vs_loop', float('nan')):.2f} loop",
+              flush=True)
+
     # (model, projection, tokens, routing) of every row
     shapes = [(m, p, t, r) for m in models for p in ("up", "down") for t in tokens[m] for r in ("balanced", "skewed")]
-    try:
-        for model, proj, t, routing in shapes:
-            for direction in ("forward", "backward"):
-                r = measure_experts((model, proj, t, routing, direction), device, timed, dtype)
-                rows.append(r)
-                print(f"{model} {proj} T={t} {routing} {direction}: {r.get('ops_tflops', float('nan')):.3g} "
-                      f"TFLOP/s, x{r.get('vs_torch', float('nan')):.2f} torch._grouped_mm, "
-                      f"x{r.get('vs_loop', float('nan')):.2f} loop", flush=True)
-    except KeyboardInterrupt:
-        interrupted = True
-        print(f"interrupted: reporting the {len(rows)} rows measured so far", file=sys.stderr, flush=True)
+    measure_each([(*s, d) for s in shapes for d in ("forward", "backward")], measure_row, "grouped")
 
     def ratio(r, name):
         return f"{r[f'vs_{name}']:.2f}" if f"vs_{name}" in r else f"n/a ({r.get(f'{name}_unavailable', '')[:50]})"
@@ -274,21 +281,22 @@ def main(argv=None):
     note = (f"torch {facts['torch']}, {facts.get('gpu', facts['cpu'])}, bfloat16, {'quick' if quick else 'full'} "
             "suite. Ratios above 1: ops faster.")
     _WEIGHTS.clear()
-    layers = []
-    try:
-        for model in models if not interrupted else ():
-            for t in tokens[model]:
-                try:
-                    r = measure_layer(model, t, device, timed, dtype)
-                except ImportError as e:
-                    print(f"no layer rows: {first_line(e)}", flush=True)
-                    break
-                if r is not None:
-                    layers.append(r)
-                    print(f"{model} layer T={t}: x{r['vs_grouped_mm']:.2f} transformers grouped_mm", flush=True)
-    except KeyboardInterrupt:
-        interrupted = True
-        print(f"interrupted: reporting the {len(layers)} layer rows measured so far", file=sys.stderr, flush=True)
+    layers, no_layers = [], []
+
+    def measure_layer_row(case):
+        if no_layers:
+            return
+        try:
+            r = measure_layer(*case, device, timed, dtype)
+        except ImportError as e:
+            no_layers.append(e)
+            print(f"no layer rows: {first_line(e)}", flush=True)
+            return
+        if r is not None:
+            layers.append(r)
+            print(f"{case[0]} layer T={case[1]}: x{r['vs_grouped_mm']:.2f} transformers grouped_mm", flush=True)
+
+    measure_each([(m, t) for m in models for t in tokens[m]], measure_layer_row, "MoE layers")
     if layers:
         table += "\n\nMoE layer (transformers' Qwen3MoeSparseMoeBlock, forward, no grad):\n\n" + markdown_table(
             ["model", "tokens", "grouped_mm ms", "ops ms", "grouped_mm / ops", "max |ops - grouped_mm|"],
@@ -297,17 +305,15 @@ def main(argv=None):
     write_report(args.out, "grouped_gemm", {"benchmark": "grouped_gemm", "machine": facts, "results": rows,
                                             "layers": layers}, "Grouped GEMM", note + "\n\n" + table)
     print(f"wrote {args.out}/grouped_gemm.{{json,md}}")
-    if args.fp8 and not interrupted:
+    if args.fp8 and not stopped:
         fp8_rows = []
-        try:
-            for shape in shapes:
-                for recipe in ("rowwise", "blockwise"):
-                    r = measure_fp8(shape, device, timed, recipe)
-                    if r is not None:
-                        fp8_rows.append(r)
-        except KeyboardInterrupt:
-            interrupted = True
-            print(f"interrupted: reporting the {len(fp8_rows)} FP8 rows measured so far", file=sys.stderr, flush=True)
+
+        def measure_fp8_row(case):
+            r = measure_fp8(case[:4], device, timed, case[4])
+            if r is not None:
+                fp8_rows.append(r)
+
+        measure_each([(*s, recipe) for s in shapes for recipe in ("rowwise", "blockwise")], measure_fp8_row, "FP8")
         table = markdown_table(
             ["model", "proj", "tokens", "rows", "N", "K", "routing", "recipe", "ops ms", "ops TFLOP/s",
              "torch._scaled_grouped_mm / ops", "bf16 grouped_gemm / ops", "ops path"],
@@ -319,7 +325,7 @@ def main(argv=None):
                      note.replace("bfloat16", "e4m3 in, bfloat16 out") + "\n\n" + table)
         print(f"wrote {args.out}/grouped_fp8.{{json,md}}")
         _WEIGHTS.clear()
-    if args.candidates and not interrupted:
+    if args.candidates and not stopped:
         sweeps = [r for r in (sweep_candidates((*shape, "forward"), device, timed, dtype) for shape in shapes)
                   if r is not None]
         if not sweeps:
@@ -338,7 +344,7 @@ def main(argv=None):
                                                       "results": sweeps}, "Grouped GEMM candidate kernels",
                      note + " Forward, ms per call.\n\n" + table)
         print(f"wrote {args.out}/grouped_candidates.{{json,md}}")
-    return 130 if interrupted else 0
+    return 0 if not stopped else 130 if stopped[0] == "interrupted" else 1
 
 
 if __name__ == "__main__":

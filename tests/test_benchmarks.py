@@ -785,6 +785,28 @@ def test_grouped_benchmark_times_every_implementation_both_passes_and_the_layer(
         grouped.main(["--models", "gpt-5"])
 
 
+def test_interrupted_grouped_benchmark_reports_what_it_measured(tmp_path, monkeypatch):
+    # device_check.sh's time limit (SIGINT) in the FP8 rows: the bf16 report is whole, the FP8 one holds the
+    # rows measured before it, and nothing after runs.
+    from benchmarks import grouped
+
+    measure_fp8, calls = grouped.measure_fp8, []
+
+    def interrupted_third(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return measure_fp8(*args)
+
+    monkeypatch.setattr(grouped, "measure_fp8", interrupted_third)
+    argv = ["--models", "tiny", "--tokens", "3", "--fp8", "--candidates", "--out", str(tmp_path)]
+    assert grouped.main(argv) == 130
+    assert len(json.loads((tmp_path / "grouped_gemm.json").read_text())["results"]) == 2 * 2 * 2
+    # the first shape's rowwise row (its blockwise one: none, K = 64 is no whole 128-block), then the interrupt
+    assert len(json.loads((tmp_path / "grouped_fp8.json").read_text())["results"]) == 1
+    assert len(calls) == 3 and not (tmp_path / "grouped_candidates.json").exists()
+
+
 def test_grouped_fp8_benchmark_times_both_recipes_where_k_is_whole_blocks(tmp_path, monkeypatch):
     from benchmarks import grouped
 
