@@ -360,14 +360,6 @@ def sm90_kernels_built():
             and ops.gemm.candidate_kernels_enabled())
 
 
-@pytest.fixture
-def default_build_paths():
-    """The default build's choices, also in a build with the candidate-only kernels (the GPU check's)."""
-    previous = ops.gemm.set_candidate_kernels(False)
-    yield
-    ops.gemm.set_candidate_kernels(previous)
-
-
 def torch_takes(recipe, out_dtype):
     """Whether torch._scaled_grouped_mm computes a 2D x 3D call without bias on this device."""
     return recipe == "rowwise" and out_dtype == torch.bfloat16 and torch.cuda.get_device_capability() == (9, 0)
@@ -424,7 +416,8 @@ def test_the_sm90_kernels_clamp_bad_offsets_and_capture_in_a_graph():
 
 
 @pytest.mark.cuda
-def test_where_no_kernel_of_ops_takes_the_call_torch_computes_the_rowwise_recipe(default_build_paths):
+@pytest.mark.parametrize("candidate_kernels", [False], ids=["default-build"], indirect=True)  # conftest.py
+def test_where_no_kernel_of_ops_takes_the_call_torch_computes_the_rowwise_recipe(candidate_kernels):
     if not torch_takes("rowwise", torch.bfloat16):
         pytest.skip("torch._scaled_grouped_mm's rowwise kernel: SM90")
     A, B, sa, sb, offs = moe_case(1000, 8, 512, 384, "rowwise", sizes=[100, 0, 257, 143, 1, 299, 129, 61])

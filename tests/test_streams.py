@@ -3,8 +3,6 @@
 An op must launch on the caller's current stream: inputs written on a side stream after a long sleep
 are only ready there, so a kernel launched on any other stream would read them too early."""
 
-import contextlib
-
 import pytest
 import torch
 
@@ -85,14 +83,10 @@ def test_cuda_graph_capture_and_replay_with_new_inputs(spec):
 
 def _eager_division():
     """Inductor's Triton kernels divide as eager does (IEEE; by default div.full, within 2 ulp), so that the FP8
-    models' codes x / scale over 65536 rows are eager's (torch 2.14: eager_numerics.division_rounding)."""
+    models' codes x / scale over 65536 rows are eager's (eager_numerics.division_rounding, torch 2.11 and on)."""
     import torch._inductor.config as config
 
-    if hasattr(config, "eager_numerics"):
-        return config.patch({"eager_numerics.division_rounding": True})
-    if hasattr(config, "emulate_divison_rounding"):  # its name in earlier releases
-        return config.patch(emulate_divison_rounding=True)
-    return contextlib.nullcontext()
+    return config.patch({"eager_numerics.division_rounding": True})
 
 
 @ops_params
